@@ -1,0 +1,29 @@
+//! The one serialization format for sled values (JSON: self-describing, so records can grow
+//! fields with `#[serde(default)]` without a migration) and the key encodings.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use super::StoreError;
+
+/// Big-endian so that sled's byte order is numeric order.
+pub fn u64_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+pub fn encode<V: Serialize>(value: &V) -> Vec<u8> {
+    // Serializing our own plain structs to JSON cannot fail: no maps with non-string keys and no
+    // custom serializers that error.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+pub fn decode<V: DeserializeOwned>(
+    tree: &'static str,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<V, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Corrupt {
+        tree,
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}

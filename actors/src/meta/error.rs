@@ -1,0 +1,47 @@
+use thiserror::Error;
+
+/// Everything that can go wrong in the metadata store. The service maps each variant to HTTP in
+/// one place (`corvid::error`).
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("storage failure")]
+    Sled(#[from] sled::Error),
+    #[error("stored record `{key}` in tree `{tree}` could not be decoded")]
+    Corrupt {
+        tree: &'static str,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the data directory was written by a newer Corvid (schema {found}, this build reads up to {supported})")]
+    SchemaTooNew { found: u32, supported: u32 },
+    #[error("{what} already exists")]
+    Conflict { what: String },
+    #[error("{what} was not found")]
+    NotFound { what: String },
+    #[error("{detail}")]
+    Invalid {
+        detail: String,
+        attr: Option<&'static str>,
+    },
+    #[error("password hashing failed")]
+    PasswordHash,
+}
+
+impl StoreError {
+    pub(crate) fn invalid(detail: impl Into<String>, attr: &'static str) -> Self {
+        StoreError::Invalid {
+            detail: detail.into(),
+            attr: Some(attr),
+        }
+    }
+}
+
+impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
+    fn from(err: sled::transaction::TransactionError<StoreError>) -> Self {
+        match err {
+            sled::transaction::TransactionError::Abort(inner) => inner,
+            sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Domain records of the metadata store. Field names follow PostHog's API where one exists, so
+//! the service can serialize them with little reshaping.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Organization {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A project ("team" in PostHog's internals): the unit of data isolation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Project {
+    pub id: u64,
+    pub uuid: Uuid,
+    pub organization_id: Uuid,
+    pub name: String,
+    /// The public project token (`phc_…`) SDKs send with events and flag requests.
+    pub api_token: String,
+    /// IANA time zone used to bucket dates in insights.
+    pub timezone: String,
+    /// When true, capture does not record the client IP (`$ip`).
+    #[serde(default)]
+    pub anonymize_ips: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a caller supplies to create a project.
+#[derive(Debug, Clone)]
+pub struct NewProject {
+    pub organization_id: Uuid,
+    pub name: String,
+    pub timezone: String,
+    pub anonymize_ips: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    pub id: u64,
+    pub uuid: Uuid,
+    pub email: String,
+    pub first_name: String,
+    /// argon2id PHC string; never leaves the store layer in an API response.
+    pub password_hash: String,
+    pub organization_id: Uuid,
+    /// Instance administrators may use admin-only APIs (e.g. verifying OAuth clients).
+    pub is_staff: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A personal API key. The secret itself is never stored: only its SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersonalApiKey {
+    pub id: String,
+    pub user_id: u64,
+    pub label: String,
+    pub secure_value_sha256: String,
+    /// `phx_...abcd`, for recognising a key in a list.
+    pub mask_value: String,
+    /// Scope strings as given (`*` or `<object>:read|write`), validated on creation.
+    pub scopes: Vec<String>,
+    /// When set, the key may only touch these projects.
+    #[serde(default)]
+    pub scoped_teams: Option<Vec<u64>>,
+    /// When set, the key may only touch projects of these organizations.
+    #[serde(default)]
+    pub scoped_organizations: Option<Vec<Uuid>>,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// What a caller supplies to create a personal API key.
+#[derive(Debug, Clone)]
+pub struct NewPersonalApiKey {
+    pub user_id: u64,
+    pub label: String,
+    pub scopes: Vec<String>,
+    pub scoped_teams: Option<Vec<u64>>,
+    pub scoped_organizations: Option<Vec<Uuid>>,
+}

@@ -1,0 +1,145 @@
+//! Wiring: open the stores, start the actors, build [`AppState`], run the HTTP server, and shut
+//! everything down in order.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use corvid_actors::meta::{MetaCache, MetaStore};
+
+use crate::bootstrap::{self, Credentials, MintKey};
+use crate::config::Config;
+use crate::http;
+use crate::state::{AppState, Lifecycle};
+use crate::telemetry::{self, Metrics};
+
+/// A started server.
+pub struct Running {
+    addr: SocketAddr,
+    state: web::Data<AppState>,
+    handle: ServerHandle,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Set when this start created the data directory's default tenancy.
+    pub first_run: Option<Credentials>,
+}
+
+/// Opens state under `config.data_dir`, bootstraps it if new, and starts serving.
+/// Must be called inside an actix system (e.g. `actix_web::rt::System`).
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let meta_dir = config.meta_dir();
+    let meta = tokio::task::spawn_blocking(move || MetaStore::open(&meta_dir))
+        .await?
+        .context("cannot open the metadata store (is another Corvid using this data dir?)")?;
+    let meta = Arc::new(meta);
+
+    let first_run = {
+        let meta = Arc::clone(&meta);
+        tokio::task::spawn_blocking(move || bootstrap::bootstrap(&meta, MintKey::OnFirstRun))
+            .await??
+    };
+    if let Some(credentials) = &first_run {
+        let path = config.credentials_path();
+        bootstrap::write_credentials(&path, credentials)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        // Never fatal: a closed stdout must not take the server down. The file has them too.
+        let mut out = std::io::stdout().lock();
+        if let Err(err) =
+            writeln!(out, "{}", bootstrap::banner(credentials, &path)).and_then(|_| out.flush())
+        {
+            tracing::warn!(error = %err, "could not print first-run credentials to stdout");
+        }
+    }
+
+    let lifecycle = Arc::new(Lifecycle::default());
+    let metrics = Arc::new(Metrics::new());
+    let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
+    let config = Arc::new(config);
+
+    // Bind first so the public URL can name the real port when port 0 was asked for.
+    let listener = std::net::TcpListener::bind(config.server.bind)
+        .with_context(|| format!("cannot bind {}", config.server.bind))?;
+    let addr = listener.local_addr()?;
+    let public_url: Arc<str> = config.public_url_for(addr).into();
+    let state = web::Data::new(AppState {
+        resource_metadata_url: format!("{public_url}/.well-known/oauth-protected-resource").into(),
+        public_url,
+        config: Arc::clone(&config),
+        meta,
+        cache,
+        lifecycle,
+        metrics,
+    });
+
+    let app_state = state.clone();
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(app_state.clone())
+            .wrap(NormalizePath::new(TrailingSlash::Trim))
+            .wrap(from_fn(telemetry::observe))
+            .configure(http::configure)
+            .default_service(web::to(http::not_found))
+    })
+    .disable_signals()
+    .shutdown_timeout(config.server.shutdown_timeout.as_secs())
+    .listen(listener)?;
+    if let Some(workers) = config.server.workers {
+        server = server.workers(workers.get());
+    }
+    let server = server.run();
+    let handle = server.handle();
+    let server = actix_web::rt::spawn(server);
+    tracing::info!(%addr, public_url = %state.public_url, data_dir = %config.data_dir.display(), "corvid listening");
+    Ok(Running {
+        addr,
+        state,
+        handle,
+        server,
+        first_run,
+    })
+}
+
+impl Running {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn lifecycle(&self) -> Arc<Lifecycle> {
+        Arc::clone(&self.state.lifecycle)
+    }
+
+    /// Serves until `signal` completes or a component requests shutdown, then shuts down.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let lifecycle = self.lifecycle();
+        tokio::select! {
+            _ = signal => tracing::info!("shutdown signal received"),
+            _ = lifecycle.shutdown_requested() => {},
+        }
+        self.shutdown().await
+    }
+
+    /// Clean stop: readiness turns 503, a grace period lets load balancers notice, HTTP stops
+    /// accepting and drains in-flight requests, then every store is flushed.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.state.lifecycle.begin_shutdown();
+        let grace = self.state.config.server.shutdown_grace;
+        if !grace.is_zero() {
+            tracing::info!(?grace, "readiness is 503; waiting before closing listeners");
+            tokio::time::sleep(grace).await;
+        }
+        self.handle.stop(true).await;
+        let served = self.server.await;
+        let meta = Arc::clone(&self.state.meta);
+        tokio::task::spawn_blocking(move || meta.flush())
+            .await?
+            .context("final flush of the metadata store failed")?;
+        tracing::info!("corvid stopped cleanly");
+        served?.context("HTTP server failed")
+    }
+}

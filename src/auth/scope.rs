@@ -1,0 +1,26 @@
+//! Type-level scope requirements, so each route states its scope in its signature.
+
+/// A scope a route requires, e.g. `project:read`.
+pub trait RequiredScope: 'static {
+    const SCOPE: &'static str;
+}
+
+macro_rules! required_scopes {
+    ($($(#[$doc:meta])* $name:ident => $scope:literal,)*) => {
+        $(
+            $(#[$doc])*
+            pub struct $name;
+            impl RequiredScope for $name {
+                const SCOPE: &'static str = $scope;
+            }
+        )*
+    };
+}
+
+required_scopes! {
+    ProjectRead => "project:read",
+    ProjectWrite => "project:write",
+    UserRead => "user:read",
+    PersonalApiKeyRead => "personal_api_key:read",
+    PersonalApiKeyWrite => "personal_api_key:write",
+}

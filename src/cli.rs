@@ -1,0 +1,163 @@
+//! The command line: `corvid serve` and `corvid bootstrap`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bootstrap::{self, MintKey};
+use crate::config::{Config, LogFormat, Overrides};
+use crate::{app, telemetry};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "corvid",
+    version,
+    about = "Corvid: a self-hostable, PostHog-compatible product-analytics backend",
+    long_about = "Corvid: a self-hostable, PostHog-compatible product-analytics backend.\n\n\
+        Configuration layers, later wins: embedded defaults (config/default.toml) -> --config FILE \
+        -> CORVID_* environment variables -> command-line flags."
+)]
+pub struct Cli {
+    /// Log output format.
+    #[arg(long, global = true, value_enum, env = "CORVID_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server. On an empty data dir, first creates the default organization,
+    /// project, admin user and a personal API key, prints them once and saves them to
+    /// <data-dir>/credentials.json (mode 0600).
+    Serve(ServeArgs),
+    /// Create the default organization, project and admin user if missing, and mint a fresh
+    /// personal API key (all scopes), without serving. Idempotent; safe to run repeatedly.
+    Bootstrap(BootstrapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// TOML file layered over the embedded defaults.
+    #[arg(long, env = "CORVID_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory for all state [default: ./data].
+    #[arg(long, env = "CORVID_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Address to listen on [default: 127.0.0.1:8000].
+    #[arg(long, env = "CORVID_BIND", value_name = "ADDR")]
+    pub bind: Option<SocketAddr>,
+    /// Base URL clients reach this server on [default: http://<bind>].
+    #[arg(long, env = "CORVID_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Print {"project_id", "project_token", "personal_api_key", "email", "password"?} as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Entry point used by `main`.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args, cli.log_format),
+        Command::Bootstrap(args) => run_bootstrap(args, cli.log_format),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("corvid: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Config> {
+    let overrides = Overrides {
+        data_dir: common.data_dir.clone(),
+        ..overrides
+    };
+    Ok(Config::load(common.config.as_deref(), overrides)?)
+}
+
+fn serve(args: ServeArgs, log_format: Option<LogFormat>) -> anyhow::Result<()> {
+    let config = load(
+        &args.common,
+        Overrides {
+            bind: args.bind,
+            public_url: args.public_url,
+            log_format,
+            ..Overrides::default()
+        },
+    )?;
+    telemetry::init_tracing(&config.log);
+    actix_web::rt::System::new().block_on(async move {
+        // Handlers go in before anything is printed or bound, so an early SIGTERM is a clean
+        // stop rather than the default abrupt exit.
+        let signal = shutdown_signal()?;
+        let running = app::start(config).await?;
+        if running.first_run.is_none() {
+            tracing::info!("existing data dir; first-run credentials are in credentials.json");
+        }
+        running.run_until(signal).await
+    })
+}
+
+fn run_bootstrap(args: BootstrapArgs, log_format: Option<LogFormat>) -> anyhow::Result<()> {
+    let config = load(
+        &args.common,
+        Overrides {
+            log_format,
+            ..Overrides::default()
+        },
+    )?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    let store = corvid_actors::meta::MetaStore::open(&config.meta_dir())?;
+    let credentials = bootstrap::bootstrap(&store, MintKey::Always)?
+        .ok_or_else(|| anyhow::anyhow!("bootstrap minted no key"))?;
+    store.flush()?;
+    let path = config.credentials_path();
+    if credentials.password.is_some() {
+        bootstrap::write_credentials(&path, &credentials)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&credentials)?);
+    } else {
+        println!("{}", bootstrap::banner(&credentials, &path));
+    }
+    Ok(())
+}
+
+/// Registers SIGINT and SIGTERM handlers now; the returned future completes on either.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}

@@ -1,0 +1,273 @@
+//! Corvid's one typed configuration.
+//!
+//! Layers, later wins: the embedded `config/default.toml` → an optional file → `CORVID_*`
+//! environment variables → command-line flags (the last two applied by the CLI through
+//! [`Overrides`]). Unknown keys are rejected so a typo never silently falls back to a default.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The embedded defaults; also the documentation of every key.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config in {origin}: {source}")]
+    Parse {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Root of all on-disk state.
+    pub data_dir: PathBuf,
+    /// Base URL clients reach us on; `http://<bind>` when unset.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    #[serde(default)]
+    pub workers: Option<NonZeroUsize>,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(with = "humantime_serde")]
+    pub credential_cache_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub last_used_resolution: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+/// Values from the environment and the command line, applied over the files.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub bind: Option<SocketAddr>,
+    pub public_url: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// The embedded defaults alone.
+    pub fn defaults() -> Config {
+        // The embedded file is checked by a unit test; failing here would be a build defect.
+        Self::from_layers(&[("embedded defaults", DEFAULT_TOML)])
+            .expect("embedded config/default.toml is valid")
+    }
+
+    /// Defaults, then the optional file, then overrides.
+    pub fn load(file: Option<&Path>, overrides: Overrides) -> Result<Config, ConfigError> {
+        let mut layers = vec![("embedded defaults".to_string(), DEFAULT_TOML.to_string())];
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            layers.push((path.display().to_string(), text));
+        }
+        let borrowed: Vec<(&str, &str)> = layers
+            .iter()
+            .map(|(o, t)| (o.as_str(), t.as_str()))
+            .collect();
+        let mut config = Self::from_layers(&borrowed)?;
+        config.apply(overrides);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A config for tests: port 0 on loopback, state under `data_dir`, fast shutdown.
+    pub fn for_test(data_dir: &Path) -> Config {
+        let mut config = Config::defaults();
+        config.data_dir = data_dir.to_path_buf();
+        config.server.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.server.workers = NonZeroUsize::new(2);
+        config.server.shutdown_timeout = Duration::from_secs(5);
+        config
+    }
+
+    fn from_layers(layers: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut merged = toml::Table::new();
+        for (origin, text) in layers {
+            let table: toml::Table = toml::from_str(text).map_err(|source| ConfigError::Parse {
+                origin: origin.to_string(),
+                source,
+            })?;
+            merge(&mut merged, table);
+        }
+        toml::Value::Table(merged)
+            .try_into()
+            .map_err(|source| ConfigError::Parse {
+                origin: "merged configuration".into(),
+                source,
+            })
+    }
+
+    fn apply(&mut self, o: Overrides) {
+        if let Some(dir) = o.data_dir {
+            self.data_dir = dir;
+        }
+        if let Some(bind) = o.bind {
+            self.server.bind = bind;
+        }
+        if let Some(url) = o.public_url {
+            self.public_url = Some(url);
+        }
+        if let Some(format) = o.log_format {
+            self.log.format = format;
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.limits.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_body_bytes must be > 0".into(),
+            ));
+        }
+        if let Some(url) = &self.public_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
+                return Err(ConfigError::Invalid(
+                    "public_url must start with http:// or https:// and have no trailing slash"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The public base URL for a server bound to `bound` (the real port when bind used port 0).
+    pub fn public_url_for(&self, bound: SocketAddr) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{bound}"))
+    }
+
+    /// Where the sled metadata store lives.
+    pub fn meta_dir(&self) -> PathBuf {
+        self.data_dir.join("meta")
+    }
+
+    /// Where first-run credentials are written.
+    pub fn credentials_path(&self) -> PathBuf {
+        self.data_dir.join("credentials.json")
+    }
+}
+
+/// Deep-merges `over` into `base`: tables merge key by key, everything else is replaced.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse_and_match_the_documented_values() {
+        let c = Config::defaults();
+        assert_eq!(c.data_dir, PathBuf::from("./data"));
+        assert_eq!(c.server.bind, "127.0.0.1:8000".parse().expect("addr"));
+        assert_eq!(c.limits.max_body_bytes, 20 * 1024 * 1024);
+        assert_eq!(c.log.format, LogFormat::Human);
+        assert_eq!(c.public_url_for(c.server.bind), "http://127.0.0.1:8000");
+    }
+
+    #[test]
+    fn every_example_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        for entry in std::fs::read_dir(dir).expect("config dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(Some(&path), Overrides::default())
+                    .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn file_layer_overrides_and_unknown_keys_are_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[limits]\nmax_body_bytes = 1024\n").expect("write");
+        let c = Config::load(Some(&path), Overrides::default()).expect("loads");
+        assert_eq!(c.limits.max_body_bytes, 1024);
+        assert_eq!(c.server.bind.port(), 8000, "untouched keys keep defaults");
+
+        std::fs::write(&path, "[limits]\nmax_body_byte = 1024\n").expect("write");
+        let err = Config::load(Some(&path), Overrides::default()).expect_err("typo");
+        assert!(err.to_string().contains("max_body_byte"), "{err}");
+    }
+
+    #[test]
+    fn overrides_win_over_files() {
+        let c = Config::load(
+            None,
+            Overrides {
+                bind: Some("0.0.0.0:9000".parse().expect("addr")),
+                data_dir: Some("/tmp/x".into()),
+                public_url: Some("https://a.example".into()),
+                log_format: Some(LogFormat::Json),
+            },
+        )
+        .expect("loads");
+        assert_eq!(c.server.bind.port(), 9000);
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.public_url_for(c.server.bind), "https://a.example");
+        assert_eq!(c.log.format, LogFormat::Json);
+    }
+}

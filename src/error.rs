@@ -1,0 +1,219 @@
+//! The one place where errors become HTTP answers.
+//!
+//! Every handler returns `Result<_, ApiError>`; lower layers' errors convert with `From`. The
+//! body is always stable JSON `{"type", "code", "detail", "attr"}` (PostHog's shape). Internal
+//! details are logged, never sent.
+
+use std::sync::Arc;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use corvid_actors::meta::StoreError;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No credential, or one we do not recognise: 401 with the OAuth discovery header.
+    #[error("{detail}")]
+    Unauthenticated {
+        detail: &'static str,
+        code: &'static str,
+        /// URL of our protected-resource metadata, for `WWW-Authenticate`.
+        resource_metadata: Arc<str>,
+    },
+    /// A public route's project token is missing or unknown.
+    #[error("{detail}")]
+    InvalidProjectToken { detail: &'static str },
+    #[error("{detail}")]
+    PermissionDenied { detail: String },
+    #[error("{what} not found.")]
+    NotFound { what: String },
+    #[error("{detail}")]
+    Validation {
+        detail: String,
+        attr: Option<String>,
+    },
+    #[error("{detail}")]
+    Conflict { detail: String },
+    #[error("Request body is larger than the limit of {limit} bytes.")]
+    PayloadTooLarge { limit: usize },
+    #[error("Request was throttled. Expected available in {retry_after_secs} seconds.")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("{detail}")]
+    Unavailable {
+        detail: &'static str,
+        retry_after_secs: u64,
+    },
+    #[error("internal storage error")]
+    Store(#[source] StoreError),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: &'static str,
+    detail: String,
+    attr: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn validation(detail: impl Into<String>, attr: Option<&str>) -> ApiError {
+        ApiError::Validation {
+            detail: detail.into(),
+            attr: attr.map(str::to_string),
+        }
+    }
+
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError::NotFound { what: what.into() }
+    }
+
+    /// (status, type, code, attr) — exhaustive on purpose: a new variant must decide here.
+    fn parts(&self) -> (StatusCode, &'static str, &'static str, Option<&str>) {
+        match self {
+            ApiError::Unauthenticated { code, .. } => {
+                (StatusCode::UNAUTHORIZED, "authentication_error", code, None)
+            }
+            ApiError::InvalidProjectToken { .. } => (
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "invalid_api_key",
+                None,
+            ),
+            ApiError::PermissionDenied { .. } => (
+                StatusCode::FORBIDDEN,
+                "authentication_error",
+                "permission_denied",
+                None,
+            ),
+            ApiError::NotFound { .. } => {
+                (StatusCode::NOT_FOUND, "invalid_request", "not_found", None)
+            }
+            ApiError::Validation { attr, .. } => (
+                StatusCode::BAD_REQUEST,
+                "validation_error",
+                "invalid_input",
+                attr.as_deref(),
+            ),
+            ApiError::Conflict { .. } => {
+                (StatusCode::CONFLICT, "validation_error", "conflict", None)
+            }
+            ApiError::PayloadTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request",
+                "payload_too_large",
+                None,
+            ),
+            ApiError::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled_error",
+                "throttled",
+                None,
+            ),
+            ApiError::Unavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "service_unavailable",
+                None,
+            ),
+            ApiError::Store(err) => match err {
+                StoreError::Invalid { attr, .. } => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "invalid_input",
+                    *attr,
+                ),
+                StoreError::Conflict { .. } => {
+                    (StatusCode::CONFLICT, "validation_error", "conflict", None)
+                }
+                StoreError::NotFound { .. } => {
+                    (StatusCode::NOT_FOUND, "invalid_request", "not_found", None)
+                }
+                StoreError::Sled(_)
+                | StoreError::Corrupt { .. }
+                | StoreError::SchemaTooNew { .. }
+                | StoreError::PasswordHash => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal_error",
+                    None,
+                ),
+            },
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                None,
+            ),
+        }
+    }
+
+    /// What the client is told. Store errors that are the caller's fault keep their message;
+    /// internal ones are replaced by a generic text (the details go to the log).
+    fn public_detail(&self) -> String {
+        match self {
+            ApiError::Store(
+                err @ (StoreError::Invalid { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::NotFound { .. }),
+            ) => err.to_string(),
+            ApiError::Store(_) | ApiError::Internal(_) => {
+                "An internal error occurred. It has been logged.".into()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        ApiError::Store(err)
+    }
+}
+
+impl From<actix_web::error::BlockingError> for ApiError {
+    fn from(err: actix_web::error::BlockingError) -> Self {
+        ApiError::Internal(anyhow::anyhow!("blocking task failed: {err}"))
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let (status, kind, code, attr) = self.parts();
+        if status.is_server_error() {
+            tracing::error!(error = ?self, "request failed");
+        }
+        let mut response = HttpResponse::build(status);
+        match self {
+            ApiError::Unauthenticated {
+                resource_metadata, ..
+            } => {
+                let value = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.insert_header((header::WWW_AUTHENTICATE, value));
+                }
+            }
+            ApiError::RateLimited { retry_after_secs }
+            | ApiError::Unavailable {
+                retry_after_secs, ..
+            } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            _ => {}
+        }
+        response.json(ErrorBody {
+            kind,
+            code,
+            detail: self.public_detail(),
+            attr,
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! Liveness, readiness and Prometheus metrics.
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/_health", web::get().to(health))
+        .route("/_readiness", web::get().to(readiness))
+        .route("/metrics", web::get().to(metrics));
+}
+
+/// Liveness: the process answers HTTP.
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// Readiness: 503 from the moment shutdown begins, so load balancers drain us first.
+async fn readiness(state: web::Data<AppState>) -> HttpResponse {
+    if state.lifecycle.is_ready() {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
+    } else {
+        HttpResponse::ServiceUnavailable().json(json!({"status": "shutting_down"}))
+    }
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}

@@ -1,0 +1,27 @@
+//! The HTTP API, one module per surface. Each module registers its routes in `configure`, so
+//! this file reads as the table of contents of the API.
+//!
+//! Routes are declared without a trailing slash; `NormalizePath` trims it from requests, so
+//! PostHog-style `/api/projects/` and `/api/projects` both work.
+
+pub mod body;
+mod health;
+mod personal_api_keys;
+mod projects;
+mod users;
+
+use actix_web::{web, HttpResponse};
+
+use crate::error::ApiError;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    health::configure(cfg);
+    projects::configure(cfg);
+    personal_api_keys::configure(cfg);
+    users::configure(cfg);
+}
+
+/// Unknown routes get the same JSON error shape as everything else.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found("Endpoint"))
+}

@@ -1,0 +1,83 @@
+//! The one shared application state handed to every handler.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use actix_web::web;
+use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::telemetry::Metrics;
+
+pub struct AppState {
+    pub config: Arc<Config>,
+    /// Base URL clients reach us on, without a trailing slash.
+    pub public_url: Arc<str>,
+    /// `<public_url>/.well-known/oauth-protected-resource`, for 401 answers.
+    pub resource_metadata_url: Arc<str>,
+    pub meta: Arc<MetaStore>,
+    pub cache: Arc<MetaCache>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// Runs a metadata-store operation on the blocking pool, never on an event-loop thread.
+    pub async fn meta<T, F>(&self, op: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&MetaStore) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let store = Arc::clone(&self.meta);
+        Ok(web::block(move || op(&store)).await??)
+    }
+}
+
+/// Process lifecycle shared by the server, the actors and the health routes.
+#[derive(Default)]
+pub struct Lifecycle {
+    shutting_down: AtomicBool,
+    requested: Notify,
+}
+
+impl Lifecycle {
+    /// Readiness: false from the moment shutdown begins.
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Asks the process to shut down cleanly (e.g. a critical actor died).
+    pub fn request_shutdown(&self, reason: &str) {
+        tracing::warn!(reason, "shutdown requested");
+        self.requested.notify_one();
+    }
+
+    /// Completes when someone called [`Lifecycle::request_shutdown`].
+    pub async fn shutdown_requested(&self) {
+        self.requested.notified().await;
+    }
+}
+
+#[cfg(test)]
+impl AppState {
+    /// A real state over a real store in `dir`, for in-crate handler tests.
+    pub fn for_test(dir: &std::path::Path) -> AppState {
+        let config = Config::for_test(dir);
+        let meta = MetaStore::open(&config.meta_dir()).expect("store opens");
+        AppState {
+            public_url: "http://127.0.0.1:0".into(),
+            resource_metadata_url: "http://127.0.0.1:0/.well-known/oauth-protected-resource".into(),
+            cache: Arc::new(MetaCache::new(config.auth.credential_cache_ttl)),
+            config: Arc::new(config),
+            meta: Arc::new(meta),
+            lifecycle: Arc::new(Lifecycle::default()),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}

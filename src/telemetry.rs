@@ -1,0 +1,132 @@
+//! Logging, metrics and the canonical per-request log line.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogConfig, LogFormat};
+use crate::state::AppState;
+
+/// The project a request acted on, put in the request extensions by the auth extractors so the
+/// canonical log line can name it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestProject(pub u64);
+
+/// Installs the global tracing subscriber. A second call (tests) keeps the first one.
+pub fn init_tracing(log: &LogConfig) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&log.filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Logs go to stderr so stdout carries only command output (e.g. `bootstrap --json`).
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(stderr_is_terminal);
+    let _ = match log.format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Prometheus metrics of the HTTP layer. Actors register their own in the same registry.
+pub struct Metrics {
+    pub registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new_custom(Some("corvid".into()), None).unwrap_or_default();
+        let requests = IntCounterVec::new(
+            Opts::new("http_requests_total", "HTTP requests by route and status"),
+            &["method", "route", "status"],
+        )
+        .expect("static metric definition is valid");
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by route",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["method", "route"],
+        )
+        .expect("static metric definition is valid");
+        // Registering fresh, uniquely named collectors in a fresh registry cannot collide.
+        let _ = registry.register(Box::new(requests.clone()));
+        let _ = registry.register(Box::new(latency.clone()));
+        Metrics {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    /// Prometheus text exposition of every registered metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Middleware: records metrics and writes one canonical log line per request.
+pub async fn observe(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let res = next.call(req).await?;
+    let elapsed = started.elapsed();
+    let route = res
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_string());
+    let status = res.status().as_u16();
+    let project = res
+        .request()
+        .extensions()
+        .get::<RequestProject>()
+        .map(|p| p.0);
+    if let Some(state) = state {
+        state
+            .metrics
+            .requests
+            .with_label_values(&[&method, &route, &status.to_string()])
+            .inc();
+        state
+            .metrics
+            .latency
+            .with_label_values(&[&method, &route])
+            .observe(elapsed.as_secs_f64());
+    }
+    tracing::info!(
+        target: "corvid::request",
+        method,
+        route,
+        status,
+        project,
+        duration_us = elapsed.as_micros() as u64,
+        "request"
+    );
+    Ok(res)
+}
