@@ -10,7 +10,9 @@ use actix_web::dev::ServerHandle;
 use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore};
+use corvid_actors::persons::PersonStore;
 
 use crate::bootstrap::{self, Credentials, MintKey};
 use crate::config::Config;
@@ -57,6 +59,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         }
     }
 
+    let persons = Arc::new(PersonStore::open(meta.db())?);
+    let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
+        .context("cannot start the ingest pipeline")?;
+
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
     let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
@@ -73,9 +79,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config: Arc::clone(&config),
         meta,
         cache,
+        persons,
+        ingest,
         lifecycle,
         metrics,
     });
+    watch_critical_components(&state);
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -103,6 +112,26 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         server,
         first_run,
     })
+}
+
+/// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).
+fn watch_critical_components(state: &web::Data<AppState>) {
+    let state = state.clone();
+    actix_web::rt::spawn(async move {
+        let mut tick = actix_web::rt::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if !state.lifecycle.is_ready() {
+                return;
+            }
+            if state.ingest.has_failed() {
+                state
+                    .lifecycle
+                    .request_shutdown("the write-ahead log failed");
+                return;
+            }
+        }
+    });
 }
 
 impl Running {
@@ -135,6 +164,10 @@ impl Running {
         }
         self.handle.stop(true).await;
         let served = self.server.await;
+        // In-flight captures have been answered; make everything buffered durable.
+        if let Err(err) = self.state.ingest.shutdown().await {
+            tracing::error!(error = %err, "ingest did not flush cleanly; the WAL will be replayed on start");
+        }
         let meta = Arc::clone(&self.state.meta);
         tokio::task::spawn_blocking(move || meta.flush())
             .await?

@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
 use serde::Deserialize;
 
 /// The embedded defaults; also the documentation of every key.
@@ -42,6 +43,8 @@ pub struct Config {
     pub public_url: Option<String>,
     pub server: ServerConfig,
     pub limits: LimitsConfig,
+    pub capture: CaptureConfig,
+    pub ingest: IngestSection,
     pub auth: AuthConfig,
     pub log: LogConfig,
 }
@@ -62,6 +65,28 @@ pub struct ServerConfig {
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureConfig {
+    pub max_decompressed_bytes: usize,
+    pub max_event_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSection {
+    pub durability: Durability,
+    pub shards: NonZeroUsize,
+    pub flush_max_rows: NonZeroUsize,
+    pub flush_max_bytes: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    pub max_buffered_events: NonZeroUsize,
+    pub max_queued_requests: NonZeroUsize,
+    pub wal_segment_bytes: u64,
+    pub dedup_window: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -193,6 +218,31 @@ impl Config {
     /// Where the sled metadata store lives.
     pub fn meta_dir(&self) -> PathBuf {
         self.data_dir.join("meta")
+    }
+
+    /// The capture decoder's limits.
+    pub fn capture_limits(&self) -> Limits {
+        Limits {
+            max_decompressed_bytes: self.capture.max_decompressed_bytes,
+            max_event_bytes: self.capture.max_event_bytes,
+        }
+    }
+
+    /// The ingest pipeline's configuration.
+    pub fn ingest_config(&self) -> IngestConfig {
+        let i = &self.ingest;
+        IngestConfig {
+            data_dir: self.data_dir.clone(),
+            durability: i.durability,
+            shards: i.shards.get(),
+            flush_max_rows: i.flush_max_rows.get(),
+            flush_max_bytes: i.flush_max_bytes.get(),
+            flush_interval: i.flush_interval,
+            max_buffered_events: i.max_buffered_events.get(),
+            max_queued_requests: i.max_queued_requests.get(),
+            wal_segment_bytes: i.wal_segment_bytes.max(1024),
+            dedup_window: i.dedup_window,
+        }
     }
 
     /// Where first-run credentials are written.

@@ -9,6 +9,9 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use corvid_actors::ingest::decode::{DecodeError, ErrorClass};
+use corvid_actors::ingest::normalize::NormalizeError;
+use corvid_actors::ingest::IngestError;
 use corvid_actors::meta::StoreError;
 use serde::Serialize;
 
@@ -45,6 +48,14 @@ pub enum ApiError {
         detail: &'static str,
         retry_after_secs: u64,
     },
+    /// A capture payload that could not be decoded (400, 401 or 413 by its class).
+    #[error("{0}")]
+    Capture(#[source] DecodeError),
+    #[error("{0}")]
+    Normalize(#[source] NormalizeError),
+    /// The ingest pipeline could not take the events (always retryable: 503).
+    #[error("{0}")]
+    Ingest(#[source] IngestError),
     #[error("internal storage error")]
     Store(#[source] StoreError),
     #[error("internal error")]
@@ -58,6 +69,11 @@ struct ErrorBody<'a> {
     code: &'static str,
     detail: String,
     attr: Option<&'a str>,
+}
+
+/// `events[i]`, naming the offending event of a capture request.
+fn event_attr(index: Option<usize>) -> Option<String> {
+    index.map(|i| format!("events[{i}]"))
 }
 
 impl ApiError {
@@ -120,6 +136,50 @@ impl ApiError {
                 "service_unavailable",
                 None,
             ),
+            ApiError::Capture(err) => match err.class() {
+                ErrorClass::BadRequest => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "invalid_payload",
+                    None,
+                ),
+                ErrorClass::Unauthorized => (
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "invalid_api_key",
+                    None,
+                ),
+                ErrorClass::TooLarge => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "invalid_request",
+                    "payload_too_large",
+                    None,
+                ),
+            },
+            ApiError::Normalize(_) => (
+                StatusCode::BAD_REQUEST,
+                "validation_error",
+                "invalid_payload",
+                None,
+            ),
+            ApiError::Ingest(err) => match err {
+                IngestError::Overloaded => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "overloaded",
+                    None,
+                ),
+                IngestError::ShuttingDown
+                | IngestError::Wal(_)
+                | IngestError::Segment(_)
+                | IngestError::Store(_)
+                | IngestError::ActorGone => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "service_unavailable",
+                    None,
+                ),
+            },
             ApiError::Store(err) => match err {
                 StoreError::Invalid { attr, .. } => (
                     StatusCode::BAD_REQUEST,
@@ -164,8 +224,30 @@ impl ApiError {
             ApiError::Store(_) | ApiError::Internal(_) => {
                 "An internal error occurred. It has been logged.".into()
             }
+            ApiError::Ingest(IngestError::Overloaded) => {
+                "Ingest buffers are full; retry shortly.".into()
+            }
+            ApiError::Ingest(_) => "Transient error, please retry.".into(),
             other => other.to_string(),
         }
+    }
+}
+
+impl From<DecodeError> for ApiError {
+    fn from(err: DecodeError) -> Self {
+        ApiError::Capture(err)
+    }
+}
+
+impl From<NormalizeError> for ApiError {
+    fn from(err: NormalizeError) -> Self {
+        ApiError::Normalize(err)
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(err: IngestError) -> Self {
+        ApiError::Ingest(err)
     }
 }
 
@@ -207,13 +289,21 @@ impl ResponseError for ApiError {
             } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
+            ApiError::Ingest(_) => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
             _ => {}
         }
+        let event_attr = match self {
+            ApiError::Capture(err) => event_attr(err.event_index()),
+            ApiError::Normalize(err) => event_attr(Some(err.event_index())),
+            _ => None,
+        };
         response.json(ErrorBody {
             kind,
             code,
             detail: self.public_detail(),
-            attr,
+            attr: event_attr.as_deref().or(attr),
         })
     }
 }

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
+use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
+use corvid_actors::persons::PersonStore;
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -19,6 +21,10 @@ pub struct AppState {
     pub resource_metadata_url: Arc<str>,
     pub meta: Arc<MetaStore>,
     pub cache: Arc<MetaCache>,
+    /// Persons, groups and usage counters (written by the ingest shards).
+    pub persons: Arc<PersonStore>,
+    /// The event ingest pipeline.
+    pub ingest: Ingest,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -31,6 +37,16 @@ impl AppState {
         T: Send + 'static,
     {
         let store = Arc::clone(&self.meta);
+        Ok(web::block(move || op(&store)).await??)
+    }
+
+    /// Runs a person-store read on the blocking pool.
+    pub async fn persons<T, F>(&self, op: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&PersonStore) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let store = Arc::clone(&self.persons);
         Ok(web::block(move || op(&store)).await??)
     }
 }
@@ -67,10 +83,16 @@ impl Lifecycle {
 #[cfg(test)]
 impl AppState {
     /// A real state over a real store in `dir`, for in-crate handler tests.
+    /// Must run inside an actix system (it starts the ingest actors).
     pub fn for_test(dir: &std::path::Path) -> AppState {
         let config = Config::for_test(dir);
         let meta = MetaStore::open(&config.meta_dir()).expect("store opens");
+        let persons = Arc::new(PersonStore::open(meta.db()).expect("persons open"));
+        let ingest =
+            Ingest::start(config.ingest_config(), Arc::clone(&persons)).expect("ingest starts");
         AppState {
+            persons,
+            ingest,
             public_url: "http://127.0.0.1:0".into(),
             resource_metadata_url: "http://127.0.0.1:0/.well-known/oauth-protected-resource".into(),
             cache: Arc::new(MetaCache::new(config.auth.credential_cache_ttl)),

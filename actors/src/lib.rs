@@ -2,5 +2,9 @@
 //! `corvid` service crate only validates HTTP input and hands typed calls to these owners.
 //!
 //! - [`meta`]: organizations, projects, users and personal API keys in sled.
+//! - [`ingest`]: capture decoding, the write-ahead log, ingest shard actors, Parquet segments.
+//! - [`persons`]: persons, groups and usage counters in sled.
 
+pub mod ingest;
 pub mod meta;
+pub mod persons;

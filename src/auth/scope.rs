@@ -21,6 +21,9 @@ required_scopes! {
     ProjectRead => "project:read",
     ProjectWrite => "project:write",
     UserRead => "user:read",
+    PersonRead => "person:read",
+    GroupRead => "group:read",
+    QueryRead => "query:read",
     PersonalApiKeyRead => "personal_api_key:read",
     PersonalApiKeyWrite => "personal_api_key:write",
 }

@@ -5,8 +5,10 @@
 //! PostHog-style `/api/projects/` and `/api/projects` both work.
 
 pub mod body;
+mod capture;
 mod health;
 mod personal_api_keys;
+mod persons;
 mod projects;
 mod users;
 
@@ -19,6 +21,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     projects::configure(cfg);
     personal_api_keys::configure(cfg);
     users::configure(cfg);
+    capture::configure(cfg);
+    persons::configure(cfg);
+}
+
+/// Registers a project-scoped route under both of PostHog's prefixes,
+/// `/api/projects/{project_id}` and `/api/environments/{project_id}`.
+pub fn project_route(
+    cfg: &mut web::ServiceConfig,
+    suffix: &str,
+    route: impl Fn() -> actix_web::Route,
+) {
+    for prefix in [
+        "/api/projects/{project_id}",
+        "/api/environments/{project_id}",
+    ] {
+        cfg.route(&format!("{prefix}{suffix}"), route());
+    }
 }
 
 /// Unknown routes get the same JSON error shape as everything else.

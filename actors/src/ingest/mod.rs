@@ -1,0 +1,26 @@
+//! Event ingestion: decode → normalize → write-ahead log (group-committed fsync) → ingest shard
+//! actors (person processing, in-memory tail, Parquet segments).
+//!
+//! An event is acknowledged only after its WAL record is durable. Shards flush segments on
+//! count, bytes, age and shutdown, then record a checkpoint; WAL files wholly below every
+//! shard's checkpoint are deleted. On start, uncommitted segment files are rolled back or
+//! forward by the checkpoints and the WAL is replayed past them, skipping events whose uuid is
+//! already in a segment, so every acknowledged event is stored exactly once.
+
+pub mod decode;
+#[cfg(test)]
+mod decode_tests;
+pub mod messages;
+pub mod normalize;
+mod pipeline;
+pub mod read;
+pub mod segment;
+mod shard;
+pub mod time;
+pub mod wal;
+
+pub use normalize::CapturedEvent;
+pub use pipeline::{Durability, Ingest, IngestConfig, IngestError, WalBatch};
+pub use read::{EventFilter, Tail};
+pub use segment::StoredEvent;
+pub use shard::ShardStats;

@@ -1,0 +1,232 @@
+//! Raw events → [`CapturedEvent`]s: ids, names, timestamps, IP, `$set` merging, and the
+//! historical-import rules. Pure: the clock and the client IP come in through [`Context`].
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::decode::RawEvent;
+use super::time::{parse_iso8601, resolve_timestamp};
+
+/// Event names are truncated to this many characters.
+pub const MAX_EVENT_NAME_CHARS: usize = 200;
+/// Historical imports must be at least this old.
+pub const HISTORICAL_MIN_AGE: Duration = Duration::hours(48);
+
+/// An accepted event, as written to the write-ahead log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapturedEvent {
+    pub uuid: Uuid,
+    pub event: String,
+    pub distinct_id: String,
+    pub properties: Map<String, Value>,
+    pub timestamp: DateTime<Utc>,
+    /// Server receive time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What normalization needs from outside the event.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub now: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    /// The client IP (peer or `X-Forwarded-For`).
+    pub ip: Option<String>,
+    /// False when the project anonymizes IPs: `$ip` is then removed.
+    pub capture_ip: bool,
+    pub historical_migration: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NormalizeError {
+    #[error("event {index}: historical imports need an ISO 8601 `timestamp`")]
+    HistoricalMissingTimestamp { index: usize },
+    #[error("event {index}: historical import timestamps must be at least 48 hours before the import time; `{timestamp}` is not")]
+    HistoricalTooRecent { index: usize, timestamp: String },
+}
+
+impl NormalizeError {
+    pub fn event_index(&self) -> usize {
+        match self {
+            NormalizeError::HistoricalMissingTimestamp { index }
+            | NormalizeError::HistoricalTooRecent { index, .. } => *index,
+        }
+    }
+}
+
+/// Normalizes every event of a request; one failure rejects them all.
+pub fn normalize_all(
+    events: Vec<RawEvent>,
+    ctx: &Context,
+) -> Result<Vec<CapturedEvent>, NormalizeError> {
+    events.into_iter().map(|e| normalize(e, ctx)).collect()
+}
+
+pub fn normalize(raw: RawEvent, ctx: &Context) -> Result<CapturedEvent, NormalizeError> {
+    if ctx.historical_migration {
+        check_historical(&raw, ctx.now)?;
+    }
+    let mut properties = raw.properties;
+    merge_top_level("$set", raw.set, &mut properties);
+    merge_top_level("$set_once", raw.set_once, &mut properties);
+
+    if ctx.capture_ip {
+        if !properties.contains_key("$ip") {
+            let ip = if properties.contains_key("capture_internal") {
+                Some("127.0.0.1".to_string())
+            } else {
+                ctx.ip.clone()
+            };
+            if let Some(ip) = ip {
+                properties.insert("$ip".into(), Value::String(ip));
+            }
+        }
+    } else {
+        properties.remove("$ip");
+    }
+    if let Some(sent_at) = ctx.sent_at {
+        properties
+            .entry("$sent_at")
+            .or_insert_with(|| Value::String(sent_at.to_rfc3339()));
+    }
+    if let Some(Value::String(session)) = properties.get_mut("$session_id") {
+        if Uuid::parse_str(session).is_ok() {
+            *session = session.to_ascii_lowercase();
+        }
+    }
+    let ignore_sent_at = matches!(properties.get("$ignore_sent_at"), Some(Value::Bool(true)));
+    let timestamp = resolve_timestamp(
+        ctx.now,
+        raw.timestamp.as_deref(),
+        raw.offset,
+        ctx.sent_at,
+        ignore_sent_at,
+    );
+    Ok(CapturedEvent {
+        uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
+        event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
+        distinct_id: raw.distinct_id,
+        properties,
+        timestamp,
+        created_at: ctx.now,
+    })
+}
+
+/// Top-level `$set`/`$set_once` join `properties.$set`/`$set_once`; top-level keys win.
+fn merge_top_level(
+    key: &str,
+    top: Option<Map<String, Value>>,
+    properties: &mut Map<String, Value>,
+) {
+    let Some(top) = top else { return };
+    match properties.get_mut(key) {
+        Some(Value::Object(existing)) => existing.extend(top),
+        _ => {
+            properties.insert(key.to_string(), Value::Object(top));
+        }
+    }
+}
+
+fn check_historical(raw: &RawEvent, now: DateTime<Utc>) -> Result<(), NormalizeError> {
+    let index = raw.index;
+    let text = raw
+        .timestamp
+        .as_deref()
+        .ok_or(NormalizeError::HistoricalMissingTimestamp { index })?;
+    let at = parse_iso8601(text).ok_or(NormalizeError::HistoricalMissingTimestamp { index })?;
+    if now - at < HISTORICAL_MIN_AGE {
+        return Err(NormalizeError::HistoricalTooRecent {
+            index,
+            timestamp: text.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(index: usize) -> RawEvent {
+        RawEvent {
+            index,
+            event: "$pageview".into(),
+            distinct_id: "u1".into(),
+            uuid: None,
+            properties: Map::new(),
+            timestamp: None,
+            offset: None,
+            set: None,
+            set_once: None,
+        }
+    }
+
+    fn ctx() -> Context {
+        Context {
+            now: "2024-03-10T12:00:00Z".parse().expect("time"),
+            sent_at: None,
+            ip: Some("203.0.113.9".into()),
+            capture_ip: true,
+            historical_migration: false,
+        }
+    }
+
+    #[test]
+    fn fills_ids_ip_and_merges_top_level_set() {
+        let mut r = raw(0);
+        r.event = "x".repeat(300);
+        r.set = Some(json!({"plan": "pro"}).as_object().cloned().expect("obj"));
+        r.properties
+            .insert("$set".into(), json!({"plan": "free", "name": "Ann"}));
+        let e = normalize(r, &ctx()).expect("ok");
+        assert_eq!(e.uuid.get_version_num(), 7);
+        assert_eq!(e.event.chars().count(), 200);
+        assert_eq!(e.properties["$ip"], "203.0.113.9");
+        assert_eq!(e.properties["$set"], json!({"plan": "pro", "name": "Ann"}));
+        assert_eq!(e.timestamp, ctx().now);
+    }
+
+    #[test]
+    fn anonymized_projects_drop_ip_and_clients_may_set_their_own() {
+        let mut c = ctx();
+        c.capture_ip = false;
+        let mut r = raw(0);
+        r.properties.insert("$ip".into(), json!("1.2.3.4"));
+        assert!(!normalize(r, &c).expect("ok").properties.contains_key("$ip"));
+        let mut r = raw(0);
+        r.properties.insert("$ip".into(), json!("1.2.3.4"));
+        assert_eq!(
+            normalize(r, &ctx()).expect("ok").properties["$ip"],
+            "1.2.3.4"
+        );
+    }
+
+    #[test]
+    fn historical_events_need_old_iso_timestamps() {
+        let mut c = ctx();
+        c.historical_migration = true;
+        let mut r = raw(3);
+        assert_eq!(
+            normalize(r.clone(), &c),
+            Err(NormalizeError::HistoricalMissingTimestamp { index: 3 })
+        );
+        r.timestamp = Some("2024-03-09T12:00:00Z".into());
+        assert!(matches!(
+            normalize(r.clone(), &c),
+            Err(NormalizeError::HistoricalTooRecent { index: 3, .. })
+        ));
+        r.timestamp = Some("1709294400".into());
+        assert!(matches!(
+            normalize(r.clone(), &c),
+            Err(NormalizeError::HistoricalMissingTimestamp { index: 3 })
+        ));
+        r.timestamp = Some("2024-03-08T11:59:00Z".into());
+        let e = normalize(r, &c).expect("48 h old is fine");
+        assert_eq!(
+            e.timestamp,
+            "2024-03-08T11:59:00Z".parse::<DateTime<Utc>>().expect("t")
+        );
+    }
+}

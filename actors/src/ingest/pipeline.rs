@@ -1,0 +1,585 @@
+//! The ingest pipeline's front: admission control, the WAL writer thread (group commit), start-up
+//! recovery and WAL replay, and the shard actors' wiring.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix::{Addr, SyncArbiter};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
+use super::read::{query_events, EventFilter, Tail};
+use super::segment::{read_segment, SegmentError, StoredEvent};
+use super::shard::{
+    checkpoint_dir, checkpoint_path, write_checkpoint, IngestShard, ShardConfig, ShardStats,
+};
+use super::wal::Wal;
+use super::CapturedEvent;
+use crate::meta::StoreError;
+use crate::persons::PersonStore;
+
+/// What an acknowledgement promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// The WAL record is fsynced before the client hears 200 (group commit).
+    Fsync,
+    /// The WAL record is handed to the OS only: survives a process crash, not a power cut.
+    Buffered,
+}
+
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+    pub shards: usize,
+    pub flush_max_rows: usize,
+    pub flush_max_bytes: usize,
+    pub flush_interval: Duration,
+    pub max_buffered_events: usize,
+    pub max_queued_requests: usize,
+    pub wal_segment_bytes: u64,
+    pub dedup_window: usize,
+}
+
+/// One WAL record: the accepted events of one request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WalBatch {
+    pub project_id: u64,
+    #[serde(default)]
+    pub historical: bool,
+    pub events: Vec<CapturedEvent>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum IngestError {
+    #[error("ingest buffers are full; retry shortly")]
+    Overloaded,
+    #[error("ingest is shutting down")]
+    ShuttingDown,
+    #[error("write-ahead log failure")]
+    Wal(#[source] Arc<std::io::Error>),
+    #[error("segment write failure")]
+    Segment(#[source] Arc<SegmentError>),
+    #[error("person store failure")]
+    Store(#[source] Arc<StoreError>),
+    #[error("an ingest actor is not running")]
+    ActorGone,
+}
+
+impl From<std::io::Error> for IngestError {
+    fn from(e: std::io::Error) -> Self {
+        IngestError::Wal(Arc::new(e))
+    }
+}
+impl From<SegmentError> for IngestError {
+    fn from(e: SegmentError) -> Self {
+        IngestError::Segment(Arc::new(e))
+    }
+}
+impl From<StoreError> for IngestError {
+    fn from(e: StoreError) -> Self {
+        IngestError::Store(Arc::new(e))
+    }
+}
+
+/// Answers a live request once every shard has processed its batch, so an acknowledged event
+/// is both durable and visible to reads.
+pub struct BatchDone {
+    remaining: AtomicUsize,
+    reply: Mutex<Option<tokio::sync::oneshot::Sender<Result<(), IngestError>>>>,
+}
+
+impl BatchDone {
+    pub(crate) fn shard_finished(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(reply) = self.reply.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
+    fn fail(&self, err: IngestError) {
+        if let Some(reply) = self.reply.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = reply.send(Err(err));
+        }
+    }
+}
+
+enum WalCommand {
+    Append {
+        payload: Vec<u8>,
+        batch: Arc<WalBatch>,
+        done: Arc<BatchDone>,
+    },
+    Stop {
+        reply: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
+/// Handle to the ingest pipeline; cheap to clone.
+#[derive(Clone)]
+pub struct Ingest {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    wal_tx: Sender<WalCommand>,
+    closed: AtomicBool,
+    failed: Arc<AtomicBool>,
+    shards: Vec<Addr<IngestShard>>,
+    tails: Vec<Arc<Tail>>,
+    pending: Arc<AtomicUsize>,
+    max_pending: usize,
+    events_root: PathBuf,
+    wal_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Ingest {
+    /// Recovers state under `config.data_dir`, replays the WAL and starts the shard actors and
+    /// the WAL writer. Must run inside an actix system; blocks on disk I/O.
+    pub fn start(config: IngestConfig, persons: Arc<PersonStore>) -> Result<Ingest, IngestError> {
+        let shards_n = config.shards.max(1);
+        let events_root = config.data_dir.join("events");
+        std::fs::create_dir_all(&events_root)?;
+        let (wal, replayed) = Wal::open(&config.data_dir.join("wal"), config.wal_segment_bytes)?;
+
+        let on_disk = read_checkpoints(&events_root)?;
+        recover_uncommitted_segments(&events_root, &on_disk)?;
+        let low = on_disk.iter().map(|(_, seq)| *seq).min().unwrap_or(0);
+        let skip = Arc::new(uuids_in_segments_after(&events_root, low)?);
+        // Every current shard restarts from the lowest checkpoint; replayed events already in
+        // segments are skipped by uuid, whatever shard held them before.
+        for (shard, _) in &on_disk {
+            if *shard >= shards_n {
+                std::fs::remove_file(checkpoint_path(&events_root, *shard))?;
+            }
+        }
+        for shard in 0..shards_n {
+            write_checkpoint(&checkpoint_path(&events_root, shard), low)?;
+        }
+
+        let pending = Arc::new(AtomicUsize::new(0));
+        let checkpoints: Vec<Arc<AtomicU64>> = (0..shards_n)
+            .map(|_| Arc::new(AtomicU64::new(low)))
+            .collect();
+        let tails: Vec<Arc<Tail>> = (0..shards_n).map(|_| Arc::new(Tail::default())).collect();
+        let shards: Vec<Addr<IngestShard>> = (0..shards_n)
+            .map(|shard| {
+                let cfg = ShardConfig {
+                    shard,
+                    shards: shards_n,
+                    events_root: events_root.clone(),
+                    flush_max_rows: config.flush_max_rows,
+                    flush_max_bytes: config.flush_max_bytes,
+                    flush_interval: config.flush_interval,
+                    dedup_window: config.dedup_window,
+                };
+                let (persons, tail, pending, checkpoint) = (
+                    Arc::clone(&persons),
+                    Arc::clone(&tails[shard]),
+                    Arc::clone(&pending),
+                    Arc::clone(&checkpoints[shard]),
+                );
+                SyncArbiter::start(1, move || {
+                    IngestShard::new(
+                        cfg.clone(),
+                        Arc::clone(&persons),
+                        Arc::clone(&tail),
+                        Arc::clone(&pending),
+                        Arc::clone(&checkpoint),
+                    )
+                })
+            })
+            .collect();
+
+        let mut replayed_events = 0usize;
+        for record in replayed.into_iter().filter(|r| r.seq > low) {
+            let batch: WalBatch = match serde_json::from_slice(&record.payload) {
+                Ok(b) => b,
+                Err(err) => {
+                    tracing::error!(seq = record.seq, error = %err, "undecodable WAL record skipped");
+                    continue;
+                }
+            };
+            replayed_events += batch.events.len();
+            pending.fetch_add(batch.events.len(), Ordering::SeqCst);
+            let batch = Arc::new(batch);
+            for shard in &shards {
+                shard.do_send(ProcessBatch {
+                    seq: record.seq,
+                    batch: Arc::clone(&batch),
+                    skip: Some(Arc::clone(&skip)),
+                    done: None,
+                });
+            }
+        }
+        if replayed_events > 0 {
+            tracing::info!(
+                replayed_events,
+                from_seq = low,
+                "replayed the write-ahead log"
+            );
+        }
+
+        let (wal_tx, wal_rx) = crossbeam_channel::bounded(config.max_queued_requests.max(1));
+        let failed = Arc::new(AtomicBool::new(false));
+        let wal_thread = {
+            let shards = shards.clone();
+            let failed = Arc::clone(&failed);
+            let fsync = config.durability == Durability::Fsync;
+            std::thread::Builder::new()
+                .name("corvid-wal".into())
+                .spawn(move || wal_loop(wal, wal_rx, shards, checkpoints, fsync, failed))?
+        };
+
+        let tick_every = (config.flush_interval / 4).max(Duration::from_millis(50));
+        let tick_shards = shards.clone();
+        actix::spawn(async move {
+            let mut interval = actix::clock::interval(tick_every);
+            loop {
+                interval.tick().await;
+                for shard in &tick_shards {
+                    if !shard.connected() {
+                        return;
+                    }
+                    shard.do_send(FlushTick);
+                }
+            }
+        });
+
+        Ok(Ingest {
+            inner: Arc::new(Inner {
+                wal_tx,
+                closed: AtomicBool::new(false),
+                failed,
+                shards,
+                tails,
+                pending,
+                max_pending: config.max_buffered_events,
+                events_root,
+                wal_thread: Mutex::new(Some(wal_thread)),
+            }),
+        })
+    }
+
+    /// Makes a batch durable and visible; returns once both hold. Fails fast with
+    /// [`IngestError::Overloaded`] when buffers are full.
+    pub async fn submit(&self, batch: WalBatch) -> Result<(), IngestError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(IngestError::ShuttingDown);
+        }
+        if inner.failed.load(Ordering::SeqCst) {
+            return Err(IngestError::Wal(Arc::new(std::io::Error::other(
+                "the write-ahead log failed earlier",
+            ))));
+        }
+        let n = batch.events.len();
+        let before = inner.pending.fetch_add(n, Ordering::SeqCst);
+        if before + n > inner.max_pending && before > 0 {
+            inner.pending.fetch_sub(n, Ordering::SeqCst);
+            return Err(IngestError::Overloaded);
+        }
+        let payload = serde_json::to_vec(&batch).unwrap_or_default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let done = Arc::new(BatchDone {
+            remaining: AtomicUsize::new(inner.shards.len()),
+            reply: Mutex::new(Some(tx)),
+        });
+        let command = WalCommand::Append {
+            payload,
+            batch: Arc::new(batch),
+            done,
+        };
+        if let Err(err) = inner.wal_tx.try_send(command) {
+            inner.pending.fetch_sub(n, Ordering::SeqCst);
+            return Err(match err {
+                TrySendError::Full(_) => IngestError::Overloaded,
+                TrySendError::Disconnected(_) => IngestError::ShuttingDown,
+            });
+        }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => {
+                inner.pending.fetch_sub(n, Ordering::SeqCst);
+                Err(err)
+            }
+            Err(_) => Err(IngestError::ShuttingDown),
+        }
+    }
+
+    /// Flushes every shard's tail to segments.
+    pub async fn flush(&self) -> Result<Vec<ShardStats>, IngestError> {
+        let mut out = Vec::new();
+        for shard in &self.inner.shards {
+            out.push(
+                shard
+                    .send(FlushNow)
+                    .await
+                    .map_err(|_| IngestError::ActorGone)??,
+            );
+        }
+        Ok(out)
+    }
+
+    pub async fn stats(&self) -> Result<Vec<ShardStats>, IngestError> {
+        let mut out = Vec::new();
+        for shard in &self.inner.shards {
+            out.push(
+                shard
+                    .send(GetStats)
+                    .await
+                    .map_err(|_| IngestError::ActorGone)?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Events accepted but not yet in a segment.
+    pub fn pending_events(&self) -> usize {
+        self.inner.pending.load(Ordering::SeqCst)
+    }
+
+    /// Whether the WAL failed (a critical failure: the process should shut down).
+    pub fn has_failed(&self) -> bool {
+        self.inner.failed.load(Ordering::SeqCst)
+    }
+
+    /// Clean stop: refuse new batches, drain and sync the WAL, flush every shard.
+    pub async fn shutdown(&self) -> Result<(), IngestError> {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self
+            .inner
+            .wal_tx
+            .send(WalCommand::Stop { reply: tx })
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        let handle = self
+            .inner
+            .wal_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(handle) = handle {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+        self.flush().await?;
+        Ok(())
+    }
+
+    /// Events of a project matching `filter`, newest first (blocking: call off the event loop).
+    pub fn query_events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>, SegmentError> {
+        query_events(&self.inner.events_root, &self.inner.tails, filter)
+    }
+
+    /// Root of the segment files, for the query engine.
+    pub fn events_root(&self) -> &Path {
+        &self.inner.events_root
+    }
+
+    /// The shards' tails, for the query engine.
+    pub fn tails(&self) -> &[Arc<Tail>] {
+        &self.inner.tails
+    }
+}
+
+/// The WAL writer: drains whatever is queued, appends it, fsyncs once for the whole group,
+/// hands the records to the shards, and deletes WAL files the shards no longer need.
+fn wal_loop(
+    mut wal: Wal,
+    rx: Receiver<WalCommand>,
+    shards: Vec<Addr<IngestShard>>,
+    checkpoints: Vec<Arc<AtomicU64>>,
+    fsync: bool,
+    failed: Arc<AtomicBool>,
+) {
+    let mut truncated_through = 0u64;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < 4096 {
+            match rx.try_recv() {
+                Ok(cmd) => group.push(cmd),
+                Err(_) => break,
+            }
+        }
+        let mut appended = Vec::with_capacity(group.len());
+        let mut stop = None;
+        let mut error: Option<Arc<std::io::Error>> = None;
+        for cmd in group {
+            match cmd {
+                WalCommand::Append {
+                    payload,
+                    batch,
+                    done,
+                } => {
+                    if failed.load(Ordering::SeqCst) || error.is_some() {
+                        done.fail(IngestError::ShuttingDown);
+                        continue;
+                    }
+                    match wal.append(&payload) {
+                        Ok(seq) => appended.push((seq, batch, done)),
+                        Err(e) => {
+                            error = Some(Arc::new(e));
+                            done.fail(IngestError::ShuttingDown);
+                        }
+                    }
+                }
+                WalCommand::Stop { reply } => stop = Some(reply),
+            }
+        }
+        if error.is_none() && !appended.is_empty() {
+            if let Err(e) = wal.sync(fsync) {
+                error = Some(Arc::new(e));
+            }
+        }
+        if let Some(e) = error {
+            tracing::error!(error = %e, "write-ahead log failed; refusing further events");
+            failed.store(true, Ordering::SeqCst);
+            for (_, _, done) in appended {
+                done.fail(IngestError::Wal(Arc::clone(&e)));
+            }
+        } else {
+            for (seq, batch, done) in appended {
+                for shard in &shards {
+                    shard.do_send(ProcessBatch {
+                        seq,
+                        batch: Arc::clone(&batch),
+                        skip: None,
+                        done: Some(Arc::clone(&done)),
+                    });
+                }
+            }
+        }
+        let covered = checkpoints
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0);
+        if covered > truncated_through {
+            let result = wal
+                .roll_if_covered(covered)
+                .and_then(|_| wal.truncate_through(covered));
+            match result {
+                Ok(_) => truncated_through = covered,
+                Err(e) => tracing::warn!(error = %e, "could not delete covered WAL files"),
+            }
+        }
+        if let Some(reply) = stop {
+            if let Err(e) = wal.sync(true) {
+                tracing::error!(error = %e, "final WAL sync failed");
+            }
+            let _ = reply.send(());
+            return;
+        }
+    }
+}
+
+/// `(shard, seq)` of every checkpoint file.
+fn read_checkpoints(events_root: &Path) -> std::io::Result<Vec<(usize, u64)>> {
+    let dir = checkpoint_dir(events_root);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(shard) = name.strip_prefix("shard-").and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let seq = std::fs::read_to_string(entry.path())?
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        out.push((shard, seq));
+    }
+    Ok(out)
+}
+
+/// Parses `s<shard>-<first>-<last>.parquet[.tmp]`.
+fn segment_name_parts(name: &str) -> Option<(usize, u64, u64)> {
+    let stem = name
+        .strip_suffix(".tmp")
+        .unwrap_or(name)
+        .strip_suffix(".parquet")?;
+    let mut parts = stem.strip_prefix('s')?.split('-');
+    let shard = parts.next()?.parse().ok()?;
+    let first = parts.next()?.parse().ok()?;
+    let last = parts.next()?.parse().ok()?;
+    Some((shard, first, last))
+}
+
+fn all_segment_paths(events_root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let Ok(projects) = std::fs::read_dir(events_root) else {
+        return Ok(out);
+    };
+    for project in projects
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("project="))
+    {
+        for day in std::fs::read_dir(project.path())?.filter_map(|e| e.ok()) {
+            for file in std::fs::read_dir(day.path())?.filter_map(|e| e.ok()) {
+                out.push(file.path());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Finishes or undoes flushes a crash interrupted: a `.tmp` segment whose range ends at or
+/// below its shard's checkpoint was committed (rename it); otherwise it was not (delete it).
+fn recover_uncommitted_segments(
+    events_root: &Path,
+    checkpoints: &[(usize, u64)],
+) -> std::io::Result<()> {
+    for path in all_segment_paths(events_root)? {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !name.ends_with(".tmp") {
+            continue;
+        }
+        let committed = segment_name_parts(&name).is_some_and(|(shard, _, last)| {
+            checkpoints
+                .iter()
+                .any(|(s, seq)| *s == shard && last <= *seq)
+        });
+        if committed {
+            std::fs::rename(&path, path.with_extension(""))?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Uuids of committed segments that may overlap the WAL records still to be replayed.
+fn uuids_in_segments_after(events_root: &Path, low: u64) -> Result<HashSet<Uuid>, IngestError> {
+    let mut out = HashSet::new();
+    for path in all_segment_paths(events_root)? {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.ends_with(".tmp") {
+            continue;
+        }
+        if segment_name_parts(&name).is_some_and(|(_, _, last)| last > low) {
+            out.extend(read_segment(&path)?.into_iter().map(|e| e.uuid));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,276 @@
+//! The stored event row, its Arrow schema, and Parquet segment files.
+//!
+//! Layout: `<data_dir>/events/project=<id>/day=<YYYY-MM-DD>/s<shard>-<first seq>-<last seq>.parquet`
+//! (day of the event's UTC timestamp). A segment is written as `….parquet.tmp`, fsynced, and
+//! renamed only after the shard's checkpoint covering it is durable, so a crash never leaves a
+//! half-committed flush visible (see `shard.rs`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, StringBuilder, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use uuid::Uuid;
+
+/// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub uuid: Uuid,
+    pub event: String,
+    pub distinct_id: String,
+    pub person_id: Uuid,
+    /// JSON text.
+    pub properties: String,
+    /// JSON text: the person's properties when the event was ingested.
+    pub person_properties: String,
+    pub timestamp: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub project_id: u64,
+    /// `$group_0` … `$group_4`: group keys by group type index.
+    pub groups: [Option<String>; 5],
+    pub session_id: Option<String>,
+    pub window_id: Option<String>,
+}
+
+impl StoredEvent {
+    /// Approximate in-memory size, for flush-by-bytes.
+    pub fn approx_bytes(&self) -> usize {
+        self.event.len()
+            + self.distinct_id.len()
+            + self.properties.len()
+            + self.person_properties.len()
+            + 160
+    }
+
+    pub fn day(&self) -> NaiveDate {
+        self.timestamp.date_naive()
+    }
+}
+
+pub const GROUP_COLUMNS: [&str; 5] = ["$group_0", "$group_1", "$group_2", "$group_3", "$group_4"];
+
+/// The Arrow schema of the `events` table.
+pub fn schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+            let mut fields = vec![
+                Field::new("uuid", DataType::Utf8, false),
+                Field::new("event", DataType::Utf8, false),
+                Field::new("distinct_id", DataType::Utf8, false),
+                Field::new("person_id", DataType::Utf8, false),
+                Field::new("properties", DataType::Utf8, false),
+                Field::new("person_properties", DataType::Utf8, false),
+                Field::new("timestamp", ts.clone(), false),
+                Field::new("created_at", ts, false),
+                Field::new("project_id", DataType::Int64, false),
+            ];
+            fields.extend(
+                GROUP_COLUMNS
+                    .iter()
+                    .map(|c| Field::new(*c, DataType::Utf8, true)),
+            );
+            fields.push(Field::new("$session_id", DataType::Utf8, true));
+            fields.push(Field::new("$window_id", DataType::Utf8, true));
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+fn micros(t: &DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// Rows → one Arrow record batch.
+pub fn to_record_batch(events: &[StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let strings = |f: &dyn Fn(&StoredEvent) -> &str| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(events.iter().map(f)))
+    };
+    let optional = |f: &dyn Fn(&StoredEvent) -> Option<&str>| -> ArrayRef {
+        let mut b = StringBuilder::with_capacity(events.len(), events.len() * 8);
+        for e in events {
+            b.append_option(f(e));
+        }
+        Arc::new(b.finish())
+    };
+    let uuids: Vec<String> = events.iter().map(|e| e.uuid.to_string()).collect();
+    let persons: Vec<String> = events.iter().map(|e| e.person_id.to_string()).collect();
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(uuids.iter())),
+        strings(&|e| &e.event),
+        strings(&|e| &e.distinct_id),
+        Arc::new(StringArray::from_iter_values(persons.iter())),
+        strings(&|e| &e.properties),
+        strings(&|e| &e.person_properties),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                events.iter().map(|e| micros(&e.timestamp)),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                events.iter().map(|e| micros(&e.created_at)),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(Int64Array::from_iter_values(
+            events.iter().map(|e| e.project_id as i64),
+        )),
+    ];
+    for i in 0..5 {
+        columns.push(optional(&|e| e.groups[i].as_deref()));
+    }
+    columns.push(optional(&|e| e.session_id.as_deref()));
+    columns.push(optional(&|e| e.window_id.as_deref()));
+    RecordBatch::try_new(schema(), columns)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    #[error("segment I/O failed")]
+    Io(#[from] std::io::Error),
+    #[error("parquet encoding failed")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow conversion failed")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("segment {0} has an unexpected column layout")]
+    Layout(String),
+}
+
+/// Writes rows (sorted by timestamp) to `path` as Parquet with zstd, and fsyncs it.
+pub fn write_segment(path: &Path, events: &mut [StoredEvent]) -> Result<(), SegmentError> {
+    events.sort_by_key(|e| e.timestamp);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let file = File::create(path)?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+        .set_max_row_group_row_count(Some(128 * 1024))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, schema(), Some(props))?;
+    for chunk in events.chunks(64 * 1024) {
+        writer.write(&to_record_batch(chunk)?)?;
+    }
+    let file = writer.into_inner()?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Reads every row of a segment.
+pub fn read_segment(path: &Path) -> Result<Vec<StoredEvent>, SegmentError> {
+    let file = File::open(path)?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?.build()?;
+    let mut out = Vec::new();
+    for batch in reader {
+        out.extend(from_record_batch(&batch?, path)?);
+    }
+    Ok(out)
+}
+
+fn column<'a, T: 'static>(
+    batch: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a T, SegmentError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| SegmentError::Layout(format!("{} (column {name})", path.display())))
+}
+
+/// Record batch → rows (the inverse of [`to_record_batch`]).
+pub fn from_record_batch(
+    batch: &RecordBatch,
+    path: &Path,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    let s = |name| column::<StringArray>(batch, name, path);
+    let (uuid, event, distinct_id, person_id) =
+        (s("uuid")?, s("event")?, s("distinct_id")?, s("person_id")?);
+    let (properties, person_properties) = (s("properties")?, s("person_properties")?);
+    let timestamp = column::<TimestampMicrosecondArray>(batch, "timestamp", path)?;
+    let created_at = column::<TimestampMicrosecondArray>(batch, "created_at", path)?;
+    let project_id = column::<Int64Array>(batch, "project_id", path)?;
+    let groups: Vec<&StringArray> = GROUP_COLUMNS
+        .iter()
+        .map(|c| s(c))
+        .collect::<Result<_, _>>()?;
+    let (session, window) = (s("$session_id")?, s("$window_id")?);
+    let opt = |a: &StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
+    let at = |a: &TimestampMicrosecondArray, i: usize| {
+        Utc.timestamp_micros(a.value(i))
+            .single()
+            .unwrap_or_default()
+    };
+    Ok((0..batch.num_rows())
+        .map(|i| StoredEvent {
+            uuid: Uuid::parse_str(uuid.value(i)).unwrap_or_default(),
+            event: event.value(i).to_string(),
+            distinct_id: distinct_id.value(i).to_string(),
+            person_id: Uuid::parse_str(person_id.value(i)).unwrap_or_default(),
+            properties: properties.value(i).to_string(),
+            person_properties: person_properties.value(i).to_string(),
+            timestamp: at(timestamp, i),
+            created_at: at(created_at, i),
+            project_id: project_id.value(i) as u64,
+            groups: std::array::from_fn(|g| opt(groups[g], i)),
+            session_id: opt(session, i),
+            window_id: opt(window, i),
+        })
+        .collect())
+}
+
+/// `<root>/project=<id>`.
+pub fn project_dir(root: &Path, project_id: u64) -> PathBuf {
+    root.join(format!("project={project_id}"))
+}
+
+/// `<root>/project=<id>/day=<date>`.
+pub fn day_dir(root: &Path, project_id: u64, day: NaiveDate) -> PathBuf {
+    project_dir(root, project_id).join(format!("day={}", day.format("%Y-%m-%d")))
+}
+
+/// The committed segment files of a project whose day lies in `[from, to]` (inclusive; open
+/// ends allowed), for partition pruning.
+pub fn list_segments(
+    root: &Path,
+    project_id: u64,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+) -> std::io::Result<Vec<PathBuf>> {
+    let dir = project_dir(root, project_id);
+    let Ok(days) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for day in days.filter_map(|d| d.ok()) {
+        let name = day.file_name().to_string_lossy().into_owned();
+        let Some(date) = name
+            .strip_prefix("day=")
+            .and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
+        else {
+            continue;
+        };
+        if from.is_some_and(|f| date < f) || to.is_some_and(|t| date > t) {
+            continue;
+        }
+        for file in std::fs::read_dir(day.path())?.filter_map(|f| f.ok()) {
+            let path = file.path();
+            if path.extension().is_some_and(|e| e == "parquet") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

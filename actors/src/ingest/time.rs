@@ -1,0 +1,175 @@
+//! Timestamp parsing and clock-skew correction, as PostHog's capture/ingestion does it
+//! (`shared/reference/capture.md` §4.6).
+
+use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
+
+/// Events more than this far in the future are clamped to the receive time.
+pub const MAX_FUTURE: Duration = Duration::hours(23);
+
+/// Parses the timestamp formats clients send: RFC 3339 (also `+HH` zones), naive ISO (UTC),
+/// `YYYY-MM-DD HH:MM:SS`, date-only, RFC 2822, and numeric epoch seconds or milliseconds.
+pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    // `+HH` zone suffix → `+HH:00`.
+    let bytes = text.as_bytes();
+    if bytes.len() > 3 {
+        let tail = &text[text.len() - 3..];
+        if (tail.starts_with('+') || tail.starts_with('-'))
+            && tail[1..].bytes().all(|b| b.is_ascii_digit())
+        {
+            if let Ok(t) = DateTime::parse_from_rfc3339(&format!("{text}:00")) {
+                return Some(t.with_timezone(&Utc));
+            }
+        }
+    }
+    for format in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y/%m/%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
+            return Some(Utc.from_utc_datetime(&t));
+        }
+    }
+    if let Ok(t) = DateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f %z") {
+        return Some(t.with_timezone(&Utc));
+    }
+    for format in ["%Y-%m-%d", "%Y/%m/%d"] {
+        if let Ok(d) = NaiveDate::parse_from_str(text, format) {
+            return d.and_hms_opt(0, 0, 0).map(|t| Utc.from_utc_datetime(&t));
+        }
+    }
+    if let Ok(t) = DateTime::parse_from_rfc2822(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    if let Ok(n) = text.parse::<f64>() {
+        // Heuristic shared with PostHog: values over 10^11 are milliseconds.
+        let ms = if n.abs() > 1e11 { n } else { n * 1000.0 };
+        return Utc.timestamp_millis_opt(ms as i64).single();
+    }
+    None
+}
+
+/// Whether `text` is an ISO 8601 date-time (what historical imports require).
+pub fn parse_iso8601(text: &str) -> Option<DateTime<Utc>> {
+    let text = text.trim();
+    let looks_iso = text.len() >= 10
+        && text.as_bytes()[4] == b'-'
+        && text.as_bytes()[7] == b'-'
+        && text[..4].bytes().all(|b| b.is_ascii_digit());
+    if looks_iso {
+        parse_timestamp(text)
+    } else {
+        None
+    }
+}
+
+/// The stored timestamp of an event.
+///
+/// `now + (timestamp − sent_at)` when both are known (client clock skew), the timestamp alone
+/// otherwise, `now − offset` when an offset is given; clamped to `now` when more than 23 h in
+/// the future, and to the epoch when outside years 0..=9999.
+pub fn resolve_timestamp(
+    now: DateTime<Utc>,
+    timestamp: Option<&str>,
+    offset_ms: Option<i64>,
+    sent_at: Option<DateTime<Utc>>,
+    ignore_sent_at: bool,
+) -> DateTime<Utc> {
+    let sent_at = if ignore_sent_at { None } else { sent_at };
+    let mut result = now;
+    if let Some(ts) = timestamp.and_then(parse_timestamp) {
+        result = match sent_at {
+            Some(sent) => now + (ts - sent),
+            None => ts,
+        };
+    }
+    if let Some(offset) = offset_ms {
+        result = now - Duration::milliseconds(offset);
+    }
+    if result - now > MAX_FUTURE {
+        result = now;
+    }
+    let year = result.format("%Y").to_string().parse::<i64>().unwrap_or(0);
+    if !(0..=9999).contains(&year) {
+        result = DateTime::<Utc>::UNIX_EPOCH;
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_timestamp(s).expect("parses")
+    }
+
+    #[test]
+    fn parses_the_formats_clients_send() {
+        let expected = at("2024-03-01T12:00:00Z");
+        for text in [
+            "2024-03-01T12:00:00Z",
+            "2024-03-01T12:00:00.000+00:00",
+            "2024-03-01T13:00:00+01",
+            "2024-03-01T12:00:00",
+            "2024-03-01 12:00:00",
+            "Fri, 01 Mar 2024 12:00:00 +0000",
+            "1709294400",
+            "1709294400000",
+        ] {
+            assert_eq!(parse_timestamp(text), Some(expected), "{text}");
+        }
+        assert_eq!(at("2024-03-01"), at("2024-03-01T00:00:00Z"));
+        assert_eq!(parse_timestamp("yesterday"), None);
+        assert_eq!(parse_iso8601("1709294400"), None, "epoch is not ISO 8601");
+        assert!(parse_iso8601("2024-03-01T12:00:00Z").is_some());
+    }
+
+    #[test]
+    fn skew_correction_offset_and_future_clamp() {
+        let now = at("2024-03-01T12:00:00Z");
+        // Client clock 1 h ahead: event 10 s before sending → 10 s before now.
+        let t = resolve_timestamp(
+            now,
+            Some("2024-03-01T12:59:50Z"),
+            None,
+            Some(at("2024-03-01T13:00:00Z")),
+            false,
+        );
+        assert_eq!(t, at("2024-03-01T11:59:50Z"));
+        // $ignore_sent_at keeps the client's timestamp.
+        let t = resolve_timestamp(
+            now,
+            Some("2024-03-01T12:59:50Z"),
+            None,
+            Some(at("2024-03-01T13:00:00Z")),
+            true,
+        );
+        assert_eq!(t, at("2024-03-01T12:59:50Z"));
+        // offset wins over timestamp.
+        let t = resolve_timestamp(now, Some("2020-01-01T00:00:00Z"), Some(5000), None, false);
+        assert_eq!(t, at("2024-03-01T11:59:55Z"));
+        // More than 23 h in the future is clamped; 22 h is kept.
+        assert_eq!(
+            resolve_timestamp(now, Some("2024-03-02T12:00:00Z"), None, None, false),
+            now
+        );
+        assert_eq!(
+            resolve_timestamp(now, Some("2024-03-02T10:00:00Z"), None, None, false),
+            at("2024-03-02T10:00:00Z")
+        );
+        // Unparseable → now.
+        assert_eq!(
+            resolve_timestamp(now, Some("garbage"), None, None, false),
+            now
+        );
+    }
+}

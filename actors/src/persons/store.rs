@@ -1,0 +1,316 @@
+use std::sync::{Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::meta::StoreError;
+
+/// At most this many group types per project (PostHog's `MAX_GROUP_TYPES_PER_TEAM`).
+pub const MAX_GROUP_TYPES: u8 = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Person {
+    pub id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub properties: Map<String, Value>,
+    pub is_identified: bool,
+    pub version: u64,
+    pub distinct_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub group_type_index: u8,
+    pub group_type: String,
+    pub group_key: String,
+    pub properties: Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKind {
+    BillableEvents,
+    HistoricalEvents,
+    FlagRequests,
+}
+
+impl UsageKind {
+    fn tag(self) -> u8 {
+        match self {
+            UsageKind::BillableEvents => 0,
+            UsageKind::HistoricalEvents => 1,
+            UsageKind::FlagRequests => 2,
+        }
+    }
+}
+
+/// One month of a project's usage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageRow {
+    /// `YYYY-MM` (UTC).
+    pub month: String,
+    pub billable_events: u64,
+    pub historical_events: u64,
+    pub flag_requests: u64,
+}
+
+pub struct PersonStore {
+    db: sled::Db,
+    persons: sled::Tree,
+    distinct_ids: sled::Tree,
+    group_types: sled::Tree,
+    groups: sled::Tree,
+    usage: sled::Tree,
+    writer: Mutex<()>,
+}
+
+fn key(project_id: u64, rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + rest.len());
+    k.extend_from_slice(&project_id.to_be_bytes());
+    k.extend_from_slice(rest);
+    k
+}
+
+fn decode<V: serde::de::DeserializeOwned>(
+    tree: &'static str,
+    k: &[u8],
+    v: &[u8],
+) -> Result<V, StoreError> {
+    serde_json::from_slice(v).map_err(|source| StoreError::Corrupt {
+        tree,
+        key: String::from_utf8_lossy(k).into_owned(),
+        source,
+    })
+}
+
+fn encode<V: Serialize>(v: &V) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+impl PersonStore {
+    pub fn open(db: &sled::Db) -> Result<PersonStore, StoreError> {
+        Ok(PersonStore {
+            persons: db.open_tree("persons")?,
+            distinct_ids: db.open_tree("person_distinct_ids")?,
+            group_types: db.open_tree("group_type_mappings")?,
+            groups: db.open_tree("groups")?,
+            usage: db.open_tree("usage")?,
+            db: db.clone(),
+            writer: Mutex::new(()),
+        })
+    }
+
+    /// The writer lock: hold it across a read-modify-write of persons or groups.
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes every write so far durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
+        let k = key(project_id, id.as_bytes());
+        self.persons
+            .get(&k)?
+            .map(|v| decode("persons", &k, &v))
+            .transpose()
+    }
+
+    pub fn person_id_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Uuid>, StoreError> {
+        Ok(self
+            .distinct_ids
+            .get(key(project_id, distinct_id.as_bytes()))?
+            .and_then(|v| Uuid::from_slice(&v).ok()))
+    }
+
+    pub fn person_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Person>, StoreError> {
+        match self.person_id_by_distinct_id(project_id, distinct_id)? {
+            Some(id) => self.person(project_id, id),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes a person and points all its distinct ids at it. Caller holds the writer lock.
+    pub fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        self.persons
+            .insert(key(project_id, person.id.as_bytes()), encode(person))?;
+        for did in &person.distinct_ids {
+            self.distinct_ids.insert(
+                key(project_id, did.as_bytes()),
+                person.id.as_bytes().as_slice(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a person record (its distinct ids must already point elsewhere).
+    pub fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
+        self.persons.remove(key(project_id, id.as_bytes()))?;
+        Ok(())
+    }
+
+    /// All persons of a project (for queries and exports).
+    pub fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
+        self.persons
+            .scan_prefix(project_id.to_be_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                decode("persons", &k, &v)
+            })
+            .collect()
+    }
+
+    /// Group types of a project as `(name, index)`, by index.
+    pub fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
+        let mut out: Vec<(String, u8)> = self
+            .group_types
+            .scan_prefix(project_id.to_be_bytes())
+            .filter_map(|item| item.ok())
+            .filter_map(|(k, v)| {
+                let name = String::from_utf8(k[8..].to_vec()).ok()?;
+                Some((name, *v.first()?))
+            })
+            .collect();
+        out.sort_by_key(|(_, i)| *i);
+        Ok(out)
+    }
+
+    pub fn group_type_index(
+        &self,
+        project_id: u64,
+        group_type: &str,
+    ) -> Result<Option<u8>, StoreError> {
+        Ok(self
+            .group_types
+            .get(key(project_id, group_type.as_bytes()))?
+            .and_then(|v| v.first().copied()))
+    }
+
+    /// The index of `group_type`, creating it when the project has fewer than 5 types.
+    /// Caller holds the writer lock.
+    pub fn ensure_group_type(
+        &self,
+        project_id: u64,
+        group_type: &str,
+    ) -> Result<Option<u8>, StoreError> {
+        if let Some(i) = self.group_type_index(project_id, group_type)? {
+            return Ok(Some(i));
+        }
+        let next = self.group_types(project_id)?.len() as u8;
+        if next >= MAX_GROUP_TYPES {
+            return Ok(None);
+        }
+        self.group_types
+            .insert(key(project_id, group_type.as_bytes()), &[next])?;
+        Ok(Some(next))
+    }
+
+    pub fn group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Result<Option<Group>, StoreError> {
+        let mut rest = vec![index];
+        rest.extend_from_slice(group_key.as_bytes());
+        let k = key(project_id, &rest);
+        self.groups
+            .get(&k)?
+            .map(|v| decode("groups", &k, &v))
+            .transpose()
+    }
+
+    /// Groups of a project, optionally of one type.
+    pub fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
+        let prefix = match index {
+            Some(i) => key(project_id, &[i]),
+            None => project_id.to_be_bytes().to_vec(),
+        };
+        self.groups
+            .scan_prefix(prefix)
+            .map(|item| {
+                let (k, v) = item?;
+                decode("groups", &k, &v)
+            })
+            .collect()
+    }
+
+    /// Writes a group. Caller holds the writer lock.
+    pub fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
+        let mut rest = vec![group.group_type_index];
+        rest.extend_from_slice(group.group_key.as_bytes());
+        self.groups.insert(key(project_id, &rest), encode(group))?;
+        Ok(())
+    }
+
+    /// Adds `n` to a usage counter of the month containing `at`.
+    pub fn add_usage(
+        &self,
+        project_id: u64,
+        at: DateTime<Utc>,
+        kind: UsageKind,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let month = at.format("%Y-%m").to_string();
+        let mut rest = month.into_bytes();
+        rest.push(kind.tag());
+        self.usage.fetch_and_update(key(project_id, &rest), |old| {
+            let current = old
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0);
+            Some((current + n).to_be_bytes().to_vec())
+        })?;
+        Ok(())
+    }
+
+    /// Usage by month, oldest first.
+    pub fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
+        let mut rows: Vec<UsageRow> = Vec::new();
+        for item in self.usage.scan_prefix(project_id.to_be_bytes()) {
+            let (k, v) = item?;
+            if k.len() < 8 + 7 + 1 {
+                continue;
+            }
+            let month = String::from_utf8_lossy(&k[8..15]).into_owned();
+            let count = v.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            if rows.last().is_none_or(|r| r.month != month) {
+                rows.push(UsageRow {
+                    month: month.clone(),
+                    ..UsageRow::default()
+                });
+            }
+            if let Some(row) = rows.last_mut() {
+                match k[15] {
+                    0 => row.billable_events = count,
+                    1 => row.historical_events = count,
+                    _ => row.flag_requests = count,
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The number of group types in use by the project (for flag validation).
+    pub fn group_type_count(&self, project_id: u64) -> Result<usize, StoreError> {
+        Ok(self.group_types(project_id)?.len())
+    }
+}

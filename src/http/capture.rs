@@ -1,0 +1,191 @@
+//! Capture: `/batch`, `/i/v0/e`, `/e`, `/capture`, `/track`, `/engage` (with or without a
+//! trailing slash; GET, POST and CORS preflight). Public, authenticated by the project token in
+//! the payload.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::Method;
+use actix_web::middleware::{from_fn, Next};
+use actix_web::web::Bytes;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use chrono::Utc;
+use corvid_actors::ingest::decode::{
+    decode, CaptureQuery, DecodedRequest, Limits, Payload, RouteKind,
+};
+use corvid_actors::ingest::normalize::{normalize_all, Context};
+use corvid_actors::ingest::WalBatch;
+use serde_json::json;
+
+use crate::auth::resolve_project_token;
+use crate::error::ApiError;
+use crate::http::body::read_body;
+use crate::state::AppState;
+use crate::telemetry::RequestProject;
+
+/// Bodies larger than this are decoded on the blocking pool rather than the event loop.
+const INLINE_DECODE_MAX: usize = 256 * 1024;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let routes: [(&[&str], RouteKind); 3] = [
+        (&["/batch", "/i/v0/e"], RouteKind::Analytics),
+        (&["/e", "/capture", "/track"], RouteKind::Legacy),
+        (&["/engage"], RouteKind::Engage),
+    ];
+    for (paths, kind) in routes {
+        let handler = move |req: HttpRequest, payload: web::Payload, state: web::Data<AppState>| {
+            capture(req, payload, state, kind)
+        };
+        cfg.service(
+            web::resource(paths.to_vec())
+                .wrap(from_fn(cors))
+                .route(web::post().to(handler))
+                .route(web::get().to(handler))
+                .route(web::method(Method::OPTIONS).to(preflight)),
+        );
+    }
+}
+
+/// Permissive CORS, as PostHog's capture: mirror the Origin, allow credentials and whatever
+/// headers the browser SDK asks for. Applied to every answer, errors included.
+async fn cors(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let asked = req
+        .headers()
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned();
+    let mut res = next.call(req).await?;
+    let headers = res.headers_mut();
+    match origin {
+        Some(origin) => {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
+            headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        None => {
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+        }
+    }
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        asked.unwrap_or(HeaderValue::from_static(
+            "Content-Type, Content-Encoding, X-Requested-With",
+        )),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
+    Ok(res)
+}
+
+async fn preflight() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "Ok"}))
+}
+
+fn header_string(req: &HttpRequest, name: header::HeaderName) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// The client IP: `Forwarded` / `X-Forwarded-For` when present, else the peer, without a port.
+fn client_ip(req: &HttpRequest) -> Option<String> {
+    let info = req.connection_info();
+    let raw = info.realip_remote_addr()?;
+    if let Ok(addr) = raw.parse::<std::net::SocketAddr>() {
+        return Some(addr.ip().to_string());
+    }
+    Some(raw.trim().to_string())
+}
+
+fn decode_owned(
+    route: RouteKind,
+    body: Bytes,
+    query: CaptureQuery,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    limits: Limits,
+) -> Result<DecodedRequest, ApiError> {
+    let payload = Payload {
+        route,
+        body: &body,
+        query: &query,
+        content_type: content_type.as_deref(),
+        content_encoding: content_encoding.as_deref(),
+    };
+    Ok(decode(payload, limits)?)
+}
+
+async fn capture(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    route: RouteKind,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(
+        &req,
+        payload.into_inner(),
+        state.config.limits.max_body_bytes,
+    )
+    .await?;
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let query = CaptureQuery::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let beacon = query.beacon;
+    let content_type = header_string(&req, header::CONTENT_TYPE);
+    let content_encoding = header_string(&req, header::CONTENT_ENCODING);
+    let limits = state.config.capture_limits();
+    let large = body.len() > INLINE_DECODE_MAX
+        || query
+            .data
+            .as_ref()
+            .is_some_and(|d| d.len() > INLINE_DECODE_MAX);
+    let decoded = if large {
+        web::block(move || decode_owned(route, body, query, content_type, content_encoding, limits))
+            .await??
+    } else {
+        decode_owned(route, body, query, content_type, content_encoding, limits)?
+    };
+
+    let project = resolve_project_token(&state, &decoded.token).await?;
+    req.extensions_mut().insert(RequestProject(project.id));
+    let context = Context {
+        now: Utc::now(),
+        sent_at: decoded.sent_at,
+        ip: client_ip(&req),
+        capture_ip: !project.anonymize_ips,
+        historical_migration: decoded.historical_migration,
+    };
+    let events = normalize_all(decoded.events, &context)?;
+    if !events.is_empty() {
+        state
+            .ingest
+            .submit(WalBatch {
+                project_id: project.id,
+                historical: decoded.historical_migration,
+                events,
+            })
+            .await?;
+    }
+    Ok(if beacon {
+        HttpResponse::NoContent().finish()
+    } else {
+        HttpResponse::Ok().json(json!({"status": "Ok"}))
+    })
+}
