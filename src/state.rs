@@ -84,12 +84,13 @@ impl Lifecycle {
 impl AppState {
     /// A real state over a real store in `dir`, for in-crate handler tests.
     /// Must run inside an actix system (it starts the ingest actors).
-    pub fn for_test(dir: &std::path::Path) -> AppState {
+    pub async fn for_test(dir: &std::path::Path) -> AppState {
         let config = Config::for_test(dir);
         let meta = MetaStore::open(&config.meta_dir()).expect("store opens");
         let persons = Arc::new(PersonStore::open(meta.db()).expect("persons open"));
-        let ingest =
-            Ingest::start(config.ingest_config(), Arc::clone(&persons)).expect("ingest starts");
+        let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
+            .await
+            .expect("ingest starts");
         AppState {
             persons,
             ingest,

@@ -93,7 +93,7 @@ mod tests {
     #[actix_web::test]
     async fn resolves_tokens_from_body_fields_or_query_and_rejects_others() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let state = AppState::for_test(dir.path());
+        let state = AppState::for_test(dir.path()).await;
         let defaults = ensure_defaults(&state.meta).expect("defaults");
         let token = defaults.project.api_token.clone();
         let app = test::init_service(

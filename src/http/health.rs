@@ -3,12 +3,33 @@
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
+use crate::auth::scope::ProjectRead;
+use crate::auth::Authed;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/_health", web::get().to(health))
         .route("/_readiness", web::get().to(readiness))
-        .route("/metrics", web::get().to(metrics));
+        .route("/metrics", web::get().to(metrics))
+        .route("/_internal/ingest", web::get().to(ingest_stats));
+}
+
+/// The ingest shards' statistics (instance administrators only).
+async fn ingest_stats(
+    auth: Authed<ProjectRead>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    if !auth.credential.user.is_staff {
+        return Err(ApiError::PermissionDenied {
+            detail: "Only instance administrators may read internal statistics.".into(),
+        });
+    }
+    let shards = state.ingest.stats().await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "pending_events": state.ingest.pending_events(),
+        "shards": shards,
+    })))
 }
 
 /// Liveness: the process answers HTTP.

@@ -232,3 +232,58 @@ pub fn error_body(res: Response) -> Value {
     }
     body
 }
+
+pub mod sdk;
+
+// ---- capture helpers ----
+
+impl TestServer {
+    /// POSTs raw bytes to a capture route with optional headers.
+    pub fn capture_raw(&self, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> Response {
+        let mut req = self.client.post(self.url(path)).body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send().expect("capture sent")
+    }
+
+    /// POSTs a JSON batch of events with this server's project token to `/batch/`.
+    pub fn capture_batch(&self, events: &[Value]) -> Response {
+        self.post_json(
+            "/batch/",
+            None,
+            &json!({"api_key": self.creds.project_token, "batch": events}),
+        )
+    }
+
+    /// `GET /api/projects/{id}/events/` with query pairs.
+    pub fn events(&self, project: u64, query: &str) -> Vec<Value> {
+        let res = self.get(
+            &format!("/api/projects/{project}/events/?{query}"),
+            Some(self.admin_key()),
+        );
+        assert_eq!(res.status(), 200, "events API");
+        let body: Value = res.json().expect("json");
+        body["results"].as_array().expect("results").clone()
+    }
+
+    pub fn persons(&self, project: u64, distinct_id: &str) -> Vec<Value> {
+        let res = self.get(
+            &format!("/api/projects/{project}/persons/?distinct_id={distinct_id}"),
+            Some(self.admin_key()),
+        );
+        assert_eq!(res.status(), 200, "persons API");
+        let body: Value = res.json().expect("json");
+        body["results"].as_array().expect("results").clone()
+    }
+
+    pub fn usage(&self, project: u64) -> Vec<Value> {
+        let res = self.get(
+            &format!("/api/projects/{project}/usage/"),
+            Some(self.admin_key()),
+        );
+        assert_eq!(res.status(), 200, "usage API");
+        let body: Value = res.json().expect("json");
+        body["results"].as_array().expect("results").clone()
+    }
+}

@@ -275,7 +275,11 @@ fn decode_to_text(payload: Payload<'_>, limits: Limits) -> Result<String, Decode
         return Err(DecodeError::EmptyPayload);
     }
     let is_form_like = FORM_PREFIXES.iter().any(|p| bytes.starts_with(p));
-    if !is_form_like {
+    // LZ-string output is itself base64 text: an explicit lz64 hint must keep it intact.
+    let lz64_hinted = payload.query.compression.as_deref().and_then(parse_hint)
+        == Some(Compression::Lz64)
+        || payload.content_encoding.and_then(parse_hint) == Some(Compression::Lz64);
+    if !is_form_like && !lz64_hinted {
         if let Some(decoded) = optimistic_base64(&bytes) {
             bytes = decoded;
         }

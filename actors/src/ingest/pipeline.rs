@@ -143,8 +143,13 @@ struct Inner {
 
 impl Ingest {
     /// Recovers state under `config.data_dir`, replays the WAL and starts the shard actors and
-    /// the WAL writer. Must run inside an actix system; blocks on disk I/O.
-    pub fn start(config: IngestConfig, persons: Arc<PersonStore>) -> Result<Ingest, IngestError> {
+    /// the WAL writer. Returns once replayed events are processed, so everything acknowledged
+    /// before a crash is visible again before the server answers. Must run inside an actix
+    /// system; recovery blocks on disk I/O (it runs before serving).
+    pub async fn start(
+        config: IngestConfig,
+        persons: Arc<PersonStore>,
+    ) -> Result<Ingest, IngestError> {
         let shards_n = config.shards.max(1);
         let events_root = config.data_dir.join("events");
         std::fs::create_dir_all(&events_root)?;
@@ -219,6 +224,14 @@ impl Ingest {
                     done: None,
                 });
             }
+        }
+        // Mailboxes are FIFO: once every shard has answered, the replay is processed and
+        // everything acknowledged before a crash is visible again.
+        for shard in &shards {
+            shard
+                .send(GetStats)
+                .await
+                .map_err(|_| IngestError::ActorGone)?;
         }
         if replayed_events > 0 {
             tracing::info!(
