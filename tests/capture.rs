@@ -588,3 +588,26 @@ fn events_survive_restart_and_projects_are_isolated() {
     drop(server);
     drop(dir);
 }
+
+#[test]
+fn full_buffers_answer_503_with_retry_after_and_store_nothing_of_that_request() {
+    let (_dir, mut config) = fresh();
+    config.ingest.max_buffered_events = std::num::NonZeroUsize::new(50).expect("nonzero");
+    config.ingest.flush_max_rows = std::num::NonZeroUsize::new(1_000_000).expect("nonzero");
+    config.ingest.flush_interval = std::time::Duration::from_secs(3600);
+    let server = TestServer::start(config);
+    let batch = |tag: &str| -> Vec<Value> {
+        (0..20)
+            .map(|i| json!({"event": tag, "distinct_id": format!("bp{i}")}))
+            .collect()
+    };
+    assert_eq!(server.capture_batch(&batch("first")).status(), 200);
+    assert_eq!(server.capture_batch(&batch("second")).status(), 200);
+    let res = server.capture_batch(&batch("third"));
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let body = error_body(res);
+    assert_eq!(body["code"], "overloaded");
+    assert!(server.events(1, "event=third").is_empty());
+    assert_eq!(server.events(1, "event=second").len(), 20);
+}

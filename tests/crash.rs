@@ -14,17 +14,21 @@ use common::{wait_until, TestServer};
 use serde_json::{json, Value};
 
 /// Starts `corvid serve` as a child process; returns it and its base URL.
-fn spawn_server(data_dir: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_corvid"))
-        .args([
-            "--log-format",
-            "json",
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(data_dir)
+fn spawn_server(data_dir: &std::path::Path, config: Option<&std::path::Path>) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corvid"));
+    cmd.args([
+        "--log-format",
+        "json",
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(data_dir);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -58,8 +62,24 @@ struct Outcomes {
 
 #[test]
 fn acknowledged_events_survive_kill_9_exactly_once() {
+    kill_9_while_posting(None);
+}
+
+#[test]
+fn acknowledged_events_survive_kill_9_during_segment_flushes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut child, base) = spawn_server(dir.path());
+    let config = dir.path().join("flushy.toml");
+    std::fs::write(
+        &config,
+        "[ingest]\nflush_max_rows = 40\nflush_interval = \"50ms\"\n",
+    )
+    .expect("config");
+    kill_9_while_posting(Some(&config));
+}
+
+fn kill_9_while_posting(config: Option<&std::path::Path>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, base) = spawn_server(dir.path(), config);
     let creds = common::read_credentials(dir.path());
     let outcomes = Arc::new(Mutex::new(Outcomes::default()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -126,6 +146,19 @@ fn acknowledged_events_survive_kill_9_exactly_once() {
     }
 
     let outcomes = outcomes.lock().expect("lock");
+    if config.is_some() {
+        let segments = std::fs::read_dir(dir.path().join("events/project=1"))
+            .map(|days| {
+                days.filter_map(|d| d.ok())
+                    .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten())
+                    .count()
+            })
+            .unwrap_or(0);
+        assert!(
+            segments > 0,
+            "segments were being committed when the process was killed"
+        );
+    }
     assert!(
         !outcomes.rejected.is_empty(),
         "some requests were refused with 400"

@@ -4,16 +4,19 @@ use std::sync::Arc;
 
 use actix::Message;
 
-use super::pipeline::{BatchDone, IngestError, WalBatch};
+use super::pipeline::{BatchDone, IngestError};
 use super::shard::ShardStats;
+use super::CapturedEvent;
 
-/// A durable WAL record for the shards. Every shard receives every record and keeps the events
-/// that hash to it, so each shard's checkpoint advances with the log.
+/// The events of one durable WAL record that belong to this shard (possibly none: every shard
+/// receives every record, so each shard's checkpoint advances with the log).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ProcessBatch {
     pub seq: u64,
-    pub batch: Arc<WalBatch>,
+    pub project_id: u64,
+    pub historical: bool,
+    pub events: Vec<CapturedEvent>,
     /// Uuids to skip (already in a segment); set only during replay.
     pub skip: Option<Arc<std::collections::HashSet<uuid::Uuid>>>,
     /// Completion of a live request: answered once every shard has processed the batch.

@@ -17,7 +17,8 @@ use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{read_segment, SegmentError, StoredEvent};
 use super::shard::{
-    checkpoint_dir, checkpoint_path, write_checkpoint, IngestShard, ShardConfig, ShardStats,
+    checkpoint_dir, checkpoint_path, shard_of, write_checkpoint, IngestShard, ShardConfig,
+    ShardShared, ShardStats,
 };
 use super::wal::Wal;
 use super::CapturedEvent;
@@ -115,7 +116,7 @@ impl BatchDone {
 enum WalCommand {
     Append {
         payload: Vec<u8>,
-        batch: Arc<WalBatch>,
+        batch: WalBatch,
         done: Arc<BatchDone>,
     },
     Stop {
@@ -132,6 +133,7 @@ pub struct Ingest {
 struct Inner {
     wal_tx: Sender<WalCommand>,
     closed: AtomicBool,
+    stopping: Arc<AtomicBool>,
     failed: Arc<AtomicBool>,
     shards: Vec<Addr<IngestShard>>,
     tails: Vec<Arc<Tail>>,
@@ -171,6 +173,7 @@ impl Ingest {
         }
 
         let pending = Arc::new(AtomicUsize::new(0));
+        let stopping = Arc::new(AtomicBool::new(false));
         let checkpoints: Vec<Arc<AtomicU64>> = (0..shards_n)
             .map(|_| Arc::new(AtomicU64::new(low)))
             .collect();
@@ -179,27 +182,23 @@ impl Ingest {
             .map(|shard| {
                 let cfg = ShardConfig {
                     shard,
-                    shards: shards_n,
                     events_root: events_root.clone(),
                     flush_max_rows: config.flush_max_rows,
                     flush_max_bytes: config.flush_max_bytes,
                     flush_interval: config.flush_interval,
                     dedup_window: config.dedup_window,
                 };
-                let (persons, tail, pending, checkpoint) = (
-                    Arc::clone(&persons),
-                    Arc::clone(&tails[shard]),
-                    Arc::clone(&pending),
-                    Arc::clone(&checkpoints[shard]),
-                );
+                let shared = Arc::new(ShardShared {
+                    tail: Arc::clone(&tails[shard]),
+                    pending: Arc::clone(&pending),
+                    checkpoint: Arc::clone(&checkpoints[shard]),
+                    segments_written: AtomicU64::new(0),
+                    flush_failures: AtomicU64::new(0),
+                    stopping: Arc::clone(&stopping),
+                });
+                let persons = Arc::clone(&persons);
                 SyncArbiter::start(1, move || {
-                    IngestShard::new(
-                        cfg.clone(),
-                        Arc::clone(&persons),
-                        Arc::clone(&tail),
-                        Arc::clone(&pending),
-                        Arc::clone(&checkpoint),
-                    )
+                    IngestShard::new(cfg.clone(), Arc::clone(&persons), Arc::clone(&shared))
                 })
             })
             .collect();
@@ -215,15 +214,7 @@ impl Ingest {
             };
             replayed_events += batch.events.len();
             pending.fetch_add(batch.events.len(), Ordering::SeqCst);
-            let batch = Arc::new(batch);
-            for shard in &shards {
-                shard.do_send(ProcessBatch {
-                    seq: record.seq,
-                    batch: Arc::clone(&batch),
-                    skip: Some(Arc::clone(&skip)),
-                    done: None,
-                });
-            }
+            route(record.seq, batch, &shards, Some(&skip), None);
         }
         // Mailboxes are FIFO: once every shard has answered, the replay is processed and
         // everything acknowledged before a crash is visible again.
@@ -271,6 +262,7 @@ impl Ingest {
             inner: Arc::new(Inner {
                 wal_tx,
                 closed: AtomicBool::new(false),
+                stopping,
                 failed,
                 shards,
                 tails,
@@ -308,7 +300,7 @@ impl Ingest {
         });
         let command = WalCommand::Append {
             payload,
-            batch: Arc::new(batch),
+            batch,
             done,
         };
         if let Err(err) = inner.wal_tx.try_send(command) {
@@ -370,6 +362,8 @@ impl Ingest {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // A flush that keeps failing now gives up; WAL replay covers what it could not write.
+        self.inner.stopping.store(true, Ordering::SeqCst);
         let (tx, rx) = tokio::sync::oneshot::channel();
         if self
             .inner
@@ -405,6 +399,31 @@ impl Ingest {
     /// The shards' tails, for the query engine.
     pub fn tails(&self) -> &[Arc<Tail>] {
         &self.inner.tails
+    }
+}
+
+/// Hands each shard the events of a record that hash to it (moved, not copied). Every shard
+/// gets a message, so every shard's checkpoint advances with the log.
+fn route(
+    seq: u64,
+    batch: WalBatch,
+    shards: &[Addr<IngestShard>],
+    skip: Option<&Arc<HashSet<Uuid>>>,
+    done: Option<&Arc<BatchDone>>,
+) {
+    let mut parts: Vec<Vec<CapturedEvent>> = (0..shards.len()).map(|_| Vec::new()).collect();
+    for event in batch.events {
+        parts[shard_of(batch.project_id, &event.distinct_id, shards.len())].push(event);
+    }
+    for (shard, events) in shards.iter().zip(parts) {
+        shard.do_send(ProcessBatch {
+            seq,
+            project_id: batch.project_id,
+            historical: batch.historical,
+            events,
+            skip: skip.cloned(),
+            done: done.cloned(),
+        });
     }
 }
 
@@ -465,14 +484,7 @@ fn wal_loop(
             }
         } else {
             for (seq, batch, done) in appended {
-                for shard in &shards {
-                    shard.do_send(ProcessBatch {
-                        seq,
-                        batch: Arc::clone(&batch),
-                        skip: None,
-                        done: Some(Arc::clone(&done)),
-                    });
-                }
+                route(seq, batch, &shards, None, Some(&done));
             }
         }
         let covered = checkpoints

@@ -8,18 +8,49 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::segment::{list_segments, read_segment, SegmentError, StoredEvent};
 
-/// A shard's buffered rows, shared read-only with readers.
+/// A shard's buffered rows, shared read-only with readers: the `active` rows being appended
+/// to, and `frozen` batches handed to the shard's flusher but not yet committed to segments.
 #[derive(Default)]
 pub struct Tail {
-    rows: RwLock<Vec<StoredEvent>>,
+    rows: RwLock<TailRows>,
+}
+
+#[derive(Default)]
+pub struct TailRows {
+    pub active: Vec<StoredEvent>,
+    pub frozen: Vec<Arc<FrozenRows>>,
+}
+
+/// Rows frozen for one flush; removed from the tail when their segments are committed.
+pub struct FrozenRows {
+    pub id: u64,
+    pub rows: Vec<StoredEvent>,
+}
+
+impl TailRows {
+    /// Every buffered row, frozen and active.
+    pub fn iter(&self) -> impl Iterator<Item = &StoredEvent> {
+        self.frozen
+            .iter()
+            .flat_map(|f| f.rows.iter())
+            .chain(self.active.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.active.len() + self.frozen.iter().map(|f| f.rows.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Tail {
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<StoredEvent>> {
+    pub fn read(&self) -> RwLockReadGuard<'_, TailRows> {
         self.rows.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Vec<StoredEvent>> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, TailRows> {
         self.rows.write().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -91,9 +91,9 @@ fn micros(t: &DateTime<Utc>) -> i64 {
 }
 
 /// Rows → one Arrow record batch.
-pub fn to_record_batch(events: &[StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
+pub fn to_record_batch(events: &[&StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
     let strings = |f: &dyn Fn(&StoredEvent) -> &str| -> ArrayRef {
-        Arc::new(StringArray::from_iter_values(events.iter().map(f)))
+        Arc::new(StringArray::from_iter_values(events.iter().map(|e| f(e))))
     };
     let optional = |f: &dyn Fn(&StoredEvent) -> Option<&str>| -> ArrayRef {
         let mut b = StringBuilder::with_capacity(events.len(), events.len() * 8);
@@ -148,7 +148,7 @@ pub enum SegmentError {
 }
 
 /// Writes rows (sorted by timestamp) to `path` as Parquet with zstd, and fsyncs it.
-pub fn write_segment(path: &Path, events: &mut [StoredEvent]) -> Result<(), SegmentError> {
+pub fn write_segment(path: &Path, events: &mut [&StoredEvent]) -> Result<(), SegmentError> {
     events.sort_by_key(|e| e.timestamp);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;

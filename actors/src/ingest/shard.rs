@@ -1,23 +1,26 @@
-//! The ingest shard actor: person processing, the in-memory tail, and Parquet flushes.
+//! The ingest shard actor: person processing and the in-memory tail, plus the shard's flusher
+//! thread that turns frozen tail batches into Parquet segments.
 //!
-//! Runs on its own thread (`SyncArbiter`), because everything it does blocks: sled reads and
-//! writes for persons, Parquet encoding, fsyncs. It is the only writer of its tail.
+//! The actor runs on its own thread (`SyncArbiter`) because person processing blocks on sled.
+//! Flushing runs on a second thread so that acknowledgements (which wait for the actor to have
+//! processed a batch) never wait behind Parquet encoding.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Handler, SyncContext};
 use chrono::NaiveDate;
+use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
 use super::pipeline::IngestError;
-use super::read::Tail;
+use super::read::{FrozenRows, Tail};
 use super::segment::{day_dir, write_segment, StoredEvent};
 use super::wal::sync_dir;
 use crate::persons::{process_event, Outcome, PersonStore, UsageKind};
@@ -33,7 +36,6 @@ pub fn shard_of(project_id: u64, distinct_id: &str, shards: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
     pub shard: usize,
-    pub shards: usize,
     pub events_root: PathBuf,
     pub flush_max_rows: usize,
     pub flush_max_bytes: usize,
@@ -55,14 +57,37 @@ pub struct ShardStats {
     pub flush_failures: u64,
 }
 
+/// State shared between a shard and its flusher.
+pub struct ShardShared {
+    pub tail: Arc<Tail>,
+    pub pending: Arc<AtomicUsize>,
+    pub checkpoint: Arc<AtomicU64>,
+    pub segments_written: AtomicU64,
+    pub flush_failures: AtomicU64,
+    /// Set on shutdown: a failing flush gives up instead of retrying forever.
+    pub stopping: Arc<AtomicBool>,
+}
+
+/// One flush: commit `rows` (if any) and advance the checkpoint to `last`.
+struct FlushJob {
+    rows: Option<Arc<FrozenRows>>,
+    first: u64,
+    last: u64,
+    reply: Option<Sender<Result<(), IngestError>>>,
+}
+
 pub struct IngestShard {
     cfg: ShardConfig,
     persons: Arc<PersonStore>,
-    tail: Arc<Tail>,
-    pending: Arc<AtomicUsize>,
-    checkpoint: Arc<AtomicU64>,
+    shared: Arc<ShardShared>,
+    flusher: Sender<FlushJob>,
+    processed_seq: u64,
+    /// Highest seq already handed to the flusher.
+    flushed_through: u64,
     first_seq_in_buffer: Option<u64>,
+    buffered_bytes: usize,
     oldest: Option<Instant>,
+    next_frozen_id: u64,
     recent: HashSet<Uuid>,
     recent_order: VecDeque<Uuid>,
     stats: ShardStats,
@@ -72,25 +97,37 @@ impl IngestShard {
     pub fn new(
         cfg: ShardConfig,
         persons: Arc<PersonStore>,
-        tail: Arc<Tail>,
-        pending: Arc<AtomicUsize>,
-        checkpoint: Arc<AtomicU64>,
+        shared: Arc<ShardShared>,
     ) -> IngestShard {
-        let start = checkpoint.load(Ordering::SeqCst);
+        let start = shared.checkpoint.load(Ordering::SeqCst);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let flusher = Flusher {
+            shard: cfg.shard,
+            events_root: cfg.events_root.clone(),
+            persons: Arc::clone(&persons),
+            shared: Arc::clone(&shared),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("corvid-flush-{}", cfg.shard))
+            .spawn(move || flusher.run(rx));
+        if let Err(err) = spawned {
+            tracing::error!(error = %err, "cannot start a flusher thread; segments will not be written");
+        }
         IngestShard {
             stats: ShardStats {
                 shard: cfg.shard,
-                processed_seq: start,
-                checkpoint: start,
                 ..ShardStats::default()
             },
             cfg,
             persons,
-            tail,
-            pending,
-            checkpoint,
+            shared,
+            flusher: tx,
+            processed_seq: start,
+            flushed_through: start,
             first_seq_in_buffer: None,
+            buffered_bytes: 0,
             oldest: None,
+            next_frozen_id: 0,
             recent: HashSet::new(),
             recent_order: VecDeque::new(),
         }
@@ -109,30 +146,25 @@ impl IngestShard {
         true
     }
 
-    fn process(&mut self, msg: &ProcessBatch) {
-        let batch = &msg.batch;
-        let mut rows = Vec::new();
+    fn process(&mut self, msg: ProcessBatch) {
+        let project_id = msg.project_id;
+        let mut rows = Vec::with_capacity(msg.events.len());
         let mut released = 0usize;
-        for event in &batch.events {
-            if shard_of(batch.project_id, &event.distinct_id, self.cfg.shards) != self.cfg.shard {
-                continue;
-            }
+        for mut event in msg.events {
             let known = msg.skip.as_ref().is_some_and(|s| s.contains(&event.uuid));
             if known || !self.remember(event.uuid) {
                 self.stats.duplicates_skipped += 1;
                 released += 1;
                 continue;
             }
-            let mut event = event.clone();
-            let outcome = process_event(&self.persons, batch.project_id, &mut event)
-                .unwrap_or_else(|err| {
-                    tracing::error!(error = %err, project_id = batch.project_id, "person processing failed; storing the event without a person update");
-                    Outcome::Keep {
-                        person_id: crate::persons::process::person_uuid(batch.project_id, &event.distinct_id),
-                        person_properties: Default::default(),
-                        groups: Default::default(),
-                    }
-                });
+            let outcome = process_event(&self.persons, project_id, &mut event).unwrap_or_else(|err| {
+                tracing::error!(error = %err, project_id, "person processing failed; storing the event without a person update");
+                Outcome::Keep {
+                    person_id: crate::persons::process::person_uuid(project_id, &event.distinct_id),
+                    person_properties: Default::default(),
+                    groups: Default::default(),
+                }
+            });
             let Outcome::Keep {
                 person_id,
                 person_properties,
@@ -158,116 +190,86 @@ impl IngestShard {
                 person_id,
                 timestamp: event.timestamp,
                 created_at: event.created_at,
-                project_id: batch.project_id,
+                project_id,
                 groups,
             });
         }
         if released > 0 {
-            self.pending.fetch_sub(released, Ordering::SeqCst);
+            self.shared.pending.fetch_sub(released, Ordering::SeqCst);
         }
-        self.stats.processed_seq = self.stats.processed_seq.max(msg.seq);
+        self.processed_seq = self.processed_seq.max(msg.seq);
         if rows.is_empty() {
             return;
         }
-        let kind = if batch.historical {
+        let kind = if msg.historical {
             UsageKind::HistoricalEvents
         } else {
             UsageKind::BillableEvents
         };
-        if let Err(err) = self.persons.add_usage(
-            batch.project_id,
-            rows[0].created_at,
-            kind,
-            rows.len() as u64,
-        ) {
+        if let Err(err) =
+            self.persons
+                .add_usage(project_id, rows[0].created_at, kind, rows.len() as u64)
+        {
             tracing::warn!(error = %err, "could not count usage");
         }
         self.stats.events_stored += rows.len() as u64;
-        self.stats.buffered_bytes += rows.iter().map(StoredEvent::approx_bytes).sum::<usize>();
+        self.buffered_bytes += rows.iter().map(StoredEvent::approx_bytes).sum::<usize>();
         self.first_seq_in_buffer.get_or_insert(msg.seq);
         self.oldest.get_or_insert_with(Instant::now);
-        self.tail.write().extend(rows);
+        self.shared.tail.write().active.extend(rows);
     }
 
-    fn should_flush(&self) -> bool {
-        let rows = self.tail.read().len();
-        rows >= self.cfg.flush_max_rows || self.stats.buffered_bytes >= self.cfg.flush_max_bytes
+    fn active_rows(&self) -> usize {
+        self.shared.tail.read().active.len()
     }
 
-    fn checkpoint_path(&self) -> PathBuf {
-        checkpoint_path(&self.cfg.events_root, self.cfg.shard)
-    }
-
-    /// Writes every buffered row to segments and advances the checkpoint, atomically: segment
-    /// files are written as `.tmp`, the checkpoint is made durable, then the files are renamed
-    /// (recovery finishes or undoes an interrupted flush by comparing names with checkpoints).
-    fn flush(&mut self) -> Result<(), IngestError> {
-        let last = self.stats.processed_seq;
-        let rows: Vec<StoredEvent> = self.tail.read().clone();
-        if rows.is_empty() {
-            if last > self.checkpoint.load(Ordering::SeqCst) {
-                self.persons.flush()?;
-                write_checkpoint(&self.checkpoint_path(), last)?;
-                self.checkpoint.store(last, Ordering::SeqCst);
-                self.stats.checkpoint = last;
+    /// Moves the active rows into a frozen batch (no copy) and hands it to the flusher, which
+    /// also advances the checkpoint to the last processed seq.
+    fn freeze(&mut self, reply: Option<Sender<Result<(), IngestError>>>) {
+        let last = self.processed_seq;
+        let rows = {
+            let mut tail = self.shared.tail.write();
+            if tail.active.is_empty() {
+                None
+            } else {
+                self.next_frozen_id += 1;
+                let frozen = Arc::new(FrozenRows {
+                    id: self.next_frozen_id,
+                    rows: std::mem::take(&mut tail.active),
+                });
+                tail.frozen.push(Arc::clone(&frozen));
+                Some(frozen)
             }
-            return Ok(());
-        }
-        let first = self.first_seq_in_buffer.unwrap_or(last);
-        let mut partitions: BTreeMap<(u64, NaiveDate), Vec<StoredEvent>> = BTreeMap::new();
-        for row in rows {
-            partitions
-                .entry((row.project_id, row.day()))
-                .or_default()
-                .push(row);
-        }
-        let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
-        let result = (|| -> Result<(), IngestError> {
-            for ((project, day), mut events) in partitions {
-                let dir = day_dir(&self.cfg.events_root, project, day);
-                let name = format!("s{}-{first:020}-{last:020}.parquet", self.cfg.shard);
-                let final_path = dir.join(&name);
-                let tmp = dir.join(format!("{name}.tmp"));
-                written.push((tmp.clone(), final_path));
-                write_segment(&tmp, &mut events)?;
-            }
-            // Person effects of these events must be durable before the WAL may forget them.
-            self.persons.flush()?;
-            write_checkpoint(&self.checkpoint_path(), last)?;
-            Ok(())
-        })();
-        if let Err(err) = result {
-            for (tmp, _) in &written {
-                let _ = fs::remove_file(tmp);
-            }
-            self.stats.flush_failures += 1;
-            return Err(err);
-        }
-        let count = {
-            let mut tail = self.tail.write();
-            for (tmp, final_path) in &written {
-                fs::rename(tmp, final_path)?;
-            }
-            let n = tail.len();
-            tail.clear();
-            n
         };
-        for dir in written.iter().filter_map(|(_, f)| f.parent()) {
-            let _ = sync_dir(dir);
+        if rows.is_none() && last <= self.flushed_through && reply.is_none() {
+            return;
         }
-        self.pending.fetch_sub(count, Ordering::SeqCst);
-        self.checkpoint.store(last, Ordering::SeqCst);
-        self.stats.checkpoint = last;
-        self.stats.segments_written += written.len() as u64;
-        self.stats.buffered_bytes = 0;
+        let job = FlushJob {
+            first: self.first_seq_in_buffer.unwrap_or(last),
+            last,
+            rows,
+            reply,
+        };
+        self.flushed_through = last;
         self.first_seq_in_buffer = None;
         self.oldest = None;
-        Ok(())
+        self.buffered_bytes = 0;
+        if let Err(err) = self.flusher.send(job) {
+            tracing::error!(shard = self.cfg.shard, "flusher is gone; cannot flush");
+            if let Some(reply) = err.into_inner().reply {
+                let _ = reply.send(Err(IngestError::ActorGone));
+            }
+        }
     }
 
     fn stats(&self) -> ShardStats {
         ShardStats {
-            buffered_rows: self.tail.read().len(),
+            buffered_rows: self.shared.tail.read().len(),
+            buffered_bytes: self.buffered_bytes,
+            processed_seq: self.processed_seq,
+            checkpoint: self.shared.checkpoint.load(Ordering::SeqCst),
+            segments_written: self.shared.segments_written.load(Ordering::SeqCst),
+            flush_failures: self.shared.flush_failures.load(Ordering::SeqCst),
             ..self.stats.clone()
         }
     }
@@ -281,14 +283,15 @@ impl Handler<ProcessBatch> for IngestShard {
     type Result = ();
 
     fn handle(&mut self, msg: ProcessBatch, _: &mut Self::Context) {
-        self.process(&msg);
-        if let Some(done) = &msg.done {
+        let done = msg.done.clone();
+        self.process(msg);
+        if let Some(done) = done {
             done.shard_finished();
         }
-        if self.should_flush() {
-            if let Err(err) = self.flush() {
-                tracing::error!(error = %err, shard = self.cfg.shard, "segment flush failed; will retry");
-            }
+        if self.active_rows() >= self.cfg.flush_max_rows
+            || self.buffered_bytes >= self.cfg.flush_max_bytes
+        {
+            self.freeze(None);
         }
     }
 }
@@ -297,13 +300,12 @@ impl Handler<FlushTick> for IngestShard {
     type Result = ();
 
     fn handle(&mut self, _: FlushTick, _: &mut Self::Context) {
-        let due = self
-            .oldest
-            .is_none_or(|t| t.elapsed() >= self.cfg.flush_interval);
+        let due = match self.oldest {
+            Some(t) => t.elapsed() >= self.cfg.flush_interval,
+            None => self.processed_seq > self.flushed_through,
+        };
         if due {
-            if let Err(err) = self.flush() {
-                tracing::error!(error = %err, shard = self.cfg.shard, "segment flush failed; will retry");
-            }
+            self.freeze(None);
         }
     }
 }
@@ -312,7 +314,9 @@ impl Handler<FlushNow> for IngestShard {
     type Result = Result<ShardStats, IngestError>;
 
     fn handle(&mut self, _: FlushNow, _: &mut Self::Context) -> Self::Result {
-        self.flush()?;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.freeze(Some(tx));
+        rx.recv().map_err(|_| IngestError::ActorGone)??;
         Ok(self.stats())
     }
 }
@@ -322,6 +326,105 @@ impl Handler<GetStats> for IngestShard {
 
     fn handle(&mut self, _: GetStats, _: &mut Self::Context) -> ShardStats {
         self.stats()
+    }
+}
+
+/// Writes frozen batches to segments, in order, and advances the shard's checkpoint.
+struct Flusher {
+    shard: usize,
+    events_root: PathBuf,
+    persons: Arc<PersonStore>,
+    shared: Arc<ShardShared>,
+}
+
+impl Flusher {
+    fn run(self, jobs: Receiver<FlushJob>) {
+        for job in jobs {
+            let result = loop {
+                match self.commit(&job) {
+                    Ok(()) => break Ok(()),
+                    Err(err) => {
+                        self.shared.flush_failures.fetch_add(1, Ordering::SeqCst);
+                        tracing::error!(error = %err, shard = self.shard, "segment flush failed");
+                        // Later jobs must not overtake this one (their checkpoint would cover
+                        // rows that are not in segments), so retry until it works or we stop.
+                        if self.shared.stopping.load(Ordering::SeqCst) {
+                            break Err(err);
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            };
+            let failed = result.is_err();
+            if let Some(reply) = job.reply {
+                let _ = reply.send(result);
+            }
+            if failed {
+                // Stopping with an uncommitted batch: leave the rest to WAL replay.
+                return;
+            }
+        }
+    }
+
+    /// Segment files as `.tmp`, then persons durable, then the checkpoint, then the renames
+    /// (recovery finishes or undoes an interrupted commit by comparing names and checkpoints).
+    fn commit(&self, job: &FlushJob) -> Result<(), IngestError> {
+        let current = self.shared.checkpoint.load(Ordering::SeqCst);
+        if job.rows.is_none() && job.last <= current {
+            return Ok(());
+        }
+        let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let result = (|| -> Result<(), IngestError> {
+            if let Some(frozen) = &job.rows {
+                let mut partitions: BTreeMap<(u64, NaiveDate), Vec<&StoredEvent>> = BTreeMap::new();
+                for row in &frozen.rows {
+                    partitions
+                        .entry((row.project_id, row.day()))
+                        .or_default()
+                        .push(row);
+                }
+                for ((project, day), mut events) in partitions {
+                    let dir = day_dir(&self.events_root, project, day);
+                    let name =
+                        format!("s{}-{:020}-{:020}.parquet", self.shard, job.first, job.last);
+                    let tmp = dir.join(format!("{name}.tmp"));
+                    written.push((tmp.clone(), dir.join(&name)));
+                    write_segment(&tmp, &mut events)?;
+                }
+            }
+            // Person effects of these events must be durable before the WAL may forget them.
+            self.persons.flush()?;
+            write_checkpoint(&checkpoint_path(&self.events_root, self.shard), job.last)?;
+            Ok(())
+        })();
+        if let Err(err) = result {
+            for (tmp, _) in &written {
+                let _ = fs::remove_file(tmp);
+            }
+            return Err(err);
+        }
+        let count = {
+            let mut tail = self.shared.tail.write();
+            for (tmp, final_path) in &written {
+                fs::rename(tmp, final_path)?;
+            }
+            match &job.rows {
+                Some(frozen) => {
+                    tail.frozen.retain(|f| f.id != frozen.id);
+                    frozen.rows.len()
+                }
+                None => 0,
+            }
+        };
+        for dir in written.iter().filter_map(|(_, f)| f.parent()) {
+            let _ = sync_dir(dir);
+        }
+        self.shared.pending.fetch_sub(count, Ordering::SeqCst);
+        self.shared.checkpoint.store(job.last, Ordering::SeqCst);
+        self.shared
+            .segments_written
+            .fetch_add(written.len() as u64, Ordering::SeqCst);
+        Ok(())
     }
 }
 

@@ -95,6 +95,9 @@ pub fn process_event(
         event.properties.remove("$process_person_profile");
     }
 
+    if let Some(outcome) = read_only_outcome(store, project_id, event)? {
+        return Ok(outcome);
+    }
     let _writer = store.lock();
     let distinct_id = event.distinct_id.clone();
     match event.event.as_str() {
@@ -166,6 +169,48 @@ pub fn process_event(
         person_properties: person.properties,
         groups,
     })
+}
+
+/// The common case without the writer lock: an existing person, no merge, no property change,
+/// only known group types. `None` means a write is needed (take the locked path).
+fn read_only_outcome(
+    store: &PersonStore,
+    project_id: u64,
+    event: &mut CapturedEvent,
+) -> Result<Option<Outcome>, StoreError> {
+    if PERSON_ONLY_EVENTS.contains(&event.event.as_str()) {
+        return Ok(None);
+    }
+    let Some(mut person) = store.person_by_distinct_id(project_id, &event.distinct_id)? else {
+        return Ok(None);
+    };
+    let mut resolved = Vec::new();
+    if let Some(Value::Object(groups)) = event.properties.get("$groups") {
+        for (group_type, key) in groups {
+            let Some(key) = value_as_id(key) else {
+                continue;
+            };
+            match store.group_type_index(project_id, group_type)? {
+                Some(index) => resolved.push((index, key)),
+                None => return Ok(None),
+            }
+        }
+    }
+    if apply_property_updates(&mut person.properties, &event.properties) {
+        return Ok(None);
+    }
+    let mut columns: [Option<String>; 5] = Default::default();
+    for (index, key) in resolved {
+        event
+            .properties
+            .insert(format!("$group_{index}"), Value::String(key.clone()));
+        columns[usize::from(index)] = Some(key);
+    }
+    Ok(Some(Outcome::Keep {
+        person_id: person.id,
+        person_properties: person.properties,
+        groups: columns,
+    }))
 }
 
 fn personless_outcome(
