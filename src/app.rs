@@ -11,7 +11,7 @@ use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use corvid_actors::ingest::Ingest;
-use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
+use corvid_actors::meta::{MetaCache, MetaStore};
 use corvid_actors::persons::PersonStore;
 
 use crate::bootstrap::{self, Credentials, MintKey};
@@ -36,7 +36,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let meta_dir = config.meta_dir();
-    let meta = tokio::task::spawn_blocking(move || open_meta_store(&meta_dir))
+    let meta = tokio::task::spawn_blocking(move || MetaStore::open(&meta_dir))
         .await?
         .context("cannot open the metadata store (is another Corvid using this data dir?)")?;
     let meta = Arc::new(meta);
@@ -113,32 +113,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         server,
         first_run,
     })
-}
-
-/// How long start-up waits for another instance (e.g. one still shutting down) to release the
-/// data directory's lock.
-const DATA_DIR_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Opens the metadata store, waiting up to [`DATA_DIR_LOCK_WAIT`] while the directory is locked.
-fn open_meta_store(dir: &std::path::Path) -> Result<MetaStore, StoreError> {
-    let deadline = std::time::Instant::now() + DATA_DIR_LOCK_WAIT;
-    let mut logged = false;
-    loop {
-        match MetaStore::open(dir) {
-            // sled reports a held lock as `ErrorKind::Other` with this text (sled 0.34).
-            Err(StoreError::Sled(sled::Error::Io(e)))
-                if e.to_string().contains("could not acquire lock")
-                    && std::time::Instant::now() < deadline =>
-            {
-                if !logged {
-                    tracing::info!(dir = %dir.display(), "data dir is locked; waiting for the previous instance to exit");
-                    logged = true;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(25));
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).

@@ -60,10 +60,24 @@ pub fn normalize_all(
     events: Vec<RawEvent>,
     ctx: &Context,
 ) -> Result<Vec<CapturedEvent>, NormalizeError> {
-    events.into_iter().map(|e| normalize(e, ctx)).collect()
+    let sent_at = ctx.sent_at.map(|t| Value::String(t.to_rfc3339()));
+    events
+        .into_iter()
+        .map(|e| normalize_with(e, ctx, sent_at.as_ref()))
+        .collect()
 }
 
 pub fn normalize(raw: RawEvent, ctx: &Context) -> Result<CapturedEvent, NormalizeError> {
+    let sent_at = ctx.sent_at.map(|t| Value::String(t.to_rfc3339()));
+    normalize_with(raw, ctx, sent_at.as_ref())
+}
+
+/// `sent_at` is the request's send time already formatted, shared by all its events.
+fn normalize_with(
+    raw: RawEvent,
+    ctx: &Context,
+    sent_at: Option<&Value>,
+) -> Result<CapturedEvent, NormalizeError> {
     if ctx.historical_migration {
         check_historical(&raw, ctx.now)?;
     }
@@ -85,10 +99,10 @@ pub fn normalize(raw: RawEvent, ctx: &Context) -> Result<CapturedEvent, Normaliz
     } else {
         properties.remove("$ip");
     }
-    if let Some(sent_at) = ctx.sent_at {
+    if let Some(sent_at) = sent_at {
         properties
             .entry("$sent_at")
-            .or_insert_with(|| Value::String(sent_at.to_rfc3339()));
+            .or_insert_with(|| sent_at.clone());
     }
     if let Some(Value::String(session)) = properties.get_mut("$session_id") {
         if Uuid::parse_str(session).is_ok() {

@@ -1,7 +1,7 @@
 //! Timestamp parsing and clock-skew correction, as PostHog's capture/ingestion does it
 //! (`shared/reference/capture.md` §4.6).
 
-use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 
 /// Events more than this far in the future are clamped to the receive time.
 pub const MAX_FUTURE: Duration = Duration::hours(23);
@@ -97,8 +97,7 @@ pub fn resolve_timestamp(
     if result - now > MAX_FUTURE {
         result = now;
     }
-    let year = result.format("%Y").to_string().parse::<i64>().unwrap_or(0);
-    if !(0..=9999).contains(&year) {
+    if !(0..=9999).contains(&result.year()) {
         result = DateTime::<Utc>::UNIX_EPOCH;
     }
     result

@@ -33,9 +33,11 @@ pub struct MetaStore {
 }
 
 impl MetaStore {
-    /// Opens (or creates) the store in `dir`, checking the schema version.
+    /// Opens (or creates) the store in `dir`, checking the schema version. Waits up to
+    /// [`LOCK_WAIT`] while another instance (e.g. one still shutting down, whose background
+    /// threads hold the lock for a moment) releases the directory.
     pub fn open(dir: &Path) -> Result<MetaStore, StoreError> {
-        let db = sled::Config::new().path(dir).open()?;
+        let db = open_db(dir)?;
         let store = MetaStore {
             meta: db.open_tree("meta")?,
             organizations: db.open_tree("organizations")?,
@@ -341,6 +343,30 @@ impl MetaStore {
             self.flush()?;
         }
         Ok(())
+    }
+}
+
+/// How long [`MetaStore::open`] waits for the data directory's lock.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut logged = false;
+    loop {
+        match sled::Config::new().path(dir).open() {
+            // sled reports a held lock as `ErrorKind::Other` with this text (sled 0.34).
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !logged {
+                    tracing::info!(dir = %dir.display(), "data dir is locked; waiting for the previous instance to release it");
+                    logged = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            other => return Ok(other?),
+        }
     }
 }
 
