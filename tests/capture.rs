@@ -588,6 +588,16 @@ fn events_survive_restart_and_projects_are_isolated() {
         "mine",
         "flushed on shutdown, read back after restart"
     );
+    // Reads from segments honour every filter (pushed into the Parquet reader).
+    let soon = urlencode(&(chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339());
+    let past = urlencode(&(chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339());
+    assert_eq!(server.events(1, "event=mine").len(), 1);
+    assert_eq!(server.events(1, "event=theirs").len(), 0);
+    assert_eq!(server.events(1, "distinct_id=iso").len(), 1);
+    assert_eq!(server.events(1, "distinct_id=nobody").len(), 0);
+    assert_eq!(server.events(1, &format!("after={soon}")).len(), 0);
+    assert_eq!(server.events(1, &format!("after={past}&before={soon}")).len(), 1);
+    assert_eq!(server.events(1, &format!("before={past}")).len(), 0);
     assert_eq!(server.events(other_id, "").len(), 1);
     assert_eq!(server.persons(1, "iso").len(), 1);
     drop(server);

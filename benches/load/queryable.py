@@ -3,10 +3,12 @@ API until it is returned. Prints the median and p95 over N probes (run while loa
 
 Usage: queryable.py BASE_URL PROJECT_TOKEN PERSONAL_API_KEY [N]
 """
+import datetime
 import json
 import statistics
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -17,9 +19,10 @@ for _ in range(n):
     did = f"probe-{uuid.uuid4()}"
     body = json.dumps({"api_key": token, "event": "probe", "distinct_id": did}).encode()
     start = time.monotonic()
+    since = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)).isoformat()
     urllib.request.urlopen(urllib.request.Request(f"{base}/i/v0/e/", data=body, headers={"Content-Type": "application/json"}))
     while True:
-        req = urllib.request.Request(f"{base}/api/projects/1/events/?distinct_id={did}&limit=1", headers={"Authorization": f"Bearer {key}"})
+        req = urllib.request.Request(f"{base}/api/projects/1/events/?distinct_id={did}&limit=1&after={urllib.parse.quote(since)}", headers={"Authorization": f"Bearer {key}"})
         if json.load(urllib.request.urlopen(req))["results"]:
             break
         if time.monotonic() - start > 30:

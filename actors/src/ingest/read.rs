@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::segment::{list_segments, read_segment, SegmentError, StoredEvent};
+use super::segment::{
+    list_segments, read_segment_filtered, SegmentError, SegmentFilter, StoredEvent,
+};
 
 /// A shard's buffered rows, shared read-only with readers: the `active` rows being appended
 /// to, and `frozen` batches handed to the shard's flusher but not yet committed to segments.
@@ -128,6 +130,12 @@ pub fn query_events(
             .unwrap_or_default();
         by_day.entry(day).or_default().push(file);
     }
+    let segment_filter = SegmentFilter {
+        event: filter.event.clone(),
+        distinct_id: filter.distinct_id.clone(),
+        after: filter.after,
+        before: filter.before,
+    };
     let mut rows = snap.tail;
     for (day, files) in by_day.into_iter().rev() {
         // Every row of this day and older days is older than rows of newer days: once those
@@ -142,7 +150,7 @@ pub fn query_events(
         }
         for file in files {
             rows.extend(
-                read_segment(&file)?
+                read_segment_filtered(&file, &segment_filter)?
                     .into_iter()
                     .filter(|e| filter.matches(e)),
             );

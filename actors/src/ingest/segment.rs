@@ -178,6 +178,93 @@ pub fn read_segment(path: &Path) -> Result<Vec<StoredEvent>, SegmentError> {
     Ok(out)
 }
 
+/// Row conditions pushed into the Parquet reader.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentFilter {
+    pub event: Option<String>,
+    pub distinct_id: Option<String>,
+    /// Exclusive bounds on `timestamp`.
+    pub after: Option<DateTime<Utc>>,
+    pub before: Option<DateTime<Utc>>,
+}
+
+/// Reads the rows of a segment that can match `filter`: row groups whose `timestamp`
+/// statistics lie outside the bounds are skipped, and `event`/`distinct_id` equality is
+/// evaluated on those columns alone before any other column is decoded.
+pub fn read_segment_filtered(
+    path: &Path,
+    filter: &SegmentFilter,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter};
+    use parquet::arrow::ProjectionMask;
+    use parquet::file::statistics::Statistics;
+
+    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?;
+    let metadata = builder.metadata().clone();
+    let ts_index = schema().index_of("timestamp")?;
+    let row_groups: Vec<usize> = (0..metadata.num_row_groups())
+        .filter(|&i| {
+            let stats = metadata.row_group(i).column(ts_index).statistics();
+            match stats {
+                Some(Statistics::Int64(s)) => {
+                    let max_ok = match (filter.after, s.max_opt()) {
+                        (Some(after), Some(max)) => *max > after.timestamp_micros(),
+                        _ => true,
+                    };
+                    let min_ok = match (filter.before, s.min_opt()) {
+                        (Some(before), Some(min)) => *min < before.timestamp_micros(),
+                        _ => true,
+                    };
+                    max_ok && min_ok
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    if row_groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut predicates: Vec<Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>> = Vec::new();
+    let descr = metadata.file_metadata().schema_descr_ptr();
+    for (name, wanted) in [
+        ("event", &filter.event),
+        ("distinct_id", &filter.distinct_id),
+    ] {
+        let Some(wanted) = wanted.clone() else {
+            continue;
+        };
+        let index = schema().index_of(name)?;
+        let mask = ProjectionMask::roots(&descr, [index]);
+        predicates.push(Box::new(ArrowPredicateFn::new(
+            mask,
+            move |batch: RecordBatch| {
+                let column = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| {
+                        arrow::error::ArrowError::SchemaError(format!(
+                            "{name} is not a string column"
+                        ))
+                    })?;
+                Ok(column
+                    .iter()
+                    .map(|v| Some(v == Some(wanted.as_str())))
+                    .collect())
+            },
+        )));
+    }
+    let mut builder = builder.with_row_groups(row_groups);
+    if !predicates.is_empty() {
+        builder = builder.with_row_filter(RowFilter::new(predicates));
+    }
+    let mut out = Vec::new();
+    for batch in builder.build()? {
+        out.extend(from_record_batch(&batch?, path)?);
+    }
+    Ok(out)
+}
+
 fn column<'a, T: 'static>(
     batch: &'a RecordBatch,
     name: &str,
