@@ -596,7 +596,12 @@ fn events_survive_restart_and_projects_are_isolated() {
     assert_eq!(server.events(1, "distinct_id=iso").len(), 1);
     assert_eq!(server.events(1, "distinct_id=nobody").len(), 0);
     assert_eq!(server.events(1, &format!("after={soon}")).len(), 0);
-    assert_eq!(server.events(1, &format!("after={past}&before={soon}")).len(), 1);
+    assert_eq!(
+        server
+            .events(1, &format!("after={past}&before={soon}"))
+            .len(),
+        1
+    );
     assert_eq!(server.events(1, &format!("before={past}")).len(), 0);
     assert_eq!(server.events(other_id, "").len(), 1);
     assert_eq!(server.persons(1, "iso").len(), 1);
