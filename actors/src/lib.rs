@@ -4,7 +4,9 @@
 //! - [`meta`]: organizations, projects, users and personal API keys in sled.
 //! - [`ingest`]: capture decoding, the write-ahead log, ingest shard actors, Parquet segments.
 //! - [`persons`]: persons, groups and usage counters in sled.
+//! - [`flags`]: feature-flag evaluation (in progress: hashing and property matching).
 
+pub mod flags;
 pub mod ingest;
 pub mod meta;
 pub mod persons;

@@ -1,0 +1,496 @@
+//! Evaluation of flags for one subject, with the server's rules (`shared/reference/flags.md`
+//! §4–6): early access, holdouts, conditions in stored order, per-condition aggregation,
+//! rollout and variant hashing, payloads, reasons, cohorts and flag dependencies.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use super::hash::{holdout_hash, rollout_hash, variant_hash};
+use super::model::{CohortDefinition, CohortGroup, CohortNode, Condition, FlagDefinition};
+use super::properties::{match_property, MatchContext, PropertyFilter};
+
+/// A flag's value as dependants see it: `false`, `true` or a variant key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlagValue {
+    Off,
+    On,
+    Variant(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reason {
+    pub code: &'static str,
+    pub condition_index: Option<usize>,
+    pub description: String,
+}
+
+/// The result of evaluating one flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub enabled: bool,
+    pub variant: Option<String>,
+    pub reason: Reason,
+    pub payload: Option<Value>,
+    /// The flag could not be computed (its dependencies are missing or cyclic).
+    pub failed: bool,
+}
+
+impl Evaluation {
+    pub fn value(&self) -> FlagValue {
+        match (&self.variant, self.enabled) {
+            (_, false) => FlagValue::Off,
+            (Some(v), true) => FlagValue::Variant(v.clone()),
+            (None, true) => FlagValue::On,
+        }
+    }
+}
+
+/// A group the subject belongs to, by group type index.
+#[derive(Debug, Clone, Default)]
+pub struct GroupData {
+    pub key: String,
+    pub properties: Map<String, Value>,
+}
+
+/// Who flags are evaluated for.
+#[derive(Debug, Clone, Default)]
+pub struct Subject {
+    pub distinct_id: String,
+    /// `$anon_distinct_id`: the hash key of experience-continuity flags.
+    pub anon_distinct_id: Option<String>,
+    pub device_id: Option<String>,
+    /// Stored person properties overlaid with the request's (request wins).
+    pub person_properties: Map<String, Value>,
+    pub groups: [Option<GroupData>; 5],
+    /// Static cohorts the person is a member of.
+    pub static_cohorts: HashSet<i64>,
+}
+
+/// Reason priorities: the best non-match reason is reported (ties go to the later condition).
+fn priority(code: &str) -> i8 {
+    match code {
+        "super_condition_value" => 6,
+        "holdout_condition_value" => 5,
+        "condition_match" => 4,
+        "out_of_rollout_bound" => 3,
+        "no_condition_match" => 2,
+        "no_group_type" => 1,
+        "flag_disabled" => 0,
+        _ => -1,
+    }
+}
+
+fn reason(code: &'static str, condition_index: Option<usize>) -> Reason {
+    let description = match code {
+        "condition_match" => format!("Matched condition set {}", condition_index.unwrap_or(0) + 1),
+        "out_of_rollout_bound" => "Out of rollout bound".into(),
+        "no_condition_match" => "No matching condition set".into(),
+        "no_group_type" => "No group type".into(),
+        "super_condition_value" => "Super condition value".into(),
+        "holdout_condition_value" => "Holdout condition value".into(),
+        "flag_disabled" => "Feature flag is disabled".into(),
+        _ => "Flag cannot be evaluated due to missing dependency".into(),
+    };
+    Reason {
+        code,
+        condition_index,
+        description,
+    }
+}
+
+/// Everything evaluation reads besides the flag and the subject.
+pub struct Environment<'a> {
+    pub cohorts: &'a HashMap<i64, CohortDefinition>,
+    /// Values of already evaluated flags, by flag id (dependencies).
+    pub flag_values: &'a HashMap<i64, FlagValue>,
+    pub ctx: MatchContext,
+}
+
+/// Evaluates one flag.
+pub fn evaluate_flag(
+    flag: &FlagDefinition,
+    subject: &Subject,
+    env: &Environment<'_>,
+) -> Evaluation {
+    if !flag.active || flag.deleted {
+        return not_enabled(reason("flag_disabled", None));
+    }
+    let filters = &flag.filters;
+    let payload_for = |key: &str| filters.payloads.get(key).cloned();
+
+    // 1. Early access.
+    let enrollment_key = format!("$feature_enrollment/{}", flag.key);
+    if filters.feature_enrollment == Some(true) {
+        if let Some(value) = subject.person_properties.get(&enrollment_key) {
+            let enabled = matches!(value, Value::Bool(true)) || value.as_str() == Some("true");
+            return Evaluation {
+                enabled,
+                variant: None,
+                reason: reason("super_condition_value", Some(0)),
+                payload: enabled.then(|| payload_for("true")).flatten(),
+                failed: false,
+            };
+        }
+    } else if let Some(gate) = filters.super_groups.first() {
+        let relevant = gate
+            .properties
+            .iter()
+            .any(|f| subject.person_properties.contains_key(&f.key));
+        if relevant {
+            let identifier = person_identifier(flag, subject).unwrap_or_default();
+            let enabled = condition_properties_match(gate, None, subject, env)
+                && in_rollout(&flag.key, &identifier, gate.rollout_percentage);
+            return Evaluation {
+                enabled,
+                variant: None,
+                reason: reason("super_condition_value", Some(0)),
+                payload: enabled.then(|| payload_for("true")).flatten(),
+                failed: false,
+            };
+        }
+    }
+
+    // 2. Holdout.
+    if let Some(holdout) = &filters.holdout {
+        let identifier = match filters.aggregation_group_type_index {
+            Some(i) => subject.groups[usize::from(i.min(4))]
+                .as_ref()
+                .map(|g| g.key.clone()),
+            None => person_identifier(flag, subject),
+        };
+        if let Some(identifier) = identifier {
+            let percentage = holdout.exclusion_percentage.clamp(0.0, 100.0);
+            let excluded = percentage >= 100.0 || holdout_hash(&identifier) <= percentage / 100.0;
+            if excluded {
+                let variant = format!("holdout-{}", holdout.id);
+                return Evaluation {
+                    enabled: true,
+                    payload: payload_for(&variant),
+                    variant: Some(variant),
+                    reason: reason("holdout_condition_value", None),
+                    failed: false,
+                };
+            }
+        }
+    }
+
+    // 3. Conditions in stored order; the first match wins.
+    let mut best = reason("no_group_type", None);
+    let mut skipped_group_condition = false;
+    for (index, condition) in filters.groups.iter().enumerate() {
+        let aggregation = condition
+            .aggregation_group_type_index
+            .unwrap_or(filters.aggregation_group_type_index);
+        let identifier = match aggregation {
+            Some(group_index) => match subject
+                .groups
+                .get(usize::from(group_index))
+                .and_then(Option::as_ref)
+            {
+                Some(group) if !group.key.is_empty() => group.key.clone(),
+                _ => {
+                    skipped_group_condition = true;
+                    best = better(best, reason("no_group_type", Some(index)));
+                    continue;
+                }
+            },
+            None => match person_identifier(flag, subject) {
+                Some(id) => id,
+                None => {
+                    best = better(best, reason("out_of_rollout_bound", Some(index)));
+                    continue;
+                }
+            },
+        };
+        if !condition_properties_match(condition, aggregation, subject, env) {
+            best = better(best, reason("no_condition_match", Some(index)));
+            continue;
+        }
+        if !in_rollout(&flag.key, &identifier, condition.rollout_percentage) {
+            best = better(best, reason("out_of_rollout_bound", Some(index)));
+            continue;
+        }
+        let variant = condition
+            .variant
+            .clone()
+            .filter(|v| {
+                filters
+                    .multivariate
+                    .as_ref()
+                    .is_some_and(|m| m.variants.iter().any(|x| &x.key == v))
+            })
+            .or_else(|| pick_variant(flag, &identifier));
+        let payload = payload_for(variant.as_deref().unwrap_or("true"));
+        return Evaluation {
+            enabled: true,
+            variant,
+            reason: reason("condition_match", Some(index)),
+            payload,
+            failed: false,
+        };
+    }
+    if best.code == "no_condition_match" && skipped_group_condition {
+        best.description = "No matching condition set (group conditions were not evaluated because no group type was provided)".into();
+    }
+    not_enabled(best)
+}
+
+fn not_enabled(reason: Reason) -> Evaluation {
+    Evaluation {
+        enabled: false,
+        variant: None,
+        reason,
+        payload: None,
+        failed: false,
+    }
+}
+
+fn better(current: Reason, candidate: Reason) -> Reason {
+    if priority(candidate.code) >= priority(current.code) {
+        candidate
+    } else {
+        current
+    }
+}
+
+/// The person-level hash identifier: device id when the flag buckets by device (none → the
+/// condition is skipped), else `$anon_distinct_id` for continuity flags, else the distinct id.
+fn person_identifier(flag: &FlagDefinition, subject: &Subject) -> Option<String> {
+    if flag.bucketing_identifier.as_deref() == Some("device_id") {
+        return subject.device_id.clone().filter(|d| !d.is_empty());
+    }
+    if flag.ensure_experience_continuity {
+        if let Some(anon) = subject.anon_distinct_id.as_ref().filter(|a| !a.is_empty()) {
+            return Some(anon.clone());
+        }
+    }
+    Some(subject.distinct_id.clone())
+}
+
+fn in_rollout(key: &str, identifier: &str, percentage: Option<f64>) -> bool {
+    let percentage = percentage.unwrap_or(100.0);
+    percentage >= 100.0 || rollout_hash(key, identifier) <= percentage / 100.0
+}
+
+/// The first variant whose cumulative share exceeds the variant hash (strict `<`).
+fn pick_variant(flag: &FlagDefinition, identifier: &str) -> Option<String> {
+    let variants = &flag.filters.multivariate.as_ref()?.variants;
+    let hash = variant_hash(&flag.key, identifier);
+    let mut cumulative = 0.0;
+    for variant in variants {
+        cumulative += variant.rollout_percentage / 100.0;
+        if hash < cumulative {
+            return Some(variant.key.clone());
+        }
+    }
+    None
+}
+
+/// Plain filters first (in order), then cohort filters; all must match.
+fn condition_properties_match(
+    condition: &Condition,
+    aggregation: Option<u8>,
+    subject: &Subject,
+    env: &Environment<'_>,
+) -> bool {
+    let (cohort_filters, plain): (Vec<&PropertyFilter>, Vec<&PropertyFilter>) = condition
+        .properties
+        .iter()
+        .partition(|f| f.kind.as_deref() == Some("cohort"));
+    for filter in plain {
+        let matched = match filter.kind.as_deref() {
+            Some("group") => {
+                let index = filter
+                    .group_type_index
+                    .and_then(|i| u8::try_from(i).ok())
+                    .or(aggregation);
+                match index
+                    .and_then(|i| subject.groups.get(usize::from(i)))
+                    .and_then(Option::as_ref)
+                {
+                    Some(group) => match_property(filter, &group.properties, &env.ctx),
+                    None => false,
+                }
+            }
+            Some("flag") => dependency_matches(filter, env),
+            _ => match_property(filter, &subject.person_properties, &env.ctx),
+        };
+        if !matched {
+            return false;
+        }
+    }
+    cohort_filters.into_iter().all(|f| {
+        let member = cohort_id(&f.value)
+            .map(|id| in_cohort(id, subject, env, &mut Vec::new()))
+            .unwrap_or(false);
+        match f.operator.as_deref().unwrap_or("in") {
+            "in" | "exact" => member,
+            "not_in" => !member,
+            _ => false,
+        }
+    })
+}
+
+fn cohort_id(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// `flag_evaluates_to`: `true` matches any enabled value, `false` only a disabled flag, a
+/// string exactly that variant.
+fn dependency_matches(filter: &PropertyFilter, env: &Environment<'_>) -> bool {
+    let operator = filter.operator.as_deref().unwrap_or("flag_evaluates_to");
+    if operator != "flag_evaluates_to" && operator != "exact" {
+        return false;
+    }
+    let Ok(id) = filter.key.parse::<i64>() else {
+        return false;
+    };
+    let Some(actual) = env.flag_values.get(&id) else {
+        return false;
+    };
+    match (&filter.value, actual) {
+        (Value::Bool(true), value) => *value != FlagValue::Off,
+        (Value::Bool(false), value) => *value == FlagValue::Off,
+        (Value::String(wanted), FlagValue::Variant(v)) => wanted == v,
+        _ => false,
+    }
+}
+
+/// Cohort membership of the subject; `stack` guards against cycles (a cycle is a non-member).
+pub fn in_cohort(id: i64, subject: &Subject, env: &Environment<'_>, stack: &mut Vec<i64>) -> bool {
+    if stack.contains(&id) {
+        return false;
+    }
+    let Some(cohort) = env.cohorts.get(&id) else {
+        return false;
+    };
+    if cohort.is_static {
+        return subject.static_cohorts.contains(&id);
+    }
+    let Some(filters) = &cohort.filters else {
+        return false;
+    };
+    stack.push(id);
+    let result = group_matches(&filters.properties, subject, env, stack);
+    stack.pop();
+    result
+}
+
+fn group_matches(
+    group: &CohortGroup,
+    subject: &Subject,
+    env: &Environment<'_>,
+    stack: &mut Vec<i64>,
+) -> bool {
+    if group.values.is_empty() {
+        return false;
+    }
+    let mut results = group.values.iter().map(|node| match node {
+        CohortNode::Group(inner) => group_matches(inner, subject, env, stack),
+        CohortNode::Filter(filter) => {
+            let matched = if filter.kind.as_deref() == Some("cohort") {
+                cohort_id(&filter.value).is_some_and(|id| in_cohort(id, subject, env, stack))
+            } else {
+                match_property(filter, &subject.person_properties, &env.ctx)
+            };
+            matched != filter.negation.unwrap_or(false)
+        }
+    });
+    if group.kind.eq_ignore_ascii_case("OR") {
+        results.any(|r| r)
+    } else {
+        results.all(|r| r)
+    }
+}
+
+/// The ids a flag depends on (flag filters in its conditions).
+pub fn dependencies(flag: &FlagDefinition) -> Vec<i64> {
+    flag.filters
+        .groups
+        .iter()
+        .chain(flag.filters.super_groups.iter())
+        .flat_map(|c| c.properties.iter())
+        .filter(|f| f.kind.as_deref() == Some("flag"))
+        .filter_map(|f| f.key.parse().ok())
+        .collect()
+}
+
+/// Evaluates every flag of `flags` in dependency order. Flags whose dependencies are missing
+/// or cyclic come back `missing_dependency`; cycles also report an error (second value).
+pub fn evaluate_all(
+    flags: &[&FlagDefinition],
+    subject: &Subject,
+    cohorts: &HashMap<i64, CohortDefinition>,
+    ctx: MatchContext,
+) -> (Vec<Evaluation>, bool) {
+    let by_id: HashMap<i64, usize> = flags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let mut values: HashMap<i64, FlagValue> = HashMap::new();
+    let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
+    let mut errors = false;
+    // 0 = unvisited, 1 = in progress, 2 = done.
+    let mut state = vec![0u8; flags.len()];
+    fn visit(
+        i: usize,
+        flags: &[&FlagDefinition],
+        by_id: &HashMap<i64, usize>,
+        state: &mut [u8],
+        order: &mut Vec<(usize, bool)>,
+    ) -> bool {
+        match state[i] {
+            2 => return order.iter().any(|(j, ok)| *j == i && *ok),
+            1 => return false,
+            _ => {}
+        }
+        state[i] = 1;
+        let mut ok = true;
+        for dep in dependencies(flags[i]) {
+            match by_id.get(&dep) {
+                Some(&j) => ok &= visit(j, flags, by_id, state, order),
+                None => ok = false,
+            }
+        }
+        state[i] = 2;
+        order.push((i, ok));
+        ok
+    }
+    let mut order = Vec::new();
+    for i in 0..flags.len() {
+        if state[i] == 0 {
+            visit(i, flags, &by_id, &mut state, &mut order);
+        }
+    }
+    for (i, ok) in order {
+        let evaluation = if ok {
+            let env = Environment {
+                cohorts,
+                flag_values: &values,
+                ctx,
+            };
+            evaluate_flag(flags[i], subject, &env)
+        } else {
+            let cyclic = dependencies(flags[i]).iter().all(|d| by_id.contains_key(d));
+            errors |= cyclic;
+            Evaluation {
+                enabled: false,
+                variant: None,
+                reason: reason("missing_dependency", None),
+                payload: None,
+                failed: false,
+            }
+        };
+        values.insert(flags[i].id, evaluation.value());
+        results[i] = Some(evaluation);
+    }
+    (
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| not_enabled(reason("missing_dependency", None))))
+            .collect(),
+        errors,
+    )
+}

@@ -1,0 +1,283 @@
+//! Engine tests from `shared/reference/flags.md` §11 and the rules of §4–6.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::engine::*;
+use super::model::{CohortDefinition, FlagDefinition};
+use super::properties::MatchContext;
+
+fn flag(value: Value) -> FlagDefinition {
+    serde_json::from_value(value).expect("flag parses")
+}
+
+fn ctx() -> MatchContext {
+    MatchContext {
+        now: "2024-06-01T00:00:00Z".parse().expect("now"),
+        timezone: chrono_tz::UTC,
+    }
+}
+
+fn subject(distinct_id: &str, props: Value) -> Subject {
+    Subject {
+        distinct_id: distinct_id.into(),
+        person_properties: props.as_object().cloned().unwrap_or_default(),
+        ..Subject::default()
+    }
+}
+
+fn eval(f: &FlagDefinition, s: &Subject) -> Evaluation {
+    let cohorts = HashMap::new();
+    let values = HashMap::new();
+    evaluate_flag(
+        f,
+        s,
+        &Environment {
+            cohorts: &cohorts,
+            flag_values: &values,
+            ctx: ctx(),
+        },
+    )
+}
+
+#[test]
+fn simple_rollout_matches_the_python_sdk_suite() {
+    let f = flag(
+        json!({"id": 1, "key": "simple-flag", "filters": {"groups": [{"properties": [], "rollout_percentage": 45}]}}),
+    );
+    let enabled: Vec<usize> = (0..30)
+        .filter(|i| eval(&f, &subject(&format!("distinct_id_{i}"), json!({}))).enabled)
+        .collect();
+    assert_eq!(
+        enabled,
+        vec![1, 2, 4, 7, 9, 11, 12, 14, 18, 19, 21, 24, 26, 27]
+    );
+    let total = (0..1000)
+        .filter(|i| eval(&f, &subject(&format!("distinct_id_{i}"), json!({}))).enabled)
+        .count();
+    assert_eq!(total, 446);
+}
+
+#[test]
+fn multivariate_matches_the_python_sdk_suite() {
+    let f = flag(json!({"id": 2, "key": "multivariate-flag", "filters": {
+        "groups": [{"properties": [], "rollout_percentage": 55}],
+        "multivariate": {"variants": [
+            {"key": "first", "rollout_percentage": 50}, {"key": "second", "rollout_percentage": 20},
+            {"key": "third", "rollout_percentage": 20}, {"key": "fourth", "rollout_percentage": 5},
+            {"key": "fifth", "rollout_percentage": 5}]}}}));
+    let expected = [
+        "second", "second", "first", "", "", "second", "first", "", "", "", "first", "third", "",
+        "first", "second", "first", "", "", "fourth", "first",
+    ];
+    for (i, want) in expected.iter().enumerate() {
+        let e = eval(&f, &subject(&format!("distinct_id_{i}"), json!({})));
+        assert_eq!(e.variant.as_deref().unwrap_or(""), *want, "distinct_id_{i}");
+        assert_eq!(e.enabled, !want.is_empty());
+    }
+    let total = (0..1000)
+        .filter(|i| eval(&f, &subject(&format!("distinct_id_{i}"), json!({}))).enabled)
+        .count();
+    assert_eq!(total, 556);
+}
+
+#[test]
+fn reasons_payloads_and_variant_overrides() {
+    let f = flag(json!({"id": 3, "key": "beta", "version": 4, "filters": {
+        "groups": [
+            {"properties": [{"key": "email", "value": "@corp.com", "operator": "icontains", "type": "person"}], "rollout_percentage": 100, "variant": "test"},
+            {"properties": [], "rollout_percentage": 0}
+        ],
+        "multivariate": {"variants": [{"key": "control", "rollout_percentage": 50}, {"key": "test", "rollout_percentage": 50}]},
+        "payloads": {"test": "{\"color\": \"blue\"}"}}}));
+    let hit = eval(&f, &subject("u1", json!({"email": "a@corp.com"})));
+    assert!(hit.enabled);
+    assert_eq!(
+        hit.variant.as_deref(),
+        Some("test"),
+        "condition override wins"
+    );
+    assert_eq!(
+        hit.reason,
+        Reason {
+            code: "condition_match",
+            condition_index: Some(0),
+            description: "Matched condition set 1".into()
+        }
+    );
+    assert_eq!(hit.payload, Some(json!("{\"color\": \"blue\"}")));
+    let miss = eval(&f, &subject("u1", json!({"email": "a@gmail.com"})));
+    assert!(!miss.enabled);
+    assert_eq!(
+        miss.reason.code, "out_of_rollout_bound",
+        "higher priority than the no_condition_match of condition 0"
+    );
+    assert_eq!(miss.reason.condition_index, Some(1));
+    assert_eq!(miss.payload, None);
+    let empty = flag(json!({"id": 4, "key": "empty", "filters": {"groups": []}}));
+    assert_eq!(
+        eval(&empty, &subject("u", json!({}))).reason.code,
+        "no_group_type"
+    );
+    let off = flag(
+        json!({"id": 5, "key": "off", "active": false, "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    assert_eq!(
+        eval(&off, &subject("u", json!({}))).reason.code,
+        "flag_disabled"
+    );
+}
+
+#[test]
+fn group_flags_hash_on_the_group_key() {
+    let f = flag(
+        json!({"id": 6, "key": "group-flag", "filters": {"aggregation_group_type_index": 0, "groups": [{"properties": [], "rollout_percentage": 50}]}}),
+    );
+    let mut s = subject("u", json!({}));
+    let e = eval(&f, &s);
+    assert_eq!(e.reason.code, "no_group_type");
+    s.groups[0] = Some(GroupData {
+        key: "acme-inc".into(),
+        properties: Default::default(),
+    });
+    // rollout hash of acme-inc is 0.4429… (vector 5): inside 50 %.
+    assert!(eval(&f, &s).enabled);
+}
+
+#[test]
+fn holdouts_and_early_access() {
+    let f = flag(json!({"id": 7, "key": "exp", "filters": {
+        "holdout": {"id": 12, "exclusion_percentage": 50},
+        "groups": [{"rollout_percentage": 100}], "payloads": {"holdout-12": "\"held\""}}}));
+    // holdout hash: some_distinct_id 0.727 (out), test-identifier 0.449 (in).
+    let held = eval(&f, &subject("test-identifier", json!({})));
+    assert_eq!(held.variant.as_deref(), Some("holdout-12"));
+    assert_eq!(held.reason.code, "holdout_condition_value");
+    assert_eq!(held.reason.condition_index, None);
+    assert_eq!(held.payload, Some(json!("\"held\"")));
+    assert_eq!(
+        eval(&f, &subject("some_distinct_id", json!({})))
+            .reason
+            .code,
+        "condition_match"
+    );
+
+    let ea = flag(
+        json!({"id": 8, "key": "beta-ui", "filters": {"feature_enrollment": true, "groups": [{"rollout_percentage": 0}]}}),
+    );
+    let opted = eval(
+        &ea,
+        &subject("u", json!({"$feature_enrollment/beta-ui": true})),
+    );
+    assert!(opted.enabled);
+    assert_eq!(opted.reason.code, "super_condition_value");
+    assert!(
+        !eval(
+            &ea,
+            &subject("u", json!({"$feature_enrollment/beta-ui": "false"}))
+        )
+        .enabled
+    );
+    assert_eq!(
+        eval(&ea, &subject("u", json!({}))).reason.code,
+        "out_of_rollout_bound"
+    );
+}
+
+#[test]
+fn experience_continuity_hashes_the_anonymous_id() {
+    let f = flag(
+        json!({"id": 9, "key": "my-flag", "ensure_experience_continuity": true, "filters": {"groups": [{"rollout_percentage": 50}]}}),
+    );
+    // user_3 is inside 50 % for my-flag, user_0 is not (vector 6).
+    let mut s = subject("user_0", json!({}));
+    assert!(!eval(&f, &s).enabled);
+    s.anon_distinct_id = Some("user_3".into());
+    assert!(
+        eval(&f, &s).enabled,
+        "the anonymous id keeps the pre-login bucket"
+    );
+}
+
+#[test]
+fn dependencies_follow_the_value_rules_and_cycles_fail() {
+    let base = flag(
+        json!({"id": 10, "key": "base", "filters": {"groups": [{"rollout_percentage": 100}], "multivariate": {"variants": [{"key": "control", "rollout_percentage": 100}]}}}),
+    );
+    let on = flag(
+        json!({"id": 11, "key": "needs-on", "filters": {"groups": [{"properties": [{"key": "10", "type": "flag", "operator": "flag_evaluates_to", "value": true}]}]}}),
+    );
+    let variant = flag(
+        json!({"id": 12, "key": "needs-control", "filters": {"groups": [{"properties": [{"key": "10", "type": "flag", "operator": "flag_evaluates_to", "value": "Control"}]}]}}),
+    );
+    let missing = flag(
+        json!({"id": 13, "key": "needs-ghost", "filters": {"groups": [{"properties": [{"key": "999", "type": "flag", "value": true}]}]}}),
+    );
+    let a = flag(
+        json!({"id": 14, "key": "a", "filters": {"groups": [{"properties": [{"key": "15", "type": "flag", "value": true}]}]}}),
+    );
+    let b = flag(
+        json!({"id": 15, "key": "b", "filters": {"groups": [{"properties": [{"key": "14", "type": "flag", "value": true}]}]}}),
+    );
+    let flags = [&on, &variant, &base, &missing, &a, &b];
+    let (results, errors) = evaluate_all(&flags, &subject("u", json!({})), &HashMap::new(), ctx());
+    assert!(
+        results[0].enabled,
+        "true matches any variant (evaluated after its dependency)"
+    );
+    assert!(!results[1].enabled, "variant names are case-sensitive");
+    assert!(results[2].enabled);
+    assert_eq!(results[3].reason.code, "missing_dependency");
+    assert_eq!(results[4].reason.code, "missing_dependency");
+    assert_eq!(results[5].reason.code, "missing_dependency");
+    assert!(errors, "a cycle is an error");
+}
+
+#[test]
+fn cohorts_dynamic_nested_static_and_negated() {
+    let cohorts: HashMap<i64, CohortDefinition> = [
+        json!({"id": 1, "filters": {"properties": {"type": "OR", "values": [
+            {"type": "AND", "values": [{"key": "plan", "value": "pro", "type": "person"}, {"key": "country", "value": "FR", "type": "person", "negation": true}]}]}}}),
+        json!({"id": 2, "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": 1, "type": "cohort"}]}]}}}),
+        json!({"id": 3, "is_static": true}),
+        json!({"id": 4, "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": 5, "type": "cohort"}]}]}}}),
+        json!({"id": 5, "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": 4, "type": "cohort"}]}]}}}),
+    ]
+    .into_iter()
+    .map(|c| {
+        let c: CohortDefinition = serde_json::from_value(c).expect("cohort");
+        (c.id, c)
+    })
+    .collect();
+    let values = HashMap::new();
+    let env = Environment {
+        cohorts: &cohorts,
+        flag_values: &values,
+        ctx: ctx(),
+    };
+    let pro_de = subject("u", json!({"plan": "pro", "country": "DE"}));
+    let pro_fr = subject("u", json!({"plan": "pro", "country": "FR"}));
+    assert!(in_cohort(1, &pro_de, &env, &mut Vec::new()));
+    assert!(!in_cohort(1, &pro_fr, &env, &mut Vec::new()), "negation");
+    assert!(
+        in_cohort(2, &pro_de, &env, &mut Vec::new()),
+        "nested cohort"
+    );
+    assert!(!in_cohort(3, &pro_de, &env, &mut Vec::new()));
+    let mut listed = pro_de.clone();
+    listed.static_cohorts.insert(3);
+    assert!(
+        in_cohort(3, &listed, &env, &mut Vec::new()),
+        "static membership"
+    );
+    assert!(
+        !in_cohort(4, &pro_de, &env, &mut Vec::new()),
+        "a cycle is a non-member, not a hang"
+    );
+    let f = flag(
+        json!({"id": 20, "key": "cohort-flag", "filters": {"groups": [{"properties": [{"key": "id", "value": 2, "type": "cohort", "operator": "in"}]}]}}),
+    );
+    assert!(evaluate_flag(&f, &pro_de, &env).enabled);
+    assert!(!evaluate_flag(&f, &pro_fr, &env).enabled);
+}

@@ -1,0 +1,121 @@
+//! Bucketing hashes, bit-for-bit as PostHog's server and SDKs compute them
+//! (`shared/reference/flags.md` §4): SHA-1 of `prefix + identifier + salt`, first 15 hex
+//! digits (60 bits) as an integer, divided by `0xFFFFFFFFFFFFFFF` in f64.
+
+use sha1::{Digest, Sha1};
+
+/// 2^60 − 1: the largest 15-hex-digit value.
+const LONG_SCALE: f64 = 0xFFF_FFFF_FFFF_FFFF_u64 as f64;
+
+/// `hash(prefix, identifier, salt)` in `[0, 1]`. An empty identifier hashes to 0 without
+/// hashing, as the server does.
+pub fn calculate_hash(prefix: &str, identifier: &str, salt: &str) -> f64 {
+    if identifier.is_empty() {
+        return 0.0;
+    }
+    let mut hasher = Sha1::new();
+    hasher.update(prefix.as_bytes());
+    hasher.update(identifier.as_bytes());
+    hasher.update(salt.as_bytes());
+    let digest = hasher.finalize();
+    let mut first8 = [0u8; 8];
+    first8.copy_from_slice(&digest[..8]);
+    let value = u64::from_be_bytes(first8) >> 4;
+    value as f64 / LONG_SCALE
+}
+
+/// Rollout bucket of `identifier` for flag `key`.
+pub fn rollout_hash(key: &str, identifier: &str) -> f64 {
+    calculate_hash(&format!("{key}."), identifier, "")
+}
+
+/// Variant bucket of `identifier` for flag `key`.
+pub fn variant_hash(key: &str, identifier: &str) -> f64 {
+    calculate_hash(&format!("{key}."), identifier, "variant")
+}
+
+/// Holdout bucket: independent of the flag, so a user's holdout is the same across flags.
+pub fn holdout_hash(identifier: &str) -> f64 {
+    calculate_hash("holdout-", identifier, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // shared/reference/flags.md §11, vectors 1–6.
+    #[test]
+    fn published_vectors() {
+        for (id, expected) in [
+            ("some_distinct_id", 0.7270002403585725),
+            ("test-identifier", 0.4493881716040236),
+            ("example_id", 0.9402003475831224),
+            ("example_id2", 0.6292740389966519),
+        ] {
+            assert_eq!(holdout_hash(id), expected, "{id}");
+        }
+        assert_eq!(
+            rollout_hash("simple-flag", "distinct_id_0"),
+            0.7836963764220432
+        );
+        assert_eq!(
+            rollout_hash("simple-flag", "distinct_id_1"),
+            0.3397069926995401
+        );
+        assert_eq!(
+            rollout_hash("beta-feature", "some-distinct-id"),
+            0.3435078163984861
+        );
+        assert_eq!(
+            variant_hash("beta-feature", "some-distinct-id"),
+            0.9150298250696574
+        );
+        assert_eq!(
+            rollout_hash("multivariate-flag", "distinct_id_0"),
+            0.502037796130735
+        );
+        assert_eq!(
+            variant_hash("multivariate-flag", "distinct_id_0"),
+            0.6186454537930379
+        );
+        assert_eq!(rollout_hash("group-flag", "acme-inc"), 0.4429764195865406);
+        assert_eq!(variant_hash("group-flag", "acme-inc"), 0.5736987109237227);
+        let enabled: Vec<usize> = (0..20)
+            .filter(|i| rollout_hash("my-flag", &format!("user_{i}")) <= 0.5)
+            .collect();
+        assert_eq!(enabled, vec![3, 5, 6, 10, 11, 12, 17, 19]);
+    }
+
+    // Vector 7: posthog-python's consistency suite, 45 % rollout over distinct_id_0..999.
+    #[test]
+    fn python_sdk_consistency_suite() {
+        let enabled: Vec<usize> = (0..30)
+            .filter(|i| rollout_hash("simple-flag", &format!("distinct_id_{i}")) <= 0.45)
+            .collect();
+        assert_eq!(
+            enabled,
+            vec![1, 2, 4, 7, 9, 11, 12, 14, 18, 19, 21, 24, 26, 27]
+        );
+        let total = (0..1000)
+            .filter(|i| rollout_hash("simple-flag", &format!("distinct_id_{i}")) <= 0.45)
+            .count();
+        assert_eq!(total, 446);
+    }
+
+    #[test]
+    fn empty_identifier_is_zero() {
+        assert_eq!(rollout_hash("any", ""), 0.0);
+    }
+
+    proptest! {
+        #[test]
+        fn hashes_are_in_unit_range_and_deterministic(key in ".{0,20}", id in ".{1,40}") {
+            let a = rollout_hash(&key, &id);
+            prop_assert!((0.0..=1.0).contains(&a));
+            prop_assert_eq!(a, rollout_hash(&key, &id));
+            let v = variant_hash(&key, &id);
+            prop_assert!((0.0..=1.0).contains(&v));
+        }
+    }
+}

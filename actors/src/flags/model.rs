@@ -1,0 +1,133 @@
+//! Flag and cohort definitions in PostHog's JSON shape (`shared/reference/flags.md` §3, §5.2).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::properties::PropertyFilter;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlagDefinition {
+    pub id: i64,
+    pub key: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub filters: FlagFilters,
+    #[serde(default = "yes")]
+    pub active: bool,
+    #[serde(default)]
+    pub deleted: bool,
+    #[serde(default)]
+    pub ensure_experience_continuity: bool,
+    #[serde(default)]
+    pub version: i64,
+    /// `client`, `server`, `all`, or none (no restriction).
+    #[serde(default)]
+    pub evaluation_runtime: Option<String>,
+    /// Tags; a flag with tags is evaluated only for requests sharing one of them.
+    #[serde(default)]
+    pub evaluation_contexts: Vec<String>,
+    /// `distinct_id` (default) or `device_id`.
+    #[serde(default)]
+    pub bucketing_identifier: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlagFilters {
+    #[serde(default)]
+    pub groups: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multivariate: Option<Multivariate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation_group_type_index: Option<u8>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub payloads: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub super_groups: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_enrollment: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holdout: Option<Holdout>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub properties: Vec<PropertyFilter>,
+    /// `None` means 100 %.
+    #[serde(default)]
+    pub rollout_percentage: Option<f64>,
+    #[serde(default)]
+    pub variant: Option<String>,
+    /// Absent: inherit the flag's aggregation; `null`: persons; a number: that group type.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub aggregation_group_type_index: Option<Option<u8>>,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PropertyFilter>, D::Error> {
+    Ok(Option::<Vec<PropertyFilter>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Distinguishes an explicit `null` (`Some(None)`) from an absent field (`None`).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u8>>, D::Error> {
+    Ok(Some(Option::<u8>::deserialize(d)?))
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Multivariate {
+    pub variants: Vec<Variant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub rollout_percentage: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holdout {
+    pub id: i64,
+    pub exclusion_percentage: f64,
+}
+
+/// A cohort: dynamic (a property tree) or static (a list of distinct ids).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CohortDefinition {
+    pub id: i64,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub is_static: bool,
+    /// `{properties: {type: AND|OR, values: [{type: AND|OR|property, values: [filters]}]}}`.
+    #[serde(default)]
+    pub filters: Option<CohortFilters>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CohortFilters {
+    pub properties: CohortGroup,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CohortNode {
+    Group(CohortGroup),
+    Filter(PropertyFilter),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CohortGroup {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub values: Vec<CohortNode>,
+}
