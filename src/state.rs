@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
+use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
 use corvid_actors::persons::PersonStore;
@@ -25,6 +26,8 @@ pub struct AppState {
     pub persons: Arc<PersonStore>,
     /// The event ingest pipeline.
     pub ingest: Ingest,
+    /// Flag and cohort definitions and their evaluation snapshots.
+    pub flags: Arc<FlagStore>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -37,6 +40,16 @@ impl AppState {
         T: Send + 'static,
     {
         let store = Arc::clone(&self.meta);
+        Ok(web::block(move || op(&store)).await??)
+    }
+
+    /// Runs a flag-store operation on the blocking pool.
+    pub async fn flags_op<T, F>(&self, op: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&FlagStore) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let store = Arc::clone(&self.flags);
         Ok(web::block(move || op(&store)).await??)
     }
 
@@ -91,7 +104,9 @@ impl AppState {
         let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
             .await
             .expect("ingest starts");
+        let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));
         AppState {
+            flags,
             persons,
             ingest,
             public_url: "http://127.0.0.1:0".into(),

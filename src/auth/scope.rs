@@ -24,6 +24,8 @@ required_scopes! {
     PersonRead => "person:read",
     GroupRead => "group:read",
     QueryRead => "query:read",
+    FeatureFlagRead => "feature_flag:read",
+    FeatureFlagWrite => "feature_flag:write",
     PersonalApiKeyRead => "personal_api_key:read",
     PersonalApiKeyWrite => "personal_api_key:write",
 }

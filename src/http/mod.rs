@@ -6,6 +6,7 @@
 
 pub mod body;
 mod capture;
+mod flags;
 mod health;
 mod personal_api_keys;
 mod persons;
@@ -23,6 +24,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     users::configure(cfg);
     capture::configure(cfg);
     persons::configure(cfg);
+    flags::configure(cfg);
 }
 
 /// Registers a project-scoped route under both of PostHog's prefixes,

@@ -5,6 +5,10 @@
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
+pub mod evaluate;
 pub mod hash;
 pub mod model;
 pub mod properties;
+pub mod request;
+pub mod store;
+pub mod validate;

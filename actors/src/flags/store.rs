@@ -1,0 +1,253 @@
+//! Flag and cohort definitions in sled, and the per-project in-memory snapshots evaluation
+//! reads. Writes go through [`FlagStore`], which rebuilds the project's snapshot, so a change
+//! reaches `/flags` as soon as the write returns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+
+use super::model::{CohortDefinition, FlagDefinition};
+use crate::meta::StoreError;
+
+/// A stored flag: the definition plus bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlagRecord {
+    #[serde(flatten)]
+    pub definition: FlagDefinition,
+    pub project_id: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A stored cohort; static cohorts keep their members' distinct ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CohortRecord {
+    #[serde(flatten)]
+    pub definition: CohortDefinition,
+    pub project_id: u64,
+    #[serde(default)]
+    pub static_distinct_ids: Vec<String>,
+    #[serde(default)]
+    pub deleted: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What evaluation reads for one project: immutable, swapped whole on every change.
+#[derive(Debug, Default)]
+pub struct ProjectFlags {
+    /// Active, non-deleted flags, in id order.
+    pub flags: Vec<FlagDefinition>,
+    pub cohorts: HashMap<i64, CohortDefinition>,
+    /// distinct id → static cohorts containing it.
+    pub static_members: HashMap<String, Vec<i64>>,
+    /// Changes whenever a definition changes (for ETags).
+    pub revision: u64,
+}
+
+pub struct FlagStore {
+    db: sled::Db,
+    flags: sled::Tree,
+    cohorts: sled::Tree,
+    sequences: sled::Tree,
+    snapshots: DashMap<u64, Arc<ProjectFlags>>,
+}
+
+fn key(project_id: u64, id: i64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&project_id.to_be_bytes());
+    k[8..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn decode<V: serde::de::DeserializeOwned>(
+    tree: &'static str,
+    k: &[u8],
+    v: &[u8],
+) -> Result<V, StoreError> {
+    serde_json::from_slice(v).map_err(|source| StoreError::Corrupt {
+        tree,
+        key: format!("{k:?}"),
+        source,
+    })
+}
+
+impl FlagStore {
+    pub fn open(db: &sled::Db) -> Result<FlagStore, StoreError> {
+        Ok(FlagStore {
+            flags: db.open_tree("feature_flags")?,
+            cohorts: db.open_tree("cohorts")?,
+            sequences: db.open_tree("flag_sequences")?,
+            db: db.clone(),
+            snapshots: DashMap::new(),
+        })
+    }
+
+    fn next_id(&self, name: &str) -> Result<i64, StoreError> {
+        let next = self.sequences.update_and_fetch(name.as_bytes(), |old| {
+            let current = old
+                .and_then(|b| b.try_into().ok())
+                .map(i64::from_be_bytes)
+                .unwrap_or(0);
+            Some((current + 1).to_be_bytes().to_vec())
+        })?;
+        Ok(next
+            .and_then(|b| b.as_ref().try_into().ok())
+            .map(i64::from_be_bytes)
+            .unwrap_or(1))
+    }
+
+    /// All flags of a project, deleted ones included.
+    pub fn flags(&self, project_id: u64) -> Result<Vec<FlagRecord>, StoreError> {
+        self.flags
+            .scan_prefix(project_id.to_be_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                decode("feature_flags", &k, &v)
+            })
+            .collect()
+    }
+
+    pub fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
+        let k = key(project_id, id);
+        self.flags
+            .get(k)?
+            .map(|v| decode("feature_flags", &k, &v))
+            .transpose()
+    }
+
+    /// Inserts a new flag (assigning its id and version 1) or replaces one (bumping its
+    /// version). Key uniqueness among live flags is checked here.
+    pub fn save_flag(
+        &self,
+        project_id: u64,
+        mut definition: FlagDefinition,
+        existing: Option<&FlagRecord>,
+    ) -> Result<FlagRecord, StoreError> {
+        let clash = self.flags(project_id)?.into_iter().any(|f| {
+            !f.definition.deleted
+                && f.definition.key == definition.key
+                && Some(f.definition.id) != existing.map(|e| e.definition.id)
+        });
+        if clash && !definition.deleted {
+            return Err(StoreError::invalid(
+                format!(
+                    "There is already a feature flag with the key `{}`.",
+                    definition.key
+                ),
+                "key",
+            ));
+        }
+        let now = Utc::now();
+        let record = match existing {
+            Some(old) => {
+                definition.id = old.definition.id;
+                definition.version = old.definition.version + 1;
+                FlagRecord {
+                    definition,
+                    project_id,
+                    created_at: old.created_at,
+                    updated_at: now,
+                }
+            }
+            None => {
+                definition.id = self.next_id("flags")?;
+                definition.version = 1;
+                FlagRecord {
+                    definition,
+                    project_id,
+                    created_at: now,
+                    updated_at: now,
+                }
+            }
+        };
+        self.flags.insert(
+            key(project_id, record.definition.id),
+            serde_json::to_vec(&record).unwrap_or_default(),
+        )?;
+        self.db.flush()?;
+        self.refresh(project_id)?;
+        Ok(record)
+    }
+
+    pub fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
+        self.cohorts
+            .scan_prefix(project_id.to_be_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                decode("cohorts", &k, &v)
+            })
+            .collect()
+    }
+
+    pub fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError> {
+        let k = key(project_id, id);
+        self.cohorts
+            .get(k)?
+            .map(|v| decode("cohorts", &k, &v))
+            .transpose()
+    }
+
+    /// Inserts (id 0) or replaces a cohort.
+    pub fn save_cohort(
+        &self,
+        project_id: u64,
+        mut record: CohortRecord,
+    ) -> Result<CohortRecord, StoreError> {
+        if record.definition.id == 0 {
+            record.definition.id = self.next_id("cohorts")?;
+        }
+        record.project_id = project_id;
+        self.cohorts.insert(
+            key(project_id, record.definition.id),
+            serde_json::to_vec(&record).unwrap_or_default(),
+        )?;
+        self.db.flush()?;
+        self.refresh(project_id)?;
+        Ok(record)
+    }
+
+    /// The project's evaluation snapshot (built on first use).
+    pub fn snapshot(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
+        if let Some(s) = self.snapshots.get(&project_id) {
+            return Ok(Arc::clone(&s));
+        }
+        self.refresh(project_id)
+    }
+
+    /// Rebuilds and swaps in the project's snapshot.
+    pub fn refresh(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
+        let mut flags: Vec<FlagDefinition> = self
+            .flags(project_id)?
+            .into_iter()
+            .map(|r| r.definition)
+            .filter(|f| !f.deleted)
+            .collect();
+        flags.sort_by_key(|f| f.id);
+        let mut cohorts = HashMap::new();
+        let mut static_members: HashMap<String, Vec<i64>> = HashMap::new();
+        for c in self.cohorts(project_id)?.into_iter().filter(|c| !c.deleted) {
+            for did in &c.static_distinct_ids {
+                static_members
+                    .entry(did.clone())
+                    .or_default()
+                    .push(c.definition.id);
+            }
+            cohorts.insert(c.definition.id, c.definition);
+        }
+        let revision = self
+            .snapshots
+            .get(&project_id)
+            .map_or(1, |s| s.revision + 1);
+        let snapshot = Arc::new(ProjectFlags {
+            flags,
+            cohorts,
+            static_members,
+            revision,
+        });
+        self.snapshots.insert(project_id, Arc::clone(&snapshot));
+        Ok(snapshot)
+    }
+}

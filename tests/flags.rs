@@ -1,0 +1,441 @@
+//! Feature flags over real HTTP: definitions, `/flags` rules, local-evaluation definitions, and
+//! posthog-python agreeing with both the server and the reference hash vectors.
+
+mod common;
+
+use common::{error_body, sdk, TestServer};
+use serde_json::{json, Value};
+
+fn create_flag(server: &TestServer, project: u64, body: Value) -> Value {
+    let res = server.post_json(
+        &format!("/api/projects/{project}/feature_flags/"),
+        Some(server.admin_key()),
+        &body,
+    );
+    assert_eq!(res.status(), 201, "create flag {body}");
+    res.json().expect("json")
+}
+
+fn evaluate(server: &TestServer, body: Value, headers: &[(&str, &str)]) -> Value {
+    let mut req = server.client.post(server.url("/flags?v=2")).json(&body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = req.send().expect("sent");
+    assert_eq!(res.status(), 200);
+    res.json().expect("json")
+}
+
+fn reference_flags(server: &TestServer) {
+    // Group type "company" must exist for group flags: a $groupidentify creates it.
+    let res = server.capture_batch(&[json!({"event": "$groupidentify", "distinct_id": "setup", "properties": {"$group_type": "company", "$group_key": "acme-inc", "$group_set": {"plan": "enterprise"}}})]);
+    assert_eq!(res.status(), 200);
+    create_flag(
+        server,
+        1,
+        json!({"key": "simple-flag", "filters": {"groups": [{"properties": [], "rollout_percentage": 45}]}}),
+    );
+    create_flag(
+        server,
+        1,
+        json!({"key": "multivariate-flag", "filters": {
+        "groups": [{"properties": [], "rollout_percentage": 55}],
+        "multivariate": {"variants": [{"key": "first", "rollout_percentage": 50}, {"key": "second", "rollout_percentage": 20}, {"key": "third", "rollout_percentage": 20}, {"key": "fourth", "rollout_percentage": 5}, {"key": "fifth", "rollout_percentage": 5}]},
+        "payloads": {"first": "{\"color\": \"red\"}", "second": "{\"color\": \"blue\"}"}}}),
+    );
+    create_flag(
+        server,
+        1,
+        json!({"key": "email-flag", "filters": {"groups": [{"properties": [{"key": "email", "value": "@corp.com", "operator": "icontains", "type": "person"}], "rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        server,
+        1,
+        json!({"key": "group-flag", "filters": {"aggregation_group_type_index": 0, "groups": [{"properties": [], "rollout_percentage": 50}]}}),
+    );
+}
+
+/// The expected value of each reference flag for distinct_id_i (reference §11 vectors 5, 7, 8).
+fn expected(i: usize, flag: &str) -> Value {
+    let simple = [1, 2, 4, 7, 9, 11, 12, 14, 18, 19];
+    let variants = [
+        "second", "second", "first", "", "", "second", "first", "", "", "", "first", "third", "",
+        "first", "second", "first", "", "", "fourth", "first",
+    ];
+    match flag {
+        "simple-flag" => json!(simple.contains(&i)),
+        "multivariate-flag" if variants[i].is_empty() => json!(false),
+        "multivariate-flag" => json!(variants[i]),
+        "email-flag" => json!(i % 3 == 0),
+        // acme-inc hashes to 0.443 for group-flag: inside 50 % whenever the group is sent.
+        _ => json!(i % 2 == 0),
+    }
+}
+
+#[test]
+fn posthog_python_remote_and_local_evaluation_agree_with_the_reference() {
+    let server = TestServer::new();
+    reference_flags(&server);
+    let out = sdk::run_python(
+        "flags.py",
+        &[
+            &server.base,
+            &server.creds.project_token,
+            server.admin_key(),
+        ],
+    );
+    let out: Value = serde_json::from_str(out.lines().last().expect("output")).expect("json");
+    for i in 0..20 {
+        for flag in [
+            "simple-flag",
+            "multivariate-flag",
+            "email-flag",
+            "group-flag",
+        ] {
+            let key = format!("distinct_id_{i}/{flag}");
+            assert_eq!(out["remote"][&key], expected(i, flag), "remote {key}");
+            assert_eq!(out["local"][&key], expected(i, flag), "local {key}");
+        }
+    }
+    assert_eq!(
+        out["payload"],
+        json!({"color": "blue"}),
+        "payload of distinct_id_0's variant"
+    );
+    assert_eq!(out["all"]["multivariate-flag"], "second");
+}
+
+#[test]
+fn definitions_api_validates_versions_and_soft_deletes() {
+    let server = TestServer::new();
+    let key = server.admin_key().to_string();
+    let flag = create_flag(
+        &server,
+        1,
+        json!({"key": "beta", "name": "Beta", "filters": {"groups": [{"rollout_percentage": 10}]}}),
+    );
+    assert_eq!(flag["version"], 1);
+    let id = flag["id"].as_i64().expect("id");
+    let path = format!("/api/projects/1/feature_flags/{id}/");
+    let res = server
+        .client
+        .patch(server.url(&path))
+        .bearer_auth(&key)
+        .json(&json!({"active": false}))
+        .send()
+        .expect("patch");
+    assert_eq!(res.status(), 200);
+    let patched: Value = res.json().expect("json");
+    assert_eq!(patched["version"], 2);
+    assert_eq!(patched["active"], false);
+    assert_eq!(patched["name"], "Beta");
+
+    let bad = [
+        (json!({"key": "has space"}), "key"),
+        (json!({"key": "beta"}), "key"),
+        (
+            json!({"key": "v", "filters": {"groups": [], "multivariate": {"variants": [{"key": "a", "rollout_percentage": 60}, {"key": "b", "rollout_percentage": 30}]}}}),
+            "filters",
+        ),
+        (
+            json!({"key": "p", "filters": {"groups": [], "payloads": {"true": "{not json"}}}),
+            "filters",
+        ),
+        (
+            json!({"key": "o", "filters": {"groups": [{"properties": [{"key": "x", "value": 1, "operator": "sort_of_equals"}]}]}}),
+            "filters",
+        ),
+        (
+            json!({"key": "g", "filters": {"aggregation_group_type_index": 3, "groups": []}}),
+            "filters",
+        ),
+        (json!({"key": "u", "surprise": 1}), "surprise"),
+    ];
+    for (body, attr) in bad {
+        let res = server.post_json("/api/projects/1/feature_flags/", Some(&key), &body);
+        assert_eq!(res.status(), 400, "{body}");
+        assert_eq!(error_body(res)["attr"], attr, "{body}");
+    }
+
+    assert_eq!(server.delete(&path, Some(&key)).status(), 204);
+    assert_eq!(server.get(&path, Some(&key)).status(), 404);
+    let listed: Value = server
+        .get("/api/projects/1/feature_flags/", Some(&key))
+        .json()
+        .expect("json");
+    assert_eq!(listed["count"], 0);
+    // The key is free again after a soft delete.
+    create_flag(&server, 1, json!({"key": "beta"}));
+
+    // Scopes and project isolation.
+    let other = server.create_project("Other");
+    let (_, read_only) = server.create_key(&["feature_flag:read"], Some(&[1]));
+    assert_eq!(
+        server
+            .post_json(
+                "/api/projects/1/feature_flags/",
+                Some(&read_only),
+                &json!({"key": "nope"})
+            )
+            .status(),
+        403
+    );
+    assert_eq!(
+        server
+            .get("/api/projects/1/feature_flags/", Some(&read_only))
+            .status(),
+        200
+    );
+    assert_eq!(
+        server
+            .get(
+                &format!("/api/projects/{}/feature_flags/", other["id"]),
+                Some(&read_only)
+            )
+            .status(),
+        403
+    );
+}
+
+#[test]
+fn flags_endpoint_rules() {
+    let server = TestServer::new();
+    let token = server.creds.project_token.clone();
+    reference_flags(&server);
+    create_flag(
+        &server,
+        1,
+        json!({"key": "server-only", "evaluation_runtime": "server", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "client-only", "evaluation_runtime": "client", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "docs-only", "evaluation_contexts": ["docs"], "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "experiment", "filters": {"holdout": {"id": 7, "exclusion_percentage": 100}, "groups": [{"rollout_percentage": 100}]}}),
+    );
+
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v["flags"]
+            .as_object()
+            .expect("flags")
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    };
+    let body = json!({"token": token, "distinct_id": "distinct_id_0"});
+    let as_server = evaluate(
+        &server,
+        body.clone(),
+        &[("user-agent", "posthog-python/7.91.1")],
+    );
+    assert!(keys(&as_server).contains(&"server-only".to_string()));
+    assert!(!keys(&as_server).contains(&"client-only".to_string()));
+    let as_browser = evaluate(
+        &server,
+        body.clone(),
+        &[("user-agent", "Mozilla/5.0 Chrome/131")],
+    );
+    assert!(keys(&as_browser).contains(&"client-only".to_string()));
+    assert!(!keys(&as_browser).contains(&"server-only".to_string()));
+    let by_origin = evaluate(
+        &server,
+        body.clone(),
+        &[("user-agent", "custom"), ("origin", "https://x.example")],
+    );
+    assert!(keys(&by_origin).contains(&"client-only".to_string()));
+    let unknown = evaluate(&server, body.clone(), &[("user-agent", "custom")]);
+    assert!(
+        !keys(&unknown).contains(&"client-only".to_string())
+            && !keys(&unknown).contains(&"server-only".to_string())
+    );
+
+    assert!(
+        keys(&unknown).contains(&"docs-only".to_string()),
+        "no contexts in the request: no filtering"
+    );
+    let web = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "d", "evaluation_contexts": ["web"]}),
+        &[],
+    );
+    assert!(!keys(&web).contains(&"docs-only".to_string()));
+    let docs = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "d", "evaluation_environments": ["docs"]}),
+        &[],
+    );
+    assert!(
+        keys(&docs).contains(&"docs-only".to_string()),
+        "legacy alias"
+    );
+
+    let r = evaluate(&server, body.clone(), &[]);
+    let exp = &r["flags"]["experiment"];
+    assert_eq!(exp["variant"], "holdout-7");
+    assert!(exp["variant"]
+        .as_str()
+        .expect("variant")
+        .starts_with("holdout-"));
+    assert_eq!(exp["reason"]["code"], "holdout_condition_value");
+    assert_eq!(
+        r["flags"]["multivariate-flag"]["metadata"]["payload"],
+        "{\"color\": \"blue\"}"
+    );
+    assert!(r["requestId"]
+        .as_str()
+        .is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()));
+    assert_eq!(r["errorsWhileComputingFlags"], false);
+    assert!(r.get("quotaLimited").is_none());
+
+    // Person properties: stored ones are used, the request's override them.
+    let res = server.capture_batch(&[json!({"event": "$set", "distinct_id": "stored", "properties": {"$set": {"email": "boss@corp.com"}}})]);
+    assert_eq!(res.status(), 200);
+    let stored = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "stored"}),
+        &[],
+    );
+    assert_eq!(stored["flags"]["email-flag"]["enabled"], true);
+    let overridden = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "stored", "person_properties": {"email": "x@gmail.com"}}),
+        &[],
+    );
+    assert_eq!(overridden["flags"]["email-flag"]["enabled"], false);
+
+    // Groups: without the group the flag cannot match.
+    let no_group = evaluate(&server, json!({"token": token, "distinct_id": "d"}), &[]);
+    assert_eq!(
+        no_group["flags"]["group-flag"]["reason"]["code"],
+        "no_group_type"
+    );
+    let with_group = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "d", "groups": {"company": "acme-inc"}}),
+        &[],
+    );
+    assert_eq!(with_group["flags"]["group-flag"]["enabled"], true);
+
+    let only = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "d", "flag_keys_to_evaluate": ["simple-flag"]}),
+        &[],
+    );
+    assert_eq!(keys(&only), vec!["simple-flag".to_string()]);
+
+    // config=true extras; legacy v1 shape.
+    let res = server
+        .client
+        .post(server.url("/flags/?v=2&config=true"))
+        .json(&body)
+        .send()
+        .expect("sent");
+    let with_config: Value = res.json().expect("json");
+    assert_eq!(with_config["config"]["enable_collect_everything"], true);
+    assert_eq!(with_config["supportedCompression"], json!(["gzip", "lz64"]));
+    assert_eq!(with_config["isAuthenticated"], false);
+    let res = server
+        .client
+        .post(server.url("/flags?v=1"))
+        .json(&body)
+        .send()
+        .expect("sent");
+    let legacy: Value = res.json().expect("json");
+    assert_eq!(legacy["featureFlags"]["multivariate-flag"], "second");
+
+    // Errors.
+    let res = server
+        .client
+        .post(server.url("/flags?v=2"))
+        .json(&json!({"distinct_id": "d"}))
+        .send()
+        .expect("sent");
+    assert_eq!(res.status(), 401);
+    let res = server
+        .client
+        .post(server.url("/flags?v=2"))
+        .json(&json!({"token": "phc_unknown", "distinct_id": "d"}))
+        .send()
+        .expect("sent");
+    assert_eq!(res.status(), 401);
+    let res = server
+        .client
+        .post(server.url("/flags?v=2"))
+        .json(&json!({"token": token}))
+        .send()
+        .expect("sent");
+    assert_eq!(res.status(), 400);
+    assert_eq!(error_body(res)["attr"], "distinct_id");
+
+    // Usage counts flag requests.
+    assert!(server.usage(1)[0]["flag_requests"].as_u64().expect("count") >= 5);
+}
+
+#[test]
+fn local_evaluation_definitions_need_a_key_and_support_etags() {
+    let server = TestServer::new();
+    reference_flags(&server);
+    let token = server.creds.project_token.clone();
+    for path in ["/api/feature_flag/local_evaluation/", "/flags/definitions"] {
+        let url = format!("{path}?token={token}&send_cohorts");
+        assert_eq!(server.get(&url, None).status(), 401, "{path}");
+        let res = server.get(&url, Some(server.admin_key()));
+        assert_eq!(res.status(), 200, "{path}");
+        let etag = res.headers()["etag"].to_str().expect("etag").to_string();
+        let body: Value = res.json().expect("json");
+        assert_eq!(body["flags"].as_array().expect("flags").len(), 4);
+        assert_eq!(body["group_type_mapping"], json!({"0": "company"}));
+        assert!(body["cohorts"].is_object());
+        let res = server
+            .client
+            .get(server.url(&url))
+            .bearer_auth(server.admin_key())
+            .header("if-none-match", &etag)
+            .send()
+            .expect("sent");
+        assert_eq!(res.status(), 304, "{path}");
+    }
+    // A change gives a new ETag at once.
+    let before = server
+        .get(
+            &format!("/flags/definitions?token={token}"),
+            Some(server.admin_key()),
+        )
+        .headers()["etag"]
+        .clone();
+    create_flag(&server, 1, json!({"key": "fresh"}));
+    let after = server
+        .get(
+            &format!("/flags/definitions?token={token}"),
+            Some(server.admin_key()),
+        )
+        .headers()["etag"]
+        .clone();
+    assert_ne!(before, after);
+    // A key limited to another project cannot read this one's definitions.
+    let other = server.create_project("Other");
+    let (_, other_key) = server.create_key(
+        &["feature_flag:read"],
+        Some(&[other["id"].as_u64().expect("id")]),
+    );
+    assert_eq!(
+        server
+            .get(
+                &format!("/flags/definitions?token={token}"),
+                Some(&other_key)
+            )
+            .status(),
+        403
+    );
+}
