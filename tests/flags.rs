@@ -439,3 +439,171 @@ fn local_evaluation_definitions_need_a_key_and_support_etags() {
         403
     );
 }
+
+#[test]
+fn cohorts_property_nested_and_static_drive_flags() {
+    let server = TestServer::new();
+    let key = server.admin_key().to_string();
+    let token = server.creds.project_token.clone();
+    let create = |body: Value| -> Value {
+        let res = server.post_json("/api/projects/1/cohorts/", Some(&key), &body);
+        assert_eq!(res.status(), 201, "{body}");
+        res.json().expect("json")
+    };
+    let pros = create(
+        json!({"name": "Pros", "filters": {"properties": {"type": "OR", "values": [{"type": "AND", "values": [
+        {"key": "plan", "value": "pro", "type": "person"}, {"key": "country", "value": "FR", "type": "person", "negation": true}]}]}}}),
+    );
+    let nested = create(
+        json!({"name": "Nested", "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": pros["id"], "type": "cohort"}]}]}}}),
+    );
+    let vips = create(json!({"name": "VIPs", "is_static": true, "distinct_ids": ["vip-1"]}));
+    assert_eq!(vips["count"], 1);
+    let res = server
+        .client
+        .post(server.url("/api/projects/1/cohorts/?name=Uploaded"))
+        .bearer_auth(&key)
+        .header("content-type", "text/csv")
+        .body("distinct_id\nvip-2\n\"vip-3\"\n")
+        .send()
+        .expect("csv");
+    assert_eq!(res.status(), 201);
+    let uploaded: Value = res.json().expect("json");
+    assert_eq!(uploaded["count"], 2);
+    assert_eq!(uploaded["name"], "Uploaded");
+
+    let res = server.post_json("/api/projects/1/cohorts/", Some(&key), &json!({"name": "Broken", "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": 999, "type": "cohort"}]}]}}}));
+    assert_eq!(res.status(), 400, "a nested cohort must exist");
+    let res = server.post_json(
+        "/api/projects/1/cohorts/",
+        Some(&key),
+        &json!({"name": "Odd", "colour": "red"}),
+    );
+    assert_eq!(res.status(), 400);
+
+    let flag_for = |cohort: &Value, flag_key: &str| {
+        let body = json!({"key": flag_key, "filters": {"groups": [{"properties": [{"key": "id", "value": cohort["id"], "type": "cohort", "operator": "in"}], "rollout_percentage": 100}]}});
+        let res = server.post_json("/api/projects/1/feature_flags/", Some(&key), &body);
+        assert_eq!(res.status(), 201);
+    };
+    flag_for(&nested, "for-pros");
+    flag_for(&vips, "for-vips");
+    flag_for(&uploaded, "for-uploaded");
+    let check = |body: Value| evaluate(&server, body, &[]);
+    let pro = check(
+        json!({"token": token, "distinct_id": "p", "person_properties": {"plan": "pro", "country": "DE"}}),
+    );
+    assert_eq!(pro["flags"]["for-pros"]["enabled"], true);
+    let pro_fr = check(
+        json!({"token": token, "distinct_id": "p", "person_properties": {"plan": "pro", "country": "FR"}}),
+    );
+    assert_eq!(pro_fr["flags"]["for-pros"]["enabled"], false);
+    let vip = check(json!({"token": token, "distinct_id": "vip-1"}));
+    assert_eq!(vip["flags"]["for-vips"]["enabled"], true);
+    assert_eq!(vip["flags"]["for-uploaded"]["enabled"], false);
+    assert_eq!(
+        check(json!({"token": token, "distinct_id": "vip-3"}))["flags"]["for-uploaded"]["enabled"],
+        true
+    );
+
+    // Local evaluation ships dynamic cohorts, never static ones.
+    let defs: Value = server
+        .get(
+            &format!("/flags/definitions?token={token}&send_cohorts"),
+            Some(&key),
+        )
+        .json()
+        .expect("json");
+    let ids: Vec<String> = defs["cohorts"]
+        .as_object()
+        .expect("cohorts")
+        .keys()
+        .cloned()
+        .collect();
+    assert!(ids.contains(&pros["id"].to_string()) && !ids.contains(&vips["id"].to_string()));
+}
+
+#[test]
+fn quota_empties_flags_until_raised() {
+    let server = TestServer::new();
+    let key = server.admin_key().to_string();
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "on", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    let body = json!({"token": token, "distinct_id": "q"});
+    let set_quota = |quota: Value| {
+        let res = server
+            .client
+            .patch(server.url("/api/organizations/@current/"))
+            .bearer_auth(&key)
+            .json(&json!({"feature_flag_request_quota": quota}))
+            .send()
+            .expect("patch");
+        assert_eq!(res.status(), 200);
+        let org: Value = res.json().expect("json");
+        assert_eq!(org["feature_flag_request_quota"], quota);
+    };
+    set_quota(json!(2));
+    assert_eq!(
+        evaluate(&server, body.clone(), &[])["flags"]["on"]["enabled"],
+        true
+    );
+    assert_eq!(
+        evaluate(&server, body.clone(), &[])["flags"]["on"]["enabled"],
+        true
+    );
+    let limited = evaluate(&server, body.clone(), &[]);
+    assert_eq!(limited["flags"], json!({}));
+    assert_eq!(limited["quotaLimited"], json!(["feature_flags"]));
+    assert_eq!(limited["errorsWhileComputingFlags"], false);
+    set_quota(Value::Null);
+    let unlimited = evaluate(&server, body, &[]);
+    assert_eq!(unlimited["flags"]["on"]["enabled"], true);
+    assert!(unlimited.get("quotaLimited").is_none());
+    let (_, plain) = server.create_key(&["organization:read"], None);
+    let res = server
+        .client
+        .patch(server.url("/api/organizations/@current/"))
+        .bearer_auth(&plain)
+        .json(&json!({"feature_flag_request_quota": 1}))
+        .send()
+        .expect("patch");
+    assert_eq!(res.status(), 403);
+}
+
+#[test]
+fn legacy_decide_shapes() {
+    let server = TestServer::new();
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "on", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "off", "filters": {"groups": [{"rollout_percentage": 0}]}}),
+    );
+    let decide = |v: &str| -> Value {
+        let res = server
+            .client
+            .post(server.url(&format!("/decide/?v={v}")))
+            .json(&json!({"token": token, "distinct_id": "d"}))
+            .send()
+            .expect("sent");
+        assert_eq!(res.status(), 200);
+        res.json().expect("json")
+    };
+    assert_eq!(decide("1")["featureFlags"], json!(["on"]));
+    assert_eq!(decide("2")["featureFlags"], json!({"on": true}));
+    assert_eq!(
+        decide("3")["featureFlags"],
+        json!({"on": true, "off": false})
+    );
+    assert_eq!(decide("4")["flags"]["off"]["enabled"], false);
+    assert_eq!(decide("3")["config"]["enable_collect_everything"], true);
+}

@@ -26,6 +26,10 @@ required_scopes! {
     QueryRead => "query:read",
     FeatureFlagRead => "feature_flag:read",
     FeatureFlagWrite => "feature_flag:write",
+    CohortRead => "cohort:read",
+    CohortWrite => "cohort:write",
+    OrganizationRead => "organization:read",
+    OrganizationWrite => "organization:write",
     PersonalApiKeyRead => "personal_api_key:read",
     PersonalApiKeyWrite => "personal_api_key:write",
 }

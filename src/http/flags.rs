@@ -33,6 +33,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     project_route(cfg, "/feature_flags/{flag_id}", || web::patch().to(update));
     project_route(cfg, "/feature_flags/{flag_id}", || web::delete().to(delete));
     cfg.route("/flags", web::post().to(flags))
+        .route("/decide", web::post().to(decide))
         .route("/flags/definitions", web::get().to(definitions))
         .route(
             "/api/feature_flag/local_evaluation",
@@ -229,12 +230,41 @@ fn header_str(req: &HttpRequest, name: header::HeaderName) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Which endpoint answers: they differ only in response shapes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Flags,
+    /// Legacy `/decide` for old SDKs.
+    Decide,
+}
+
 /// `POST /flags`: evaluates every selected flag for the request's subject.
 async fn flags(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
     query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    evaluate_http(req, payload, state, query, Endpoint::Flags).await
+}
+
+/// `POST /decide`: `v` 1 → list of enabled keys; 2 → map of enabled flags; 3 → the legacy
+/// `/flags` shape; 4 and above → the v2 shape. Config is included unless `config=false`.
+async fn decide(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    evaluate_http(req, payload, state, query, Endpoint::Decide).await
+}
+
+async fn evaluate_http(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    query: web::Query<HashMap<String, String>>,
+    endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let limit = state.config.limits.max_body_bytes;
     let body = read_body(&req, payload.into_inner(), limit).await?;
@@ -264,16 +294,33 @@ async fn flags(
         now: Utc::now(),
         timezone,
     };
-    let (flag_store, persons) = (state.flags.clone(), state.persons.clone());
-    let project_id = project.id;
+    let (flag_store, persons, meta) = (
+        state.flags.clone(),
+        state.persons.clone(),
+        state.meta.clone(),
+    );
+    let (project_id, org_id) = (project.id, project.organization_id);
     let evaluated = web::block(move || {
+        if quota_exceeded(&meta, &persons, org_id, ctx.now)? {
+            return Ok(None);
+        }
         let outcome = evaluate_request(&flag_store, &persons, project_id, &request, runtime, ctx)?;
         if !outcome.results.is_empty() {
             persons.add_usage(project_id, ctx.now, UsageKind::FlagRequests, 1)?;
         }
-        Ok::<_, corvid_actors::meta::StoreError>(outcome)
+        Ok::<_, corvid_actors::meta::StoreError>(Some(outcome))
     })
     .await??;
+    let Some(evaluated) = evaluated else {
+        // Over quota: not an error status; flags are empty and `quotaLimited` says why.
+        return Ok(HttpResponse::Ok().json(json!({
+            "flags": {},
+            "errorsWhileComputingFlags": false,
+            "quotaLimited": ["feature_flags"],
+            "requestId": uuid::Uuid::new_v4(),
+            "evaluatedAt": Utc::now().timestamp_millis(),
+        })));
+    };
 
     let version: u32 = query
         .get("v")
@@ -288,15 +335,49 @@ async fn flags(
         (false, None) => (true, true),
         (_, config) => (version >= 2, config.unwrap_or(false)),
     };
-    let mut body = if v2 {
-        v2_body(&evaluated)
-    } else {
-        legacy_body(&evaluated)
+    let (mut body, with_config) = match endpoint {
+        Endpoint::Flags if v2 => (v2_body(&evaluated), with_config),
+        Endpoint::Flags => (legacy_body(&evaluated), with_config),
+        Endpoint::Decide => {
+            let with_config = config.unwrap_or(true);
+            match version {
+                0 | 1 => (decide_list_body(&evaluated), with_config),
+                2 => (decide_map_body(&evaluated), with_config),
+                3 => (legacy_body(&evaluated), with_config),
+                _ => (v2_body(&evaluated), with_config),
+            }
+        }
     };
     if with_config {
         add_config(&mut body);
     }
     Ok(HttpResponse::Ok().json(body))
+}
+
+/// Whether the organization used up its monthly flag-request quota (`None` = unlimited).
+fn quota_exceeded(
+    meta: &corvid_actors::meta::MetaStore,
+    persons: &corvid_actors::persons::PersonStore,
+    org: uuid::Uuid,
+    now: chrono::DateTime<Utc>,
+) -> Result<bool, corvid_actors::meta::StoreError> {
+    let Some(quota) = meta
+        .organization(org)?
+        .and_then(|o| o.feature_flag_request_quota)
+    else {
+        return Ok(false);
+    };
+    let month = now.format("%Y-%m").to_string();
+    let mut used = 0;
+    for project in meta.projects_of_organization(org)? {
+        used += persons
+            .usage(project.id)?
+            .iter()
+            .filter(|row| row.month == month)
+            .map(|row| row.flag_requests)
+            .sum::<u64>();
+    }
+    Ok(used >= quota)
 }
 
 fn v2_body(outcome: &FlagsOutcome) -> Value {
@@ -343,6 +424,24 @@ fn legacy_body(outcome: &FlagsOutcome) -> Value {
         "requestId": uuid::Uuid::new_v4(),
         "evaluatedAt": Utc::now().timestamp_millis(),
     })
+}
+
+fn decide_list_body(outcome: &FlagsOutcome) -> Value {
+    let enabled: Vec<&str> = outcome
+        .results
+        .iter()
+        .filter(|(_, e)| e.enabled)
+        .map(|(i, _)| outcome.flag(*i).key.as_str())
+        .collect();
+    json!({"featureFlags": enabled, "errorsWhileComputingFlags": outcome.errors})
+}
+
+fn decide_map_body(outcome: &FlagsOutcome) -> Value {
+    let mut legacy = legacy_body(outcome);
+    if let Some(Value::Object(flags)) = legacy.get_mut("featureFlags") {
+        flags.retain(|_, v| *v != Value::Bool(false));
+    }
+    legacy
 }
 
 fn add_config(body: &mut Value) {

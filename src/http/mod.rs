@@ -6,8 +6,10 @@
 
 pub mod body;
 mod capture;
+mod cohorts;
 mod flags;
 mod health;
+mod organizations;
 mod personal_api_keys;
 mod persons;
 mod projects;
@@ -25,6 +27,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     capture::configure(cfg);
     persons::configure(cfg);
     flags::configure(cfg);
+    cohorts::configure(cfg);
+    organizations::configure(cfg);
 }
 
 /// Registers a project-scoped route under both of PostHog's prefixes,

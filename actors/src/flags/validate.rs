@@ -106,3 +106,61 @@ fn check_condition(condition: &Condition, group_types: usize) -> Result<(), Stor
     }
     Ok(())
 }
+
+/// Checks a cohort's filters: known operators, and nested cohorts that exist (and are not the
+/// cohort itself).
+pub fn validate_cohort(
+    cohort: &super::model::CohortDefinition,
+    existing: &[super::store::CohortRecord],
+) -> Result<(), StoreError> {
+    use super::model::{CohortGroup, CohortNode};
+    fn walk(
+        group: &CohortGroup,
+        id: i64,
+        existing: &[super::store::CohortRecord],
+    ) -> Result<(), StoreError> {
+        if !matches!(
+            group.kind.to_ascii_uppercase().as_str(),
+            "AND" | "OR" | "PROPERTY"
+        ) {
+            return Err(StoreError::invalid(
+                format!("Unknown group type `{}`.", group.kind),
+                "filters",
+            ));
+        }
+        for node in &group.values {
+            match node {
+                CohortNode::Group(inner) => walk(inner, id, existing)?,
+                CohortNode::Filter(f) if f.kind.as_deref() == Some("cohort") => {
+                    let target = f
+                        .value
+                        .as_i64()
+                        .or_else(|| f.value.as_str().and_then(|s| s.parse().ok()));
+                    let found = target.is_some_and(|t| {
+                        t != id && existing.iter().any(|c| c.definition.id == t && !c.deleted)
+                    });
+                    if !found {
+                        return Err(StoreError::invalid(
+                            format!("Cohort {} does not exist.", f.value),
+                            "filters",
+                        ));
+                    }
+                }
+                CohortNode::Filter(f) => {
+                    let operator = f.operator.as_deref().unwrap_or("exact");
+                    if !PROPERTY_OPERATORS.contains(&operator) {
+                        return Err(StoreError::invalid(
+                            format!("Unknown operator `{operator}`."),
+                            "filters",
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    match &cohort.filters {
+        Some(filters) => walk(&filters.properties, cohort.id, existing),
+        None => Ok(()),
+    }
+}

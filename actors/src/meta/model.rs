@@ -10,6 +10,9 @@ pub struct Organization {
     pub id: Uuid,
     pub name: String,
     pub created_at: DateTime<Utc>,
+    /// Monthly `/flags` request quota across the organization's projects; `None` = unlimited.
+    #[serde(default)]
+    pub feature_flag_request_quota: Option<u64>,
 }
 
 /// A project ("team" in PostHog's internals): the unit of data isolation.

@@ -112,6 +112,7 @@ impl MetaStore {
             id: Uuid::now_v7(),
             name: name.to_string(),
             created_at: Utc::now(),
+            feature_flag_request_quota: None,
         };
         self.organizations.insert(org.id.as_bytes(), encode(&org))?;
         self.flush()?;
@@ -120,6 +121,18 @@ impl MetaStore {
 
     pub fn organization(&self, id: Uuid) -> Result<Option<Organization>, StoreError> {
         get(&self.organizations, "organizations", id.as_bytes())
+    }
+
+    /// Replaces an organization record.
+    pub fn update_organization(&self, org: &Organization) -> Result<(), StoreError> {
+        if self.organization(org.id)?.is_none() {
+            return Err(StoreError::NotFound {
+                what: format!("organization {}", org.id),
+            });
+        }
+        self.organizations.insert(org.id.as_bytes(), encode(org))?;
+        self.flush()?;
+        Ok(())
     }
 
     pub fn organizations(&self) -> Result<Vec<Organization>, StoreError> {
