@@ -1,0 +1,61 @@
+//! Flag evaluation throughput of the engine alone (criterion): one subject with person
+//! properties against the 20-flag and 300-flag sets the load test uses.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+
+use corvid_actors::flags::engine::{evaluate_all, Subject};
+use corvid_actors::flags::model::{CohortDefinition, FlagDefinition};
+use corvid_actors::flags::properties::MatchContext;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use serde_json::{json, Value};
+
+/// `n` flags mixing rollouts, property filters, a multivariate flag and a cohort filter.
+pub fn flag_set(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| match i % 5 {
+            0 => json!({"id": i + 1, "key": format!("rollout-{i}"), "filters": {"groups": [{"rollout_percentage": 30 + i % 60}]}}),
+            1 => json!({"id": i + 1, "key": format!("email-{i}"), "filters": {"groups": [{"properties": [{"key": "email", "value": "@corp.com", "operator": "icontains", "type": "person"}], "rollout_percentage": 80}]}}),
+            2 => json!({"id": i + 1, "key": format!("plan-{i}"), "filters": {"groups": [{"properties": [{"key": "plan", "value": ["pro", "enterprise"], "operator": "exact", "type": "person"}, {"key": "age", "value": 18, "operator": "gte", "type": "person"}]}]}}),
+            3 => json!({"id": i + 1, "key": format!("variant-{i}"), "filters": {"groups": [{"rollout_percentage": 100}], "multivariate": {"variants": [{"key": "control", "rollout_percentage": 50}, {"key": "test", "rollout_percentage": 50}]}, "payloads": {"test": "{\"x\": 1}"}}}),
+            _ => json!({"id": i + 1, "key": format!("cohort-{i}"), "filters": {"groups": [{"properties": [{"key": "id", "value": 1, "type": "cohort", "operator": "in"}]}]}}),
+        })
+        .collect()
+}
+
+pub fn cohort() -> Value {
+    json!({"id": 1, "name": "Pros", "filters": {"properties": {"type": "OR", "values": [{"type": "AND", "values": [{"key": "plan", "value": "pro", "type": "person"}, {"key": "country", "value": "US", "type": "person"}]}]}}})
+}
+
+fn bench(c: &mut Criterion) {
+    let cohort: CohortDefinition = serde_json::from_value(cohort()).expect("cohort");
+    let cohorts: HashMap<i64, CohortDefinition> = [(1, cohort)].into_iter().collect();
+    let ctx = MatchContext {
+        now: chrono::Utc::now(),
+        timezone: chrono_tz::UTC,
+    };
+    let subject = Subject {
+        distinct_id: "user-42".into(),
+        person_properties: json!({"email": "ann@corp.com", "plan": "pro", "age": 31, "country": "US", "distinct_id": "user-42"})
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ..Subject::default()
+    };
+    let mut group = c.benchmark_group("flags");
+    for n in [20, 300] {
+        let flags: Vec<FlagDefinition> = flag_set(n)
+            .into_iter()
+            .map(|f| serde_json::from_value(f).expect("flag"))
+            .collect();
+        let refs: Vec<&FlagDefinition> = flags.iter().collect();
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(format!("evaluate_all_{n}_flags"), |b| {
+            b.iter(|| black_box(evaluate_all(black_box(&refs), &subject, &cohorts, ctx)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
