@@ -45,6 +45,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
+    pub flags: FlagsConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
 }
@@ -87,6 +88,13 @@ pub struct IngestSection {
     pub max_queued_requests: NonZeroUsize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagsConfig {
+    #[serde(with = "humantime_serde")]
+    pub stored_read_deadline: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -607,3 +607,43 @@ fn legacy_decide_shapes() {
     assert_eq!(decide("4")["flags"]["off"]["enabled"], false);
     assert_eq!(decide("3")["config"]["enable_collect_everything"], true);
 }
+
+#[test]
+fn unreadable_stored_data_fails_only_the_flags_that_need_it() {
+    let (_dir, mut config) = common::fresh();
+    config.flags.stored_read_deadline = std::time::Duration::ZERO;
+    let server = TestServer::start(config);
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "rollout-only", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "needs-plan", "filters": {"groups": [{"properties": [{"key": "plan", "value": "pro", "type": "person"}]}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "overridden", "filters": {"groups": [{"properties": [{"key": "email", "value": "@corp.com", "operator": "icontains", "type": "person"}]}]}}),
+    );
+    let r = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "d", "person_properties": {"email": "a@corp.com"}}),
+        &[],
+    );
+    assert_eq!(r["errorsWhileComputingFlags"], true);
+    assert_eq!(r["flags"]["needs-plan"]["failed"], true);
+    assert_eq!(r["flags"]["needs-plan"]["enabled"], false);
+    assert_eq!(r["flags"]["rollout-only"]["enabled"], true);
+    assert!(
+        r["flags"]["rollout-only"].get("failed").is_none(),
+        "`failed` only appears when true"
+    );
+    assert_eq!(
+        r["flags"]["overridden"]["enabled"], true,
+        "the request supplied what it needs"
+    );
+}

@@ -8,7 +8,9 @@ use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
 use corvid_actors::flags::engine::dependencies;
-use corvid_actors::flags::evaluate::{evaluate_request, FlagsOutcome};
+use corvid_actors::flags::evaluate::{
+    evaluate, load_stored, selected_flags, FlagsOutcome, StoredData,
+};
 use corvid_actors::flags::model::{FlagDefinition, FlagFilters};
 use corvid_actors::flags::properties::MatchContext;
 use corvid_actors::flags::request::{decode_body, detect_runtime, parse_request, FlagRequestError};
@@ -294,33 +296,76 @@ async fn evaluate_http(
         now: Utc::now(),
         timezone,
     };
-    let (flag_store, persons, meta) = (
-        state.flags.clone(),
-        state.persons.clone(),
-        state.meta.clone(),
+    let project_id = project.id;
+    let snapshot = state.flags_op(move |f| f.snapshot(project_id)).await?;
+    let selected = selected_flags(&snapshot, &request, runtime);
+    let request = std::sync::Arc::new(request);
+
+    // One trip to the blocking pool, under a deadline: the quota check and the stored person
+    // and groups. Past the deadline the request is still answered, with the flags that needed
+    // stored data marked `failed`.
+    let (persons, meta) = (state.persons.clone(), state.meta.clone());
+    let (org_id, needs_data) = (
+        project.organization_id,
+        !selected.is_empty() && !request.disable_flags,
     );
-    let (project_id, org_id) = (project.id, project.organization_id);
-    let evaluated = web::block(move || {
+    let load_request = std::sync::Arc::clone(&request);
+    let load = web::block(move || {
         if quota_exceeded(&meta, &persons, org_id, ctx.now)? {
             return Ok(None);
         }
-        let outcome = evaluate_request(&flag_store, &persons, project_id, &request, runtime, ctx)?;
-        if !outcome.results.is_empty() {
-            persons.add_usage(project_id, ctx.now, UsageKind::FlagRequests, 1)?;
+        let stored = if needs_data {
+            load_stored(&persons, project_id, &load_request)?
+        } else {
+            StoredData::default()
+        };
+        Ok::<_, corvid_actors::meta::StoreError>(Some(stored))
+    });
+    let deadline = state.config.flags.stored_read_deadline;
+    let started = std::time::Instant::now();
+    let stored = match tokio::time::timeout(deadline, load).await {
+        // An answer that took longer than the deadline is as late as no answer.
+        Ok(Ok(Ok(Some(_)))) if started.elapsed() > deadline => {
+            tracing::warn!(project_id, "stored flag data read after the deadline");
+            None
         }
-        Ok::<_, corvid_actors::meta::StoreError>(Some(outcome))
-    })
-    .await??;
-    let Some(evaluated) = evaluated else {
-        // Over quota: not an error status; flags are empty and `quotaLimited` says why.
-        return Ok(HttpResponse::Ok().json(json!({
-            "flags": {},
-            "errorsWhileComputingFlags": false,
-            "quotaLimited": ["feature_flags"],
-            "requestId": uuid::Uuid::new_v4(),
-            "evaluatedAt": Utc::now().timestamp_millis(),
-        })));
+        Ok(Ok(Ok(Some(stored)))) => Some(stored),
+        Ok(Ok(Ok(None))) => {
+            // Over quota: not an error status; flags are empty and `quotaLimited` says why.
+            return Ok(HttpResponse::Ok().json(json!({
+                "flags": {},
+                "errorsWhileComputingFlags": false,
+                "quotaLimited": ["feature_flags"],
+                "requestId": uuid::Uuid::new_v4(),
+                "evaluatedAt": Utc::now().timestamp_millis(),
+            })));
+        }
+        Ok(Ok(Err(err))) => {
+            tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+            None
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(project_id, "stored flag data not read within the deadline");
+            None
+        }
     };
+    let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
+    if !evaluated.results.is_empty() {
+        let persons = state.persons.clone();
+        actix_web::rt::spawn(async move {
+            let counted = web::block(move || {
+                persons.add_usage(project_id, ctx.now, UsageKind::FlagRequests, 1)
+            })
+            .await;
+            if !matches!(counted, Ok(Ok(()))) {
+                tracing::warn!(project_id, "could not count a flag request");
+            }
+        });
+    }
 
     let version: u32 = query
         .get("v")
@@ -384,16 +429,17 @@ fn v2_body(outcome: &FlagsOutcome) -> Value {
     let mut flags = Map::new();
     for (index, e) in &outcome.results {
         let flag = outcome.flag(*index);
-        flags.insert(
-            flag.key.clone(),
-            json!({
-                "key": flag.key,
-                "enabled": e.enabled,
-                "variant": e.variant,
-                "reason": {"code": e.reason.code, "condition_index": e.reason.condition_index, "description": e.reason.description},
-                "metadata": {"id": flag.id, "version": flag.version, "description": null, "payload": e.payload},
-            }),
-        );
+        let mut entry = json!({
+            "key": flag.key,
+            "enabled": e.enabled,
+            "variant": e.variant,
+            "reason": {"code": e.reason.code, "condition_index": e.reason.condition_index, "description": e.reason.description},
+            "metadata": {"id": flag.id, "version": flag.version, "description": null, "payload": e.payload},
+        });
+        if e.failed {
+            entry["failed"] = Value::Bool(true);
+        }
+        flags.insert(flag.key.clone(), entry);
     }
     json!({
         "flags": flags,

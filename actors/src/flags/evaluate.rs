@@ -1,22 +1,26 @@
-//! Evaluating a `/flags` request for a project: stored person and group properties overlaid
-//! by the request's, static cohorts, runtime and context filters, then every selected flag.
+//! Evaluating a `/flags` request for a project, in two steps: [`load_stored`] reads the
+//! stored person, groups and group types (sled: blocking, run under a deadline), then
+//! [`evaluate`] overlays the request's properties and evaluates every selected flag. When the
+//! stored data could not be read in time, flags that need it come back `failed` and the others
+//! are still evaluated.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::engine::{evaluate_all, Evaluation, GroupData, Subject};
+use super::engine::{evaluate_all, Evaluation, GroupData, Reason, Subject};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
-use super::store::{FlagStore, ProjectFlags};
+use super::store::ProjectFlags;
 use crate::meta::StoreError;
-use crate::persons::PersonStore;
+use crate::persons::{Group, Person, PersonStore};
 
-/// The evaluated flags of one request, in flag id order.
+/// The evaluated flags of one request.
 pub struct FlagsOutcome {
     pub snapshot: Arc<ProjectFlags>,
+    /// (index into `snapshot.flags`, result), in flag id order.
     pub results: Vec<(usize, Evaluation)>,
     pub errors: bool,
 }
@@ -27,18 +31,47 @@ impl FlagsOutcome {
     }
 }
 
-/// Evaluates the request's flags. Blocking (sled reads): call off the event loop.
-pub fn evaluate_request(
-    flags: &FlagStore,
+/// What evaluation reads from sled for one request.
+#[derive(Debug, Clone, Default)]
+pub struct StoredData {
+    pub person: Option<Person>,
+    /// `(type name, index, stored group)` for each group type named in the request.
+    pub groups: Vec<(String, u8, Option<Group>)>,
+}
+
+/// Reads the stored person and the request's groups. Blocking: call off the event loop.
+pub fn load_stored(
     persons: &PersonStore,
     project_id: u64,
     request: &FlagRequest,
+) -> Result<StoredData, StoreError> {
+    let distinct_id = request.distinct_id.clone().unwrap_or_default();
+    let person = persons.person_by_distinct_id(project_id, &distinct_id)?;
+    let mut groups = Vec::new();
+    for (name, index) in persons.group_types(project_id)? {
+        if let Some(key) = request.groups.get(&name).and_then(group_key) {
+            groups.push((name, index, persons.group(project_id, index, &key)?));
+        }
+    }
+    Ok(StoredData { person, groups })
+}
+
+fn group_key(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The flags a request asks for, after the runtime, context and key filters.
+pub fn selected_flags(
+    snapshot: &ProjectFlags,
+    request: &FlagRequest,
     runtime: Option<Runtime>,
-    ctx: MatchContext,
-) -> Result<FlagsOutcome, StoreError> {
-    let snapshot = flags.snapshot(project_id)?;
+) -> Vec<usize> {
     let runtime = request.evaluation_runtime.or(runtime);
-    let selected: Vec<usize> = (0..snapshot.flags.len())
+    (0..snapshot.flags.len())
         .filter(|&i| {
             let f = &snapshot.flags[i];
             f.active
@@ -48,22 +81,48 @@ pub fn evaluate_request(
                     .as_ref()
                     .is_none_or(|keys| keys.contains(&f.key))
         })
-        .collect();
+        .collect()
+}
+
+/// Whether a flag reads anything the request did not supply (stored person or group
+/// properties, cohorts, groups).
+fn needs_stored(flag: &FlagDefinition, request: &FlagRequest) -> bool {
+    if flag.filters.aggregation_group_type_index.is_some() {
+        return true;
+    }
+    flag.filters
+        .groups
+        .iter()
+        .chain(&flag.filters.super_groups)
+        .any(|c| {
+            c.aggregation_group_type_index.flatten().is_some()
+                || c.properties.iter().any(|p| match p.kind.as_deref() {
+                    Some("flag") => false,
+                    Some("cohort") | Some("group") => true,
+                    _ => !request.person_properties.contains_key(&p.key),
+                })
+        })
+}
+
+/// Evaluates the selected flags. `stored` is `None` when the stored data could not be read.
+pub fn evaluate(
+    snapshot: Arc<ProjectFlags>,
+    selected: &[usize],
+    stored: Option<&StoredData>,
+    request: &FlagRequest,
+    ctx: MatchContext,
+) -> FlagsOutcome {
     if selected.is_empty() || request.disable_flags {
-        return Ok(FlagsOutcome {
+        return FlagsOutcome {
             snapshot,
             results: Vec::new(),
             errors: false,
-        });
+        };
     }
     let distinct_id = request.distinct_id.clone().unwrap_or_default();
-
-    // Stored person properties, overlaid by the request's (the request wins).
-    let person = persons.person_by_distinct_id(project_id, &distinct_id)?;
-    let mut person_properties = person
-        .as_ref()
-        .map(|p| p.properties.clone())
-        .unwrap_or_default();
+    let person = stored.and_then(|s| s.person.as_ref());
+    let mut person_properties: Map<String, Value> =
+        person.map(|p| p.properties.clone()).unwrap_or_default();
     person_properties.extend(request.person_properties.clone());
     person_properties
         .entry("distinct_id")
@@ -71,7 +130,6 @@ pub fn evaluate_request(
 
     let mut static_cohorts = HashSet::new();
     let ids = person
-        .as_ref()
         .map(|p| p.distinct_ids.clone())
         .unwrap_or_else(|| vec![distinct_id.clone()]);
     for id in &ids {
@@ -79,27 +137,21 @@ pub fn evaluate_request(
             static_cohorts.extend(cohorts.iter().copied());
         }
     }
-
     let mut groups: [Option<GroupData>; 5] = Default::default();
-    for (name, index) in persons.group_types(project_id)? {
-        let Some(key) = request.groups.get(&name).and_then(|v| match v {
-            Value::String(s) if !s.is_empty() => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }) else {
+    for (name, index, group) in stored.map(|s| s.groups.as_slice()).unwrap_or_default() {
+        let Some(key) = request.groups.get(name).and_then(group_key) else {
             continue;
         };
-        let mut properties = persons
-            .group(project_id, index, &key)?
-            .map(|g| g.properties)
+        let mut properties = group
+            .as_ref()
+            .map(|g| g.properties.clone())
             .unwrap_or_default();
-        if let Some(Value::Object(overrides)) = request.group_properties.get(&name) {
+        if let Some(Value::Object(overrides)) = request.group_properties.get(name) {
             properties.extend(overrides.clone());
         }
         properties.insert("$group_key".into(), Value::String(key.clone()));
-        groups[usize::from(index.min(4))] = Some(GroupData { key, properties });
+        groups[usize::from((*index).min(4))] = Some(GroupData { key, properties });
     }
-
     let subject = Subject {
         distinct_id,
         anon_distinct_id: request.anon_distinct_id.clone(),
@@ -116,16 +168,41 @@ pub fn evaluate_request(
     };
     // Dependencies are evaluated with every active flag; only the selected ones are returned.
     let all: Vec<&FlagDefinition> = snapshot.flags.iter().collect();
-    let (evaluations, errors) = evaluate_all(&all, &subject, &snapshot.cohorts, ctx);
-    let wanted: HashSet<usize> = selected.into_iter().collect();
+    let (evaluations, mut errors) = evaluate_all(&all, &subject, &snapshot.cohorts, ctx);
+    let wanted: HashSet<usize> = selected.iter().copied().collect();
     let results = evaluations
         .into_iter()
         .enumerate()
         .filter(|(i, _)| wanted.contains(i))
+        .map(|(i, e)| {
+            if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
+                errors = true;
+                (
+                    i,
+                    failed("timeout", "Stored properties could not be read in time"),
+                )
+            } else {
+                (i, e)
+            }
+        })
         .collect();
-    Ok(FlagsOutcome {
+    FlagsOutcome {
         snapshot,
         results,
         errors,
-    })
+    }
+}
+
+fn failed(code: &'static str, description: &str) -> Evaluation {
+    Evaluation {
+        enabled: false,
+        variant: None,
+        reason: Reason {
+            code,
+            condition_index: None,
+            description: description.into(),
+        },
+        payload: None,
+        failed: true,
+    }
 }
