@@ -10,6 +10,7 @@ use actix_web::dev::ServerHandle;
 use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore};
@@ -62,6 +63,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 
     let persons = Arc::new(PersonStore::open(meta.db())?);
     let flags = Arc::new(FlagStore::open(meta.db())?);
+    let geoip = match &config.geoip.database_path {
+        Some(path) => Some(Arc::new(GeoIp::open(path)?)),
+        None => None,
+    };
     let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
         .await
         .context("cannot start the ingest pipeline")?;
@@ -85,6 +90,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         persons,
         ingest,
         flags,
+        geoip,
         lifecycle,
         metrics,
     });

@@ -46,6 +46,8 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
     pub flags: FlagsConfig,
+    #[serde(default)]
+    pub geoip: GeoIpConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
 }
@@ -88,6 +90,13 @@ pub struct IngestSection {
     pub max_queued_requests: NonZeroUsize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoIpConfig {
+    #[serde(default)]
+    pub database_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

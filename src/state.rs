@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
+use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
@@ -28,6 +29,8 @@ pub struct AppState {
     pub ingest: Ingest,
     /// Flag and cohort definitions and their evaluation snapshots.
     pub flags: Arc<FlagStore>,
+    /// GeoIP lookups for `/flags`, when a database is configured.
+    pub geoip: Option<Arc<GeoIp>>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -106,6 +109,7 @@ impl AppState {
             .expect("ingest starts");
         let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));
         AppState {
+            geoip: None,
             flags,
             persons,
             ingest,

@@ -647,3 +647,69 @@ fn unreadable_stored_data_fails_only_the_flags_that_need_it() {
         "the request supplied what it needs"
     );
 }
+
+#[test]
+fn geoip_fills_person_properties_from_the_client_ip() {
+    let (dir, mut config) = common::fresh();
+    let db = dir.path().join("city.mmdb");
+    sdk::run_python("make_geoip.py", &[db.to_str().expect("utf-8 path")]);
+    config.geoip.database_path = Some(db);
+    let server = TestServer::start(config);
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "france", "filters": {"groups": [{"properties": [{"key": "$geoip_country_code", "value": "FR", "type": "person"}]}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "paris-tz", "filters": {"groups": [{"properties": [
+        {"key": "$geoip_city_name", "value": "Paris", "type": "person"},
+        {"key": "$geoip_country_name", "value": "France", "type": "person"},
+        {"key": "$geoip_continent_code", "value": "EU", "type": "person"},
+        {"key": "$geoip_continent_name", "value": "Europe", "type": "person"},
+        {"key": "$geoip_postal_code", "value": "75001", "type": "person"},
+        {"key": "$geoip_time_zone", "value": "Europe/Paris", "type": "person"}]}]}}),
+    );
+    let body = json!({"token": token, "distinct_id": "traveller"});
+    let paris = evaluate(
+        &server,
+        body.clone(),
+        &[("x-forwarded-for", "203.0.113.7, 10.0.0.1")],
+    );
+    assert_eq!(paris["flags"]["france"]["enabled"], true);
+    assert_eq!(
+        paris["flags"]["paris-tz"]["enabled"], true,
+        "all seven properties are filled"
+    );
+    let austin = evaluate(
+        &server,
+        body.clone(),
+        &[("x-forwarded-for", "198.51.100.20")],
+    );
+    assert_eq!(austin["flags"]["france"]["enabled"], false);
+    let disabled = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "traveller", "geoip_disable": true}),
+        &[("x-forwarded-for", "203.0.113.7")],
+    );
+    assert_eq!(
+        disabled["flags"]["france"]["enabled"], false,
+        "geoip_disable skips the lookup"
+    );
+    let sent = evaluate(
+        &server,
+        json!({"token": token, "distinct_id": "traveller", "person_properties": {"$geoip_country_code": "US"}}),
+        &[("x-forwarded-for", "203.0.113.7")],
+    );
+    assert_eq!(
+        sent["flags"]["france"]["enabled"], false,
+        "values the client sends win"
+    );
+    let local = evaluate(&server, body, &[]);
+    assert_eq!(
+        local["flags"]["france"]["enabled"], false,
+        "loopback has no location"
+    );
+}

@@ -103,16 +103,6 @@ fn header_string(req: &HttpRequest, name: header::HeaderName) -> Option<String> 
         .map(str::to_string)
 }
 
-/// The client IP: `Forwarded` / `X-Forwarded-For` when present, else the peer, without a port.
-fn client_ip(req: &HttpRequest) -> Option<String> {
-    let info = req.connection_info();
-    let raw = info.realip_remote_addr()?;
-    if let Ok(addr) = raw.parse::<std::net::SocketAddr>() {
-        return Some(addr.ip().to_string());
-    }
-    Some(raw.trim().to_string())
-}
-
 fn decode_owned(
     route: RouteKind,
     body: Bytes,
@@ -168,7 +158,7 @@ async fn capture(
     let context = Context {
         now: Utc::now(),
         sent_at: decoded.sent_at,
-        ip: client_ip(&req),
+        ip: super::client_ip(&req),
         capture_ip: !project.anonymize_ips,
         historical_migration: decoded.historical_migration,
     };

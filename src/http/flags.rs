@@ -281,7 +281,13 @@ async fn evaluate_http(
         state.config.capture.max_decompressed_bytes,
     )
     .map_err(flag_error)?;
-    let request = parse_request(&decoded).map_err(flag_error)?;
+    let mut request = parse_request(&decoded).map_err(flag_error)?;
+    if let (Some(geoip), false) = (&state.geoip, request.geoip_disable) {
+        let ip = super::client_ip(&req).and_then(|ip| ip.parse().ok());
+        if let Some(ip) = ip {
+            geoip.enrich(ip, &mut request.person_properties);
+        }
+    }
     let project =
         resolve_project_token(&state, request.token.as_deref().unwrap_or_default()).await?;
     req.extensions_mut().insert(RequestProject(project.id));

@@ -46,6 +46,17 @@ pub fn project_route(
     }
 }
 
+/// The client IP: `Forwarded` / `X-Forwarded-For` (first entry) when present, else the peer,
+/// without a port.
+pub fn client_ip(req: &actix_web::HttpRequest) -> Option<String> {
+    let info = req.connection_info();
+    let raw = info.realip_remote_addr()?;
+    if let Ok(addr) = raw.parse::<std::net::SocketAddr>() {
+        return Some(addr.ip().to_string());
+    }
+    Some(raw.trim().to_string())
+}
+
 /// Unknown routes get the same JSON error shape as everything else.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::not_found("Endpoint"))

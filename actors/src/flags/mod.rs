@@ -6,6 +6,7 @@ pub mod engine;
 #[cfg(test)]
 mod engine_tests;
 pub mod evaluate;
+pub mod geoip;
 pub mod hash;
 pub mod model;
 pub mod properties;
