@@ -439,7 +439,7 @@ fn v2_body(outcome: &FlagsOutcome) -> Value {
             "key": flag.key,
             "enabled": e.enabled,
             "variant": e.variant,
-            "reason": {"code": e.reason.code, "condition_index": e.reason.condition_index, "description": e.reason.description},
+            "reason": {"code": e.reason.code, "condition_index": e.reason.condition_index, "description": e.reason.description()},
             "metadata": {"id": flag.id, "version": flag.version, "description": null, "payload": e.payload},
         });
         if e.failed {

@@ -22,7 +22,32 @@ pub enum FlagValue {
 pub struct Reason {
     pub code: &'static str,
     pub condition_index: Option<usize>,
-    pub description: String,
+    /// A description other than the code's standard one.
+    pub detail: Option<&'static str>,
+}
+
+impl Reason {
+    /// The human-readable text PostHog sends for this reason (built only when serializing).
+    pub fn description(&self) -> String {
+        if let Some(detail) = self.detail {
+            return detail.to_string();
+        }
+        match self.code {
+            "condition_match" => {
+                format!(
+                    "Matched condition set {}",
+                    self.condition_index.unwrap_or(0) + 1
+                )
+            }
+            "out_of_rollout_bound" => "Out of rollout bound".into(),
+            "no_condition_match" => "No matching condition set".into(),
+            "no_group_type" => "No group type".into(),
+            "super_condition_value" => "Super condition value".into(),
+            "holdout_condition_value" => "Holdout condition value".into(),
+            "flag_disabled" => "Feature flag is disabled".into(),
+            _ => "Flag cannot be evaluated due to missing dependency".into(),
+        }
+    }
 }
 
 /// The result of evaluating one flag.
@@ -82,20 +107,10 @@ fn priority(code: &str) -> i8 {
 }
 
 fn reason(code: &'static str, condition_index: Option<usize>) -> Reason {
-    let description = match code {
-        "condition_match" => format!("Matched condition set {}", condition_index.unwrap_or(0) + 1),
-        "out_of_rollout_bound" => "Out of rollout bound".into(),
-        "no_condition_match" => "No matching condition set".into(),
-        "no_group_type" => "No group type".into(),
-        "super_condition_value" => "Super condition value".into(),
-        "holdout_condition_value" => "Holdout condition value".into(),
-        "flag_disabled" => "Feature flag is disabled".into(),
-        _ => "Flag cannot be evaluated due to missing dependency".into(),
-    };
     Reason {
         code,
         condition_index,
-        description,
+        detail: None,
     }
 }
 
@@ -105,6 +120,8 @@ pub struct Environment<'a> {
     /// Values of already evaluated flags, by flag id (dependencies).
     pub flag_values: &'a HashMap<i64, FlagValue>,
     pub ctx: MatchContext,
+    /// Cohort memberships already decided for this subject (cohorts are shared by flags).
+    pub cohort_memo: &'a std::cell::RefCell<HashMap<i64, bool>>,
 }
 
 /// Evaluates one flag.
@@ -120,8 +137,8 @@ pub fn evaluate_flag(
     let payload_for = |key: &str| filters.payloads.get(key).cloned();
 
     // 1. Early access.
-    let enrollment_key = format!("$feature_enrollment/{}", flag.key);
     if filters.feature_enrollment == Some(true) {
+        let enrollment_key = format!("$feature_enrollment/{}", flag.key);
         if let Some(value) = subject.person_properties.get(&enrollment_key) {
             let enabled = matches!(value, Value::Bool(true)) || value.as_str() == Some("true");
             return Evaluation {
@@ -140,7 +157,7 @@ pub fn evaluate_flag(
         if relevant {
             let identifier = person_identifier(flag, subject).unwrap_or_default();
             let enabled = condition_properties_match(gate, None, subject, env)
-                && in_rollout(&flag.key, &identifier, gate.rollout_percentage);
+                && in_rollout(&flag.key, identifier, gate.rollout_percentage);
             return Evaluation {
                 enabled,
                 variant: None,
@@ -156,12 +173,12 @@ pub fn evaluate_flag(
         let identifier = match filters.aggregation_group_type_index {
             Some(i) => subject.groups[usize::from(i.min(4))]
                 .as_ref()
-                .map(|g| g.key.clone()),
+                .map(|g| g.key.as_str()),
             None => person_identifier(flag, subject),
         };
         if let Some(identifier) = identifier {
             let percentage = holdout.exclusion_percentage.clamp(0.0, 100.0);
-            let excluded = percentage >= 100.0 || holdout_hash(&identifier) <= percentage / 100.0;
+            let excluded = percentage >= 100.0 || holdout_hash(identifier) <= percentage / 100.0;
             if excluded {
                 let variant = format!("holdout-{}", holdout.id);
                 return Evaluation {
@@ -188,7 +205,7 @@ pub fn evaluate_flag(
                 .get(usize::from(group_index))
                 .and_then(Option::as_ref)
             {
-                Some(group) if !group.key.is_empty() => group.key.clone(),
+                Some(group) if !group.key.is_empty() => group.key.as_str(),
                 _ => {
                     skipped_group_condition = true;
                     best = better(best, reason("no_group_type", Some(index)));
@@ -207,7 +224,7 @@ pub fn evaluate_flag(
             best = better(best, reason("no_condition_match", Some(index)));
             continue;
         }
-        if !in_rollout(&flag.key, &identifier, condition.rollout_percentage) {
+        if !in_rollout(&flag.key, identifier, condition.rollout_percentage) {
             best = better(best, reason("out_of_rollout_bound", Some(index)));
             continue;
         }
@@ -220,7 +237,7 @@ pub fn evaluate_flag(
                     .as_ref()
                     .is_some_and(|m| m.variants.iter().any(|x| &x.key == v))
             })
-            .or_else(|| pick_variant(flag, &identifier));
+            .or_else(|| pick_variant(flag, identifier));
         let payload = payload_for(variant.as_deref().unwrap_or("true"));
         return Evaluation {
             enabled: true,
@@ -231,7 +248,7 @@ pub fn evaluate_flag(
         };
     }
     if best.code == "no_condition_match" && skipped_group_condition {
-        best.description = "No matching condition set (group conditions were not evaluated because no group type was provided)".into();
+        best.detail = Some("No matching condition set (group conditions were not evaluated because no group type was provided)");
     }
     not_enabled(best)
 }
@@ -256,16 +273,20 @@ fn better(current: Reason, candidate: Reason) -> Reason {
 
 /// The person-level hash identifier: device id when the flag buckets by device (none → the
 /// condition is skipped), else `$anon_distinct_id` for continuity flags, else the distinct id.
-fn person_identifier(flag: &FlagDefinition, subject: &Subject) -> Option<String> {
+fn person_identifier<'a>(flag: &FlagDefinition, subject: &'a Subject) -> Option<&'a str> {
     if flag.bucketing_identifier.as_deref() == Some("device_id") {
-        return subject.device_id.clone().filter(|d| !d.is_empty());
+        return subject.device_id.as_deref().filter(|d| !d.is_empty());
     }
     if flag.ensure_experience_continuity {
-        if let Some(anon) = subject.anon_distinct_id.as_ref().filter(|a| !a.is_empty()) {
-            return Some(anon.clone());
+        if let Some(anon) = subject
+            .anon_distinct_id
+            .as_deref()
+            .filter(|a| !a.is_empty())
+        {
+            return Some(anon);
         }
     }
-    Some(subject.distinct_id.clone())
+    Some(&subject.distinct_id)
 }
 
 fn in_rollout(key: &str, identifier: &str, percentage: Option<f64>) -> bool {
@@ -366,6 +387,20 @@ pub fn in_cohort(id: i64, subject: &Subject, env: &Environment<'_>, stack: &mut 
     if stack.contains(&id) {
         return false;
     }
+    if let Some(known) = env.cohort_memo.borrow().get(&id) {
+        return *known;
+    }
+    let member = cohort_membership(id, subject, env, stack);
+    env.cohort_memo.borrow_mut().insert(id, member);
+    member
+}
+
+fn cohort_membership(
+    id: i64,
+    subject: &Subject,
+    env: &Environment<'_>,
+    stack: &mut Vec<i64>,
+) -> bool {
     let Some(cohort) = env.cohorts.get(&id) else {
         return false;
     };
@@ -420,6 +455,62 @@ pub fn dependencies(flag: &FlagDefinition) -> Vec<i64> {
         .collect()
 }
 
+/// How a flag is evaluated within a set: its place in dependency order, and whether its
+/// dependencies are usable (`missing`: unknown or broken; `cyclic`: part of a cycle).
+#[derive(Debug, Clone, Default)]
+pub struct EvaluationPlan {
+    /// (flag index, dependencies usable, every dependency exists) in evaluation order.
+    order: Vec<(usize, bool, bool)>,
+}
+
+impl EvaluationPlan {
+    /// Orders `flags` so dependencies come first; computed once per definitions snapshot.
+    pub fn new(flags: &[&FlagDefinition]) -> EvaluationPlan {
+        let by_id: HashMap<i64, usize> = flags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+        let deps: Vec<Vec<i64>> = flags.iter().map(|f| dependencies(f)).collect();
+        // 0 = unvisited, 1 = in progress, 2 = done; `ok[i]` is known once done.
+        let mut state = vec![0u8; flags.len()];
+        let mut ok = vec![false; flags.len()];
+        let mut order = Vec::with_capacity(flags.len());
+        fn visit(
+            i: usize,
+            deps: &[Vec<i64>],
+            by_id: &HashMap<i64, usize>,
+            state: &mut [u8],
+            ok: &mut [bool],
+            order: &mut Vec<(usize, bool, bool)>,
+        ) -> bool {
+            match state[i] {
+                2 => return ok[i],
+                1 => return false,
+                _ => {}
+            }
+            state[i] = 1;
+            let mut usable = true;
+            let mut all_exist = true;
+            for dep in &deps[i] {
+                match by_id.get(dep) {
+                    Some(&j) => usable &= visit(j, deps, by_id, state, ok, order),
+                    None => {
+                        usable = false;
+                        all_exist = false;
+                    }
+                }
+            }
+            state[i] = 2;
+            ok[i] = usable;
+            order.push((i, usable, all_exist));
+            usable
+        }
+        for i in 0..flags.len() {
+            if state[i] == 0 {
+                visit(i, &deps, &by_id, &mut state, &mut ok, &mut order);
+            }
+        }
+        EvaluationPlan { order }
+    }
+}
+
 /// Evaluates every flag of `flags` in dependency order. Flags whose dependencies are missing
 /// or cyclic come back `missing_dependency`; cycles also report an error (second value).
 pub fn evaluate_all(
@@ -428,60 +519,34 @@ pub fn evaluate_all(
     cohorts: &HashMap<i64, CohortDefinition>,
     ctx: MatchContext,
 ) -> (Vec<Evaluation>, bool) {
-    let by_id: HashMap<i64, usize> = flags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    evaluate_planned(flags, &EvaluationPlan::new(flags), subject, cohorts, ctx)
+}
+
+/// [`evaluate_all`] with a precomputed plan for the same `flags`.
+pub fn evaluate_planned(
+    flags: &[&FlagDefinition],
+    plan: &EvaluationPlan,
+    subject: &Subject,
+    cohorts: &HashMap<i64, CohortDefinition>,
+    ctx: MatchContext,
+) -> (Vec<Evaluation>, bool) {
     let mut values: HashMap<i64, FlagValue> = HashMap::new();
+    let cohort_memo = std::cell::RefCell::new(HashMap::new());
     let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
     let mut errors = false;
-    // 0 = unvisited, 1 = in progress, 2 = done.
-    let mut state = vec![0u8; flags.len()];
-    fn visit(
-        i: usize,
-        flags: &[&FlagDefinition],
-        by_id: &HashMap<i64, usize>,
-        state: &mut [u8],
-        order: &mut Vec<(usize, bool)>,
-    ) -> bool {
-        match state[i] {
-            2 => return order.iter().any(|(j, ok)| *j == i && *ok),
-            1 => return false,
-            _ => {}
-        }
-        state[i] = 1;
-        let mut ok = true;
-        for dep in dependencies(flags[i]) {
-            match by_id.get(&dep) {
-                Some(&j) => ok &= visit(j, flags, by_id, state, order),
-                None => ok = false,
-            }
-        }
-        state[i] = 2;
-        order.push((i, ok));
-        ok
-    }
-    let mut order = Vec::new();
-    for i in 0..flags.len() {
-        if state[i] == 0 {
-            visit(i, flags, &by_id, &mut state, &mut order);
-        }
-    }
-    for (i, ok) in order {
-        let evaluation = if ok {
+    for &(i, usable, all_exist) in &plan.order {
+        let evaluation = if usable {
             let env = Environment {
                 cohorts,
                 flag_values: &values,
                 ctx,
+                cohort_memo: &cohort_memo,
             };
             evaluate_flag(flags[i], subject, &env)
         } else {
-            let cyclic = dependencies(flags[i]).iter().all(|d| by_id.contains_key(d));
-            errors |= cyclic;
-            Evaluation {
-                enabled: false,
-                variant: None,
-                reason: reason("missing_dependency", None),
-                payload: None,
-                failed: false,
-            }
+            // Every dependency exists, yet they are unusable: a cycle (an error).
+            errors |= all_exist;
+            not_enabled(reason("missing_dependency", None))
         };
         values.insert(flags[i].id, evaluation.value());
         results[i] = Some(evaluation);

@@ -37,6 +37,7 @@ fn eval(f: &FlagDefinition, s: &Subject) -> Evaluation {
             cohorts: &cohorts,
             flag_values: &values,
             ctx: ctx(),
+            cohort_memo: &Default::default(),
         },
     )
 }
@@ -103,9 +104,10 @@ fn reasons_payloads_and_variant_overrides() {
         Reason {
             code: "condition_match",
             condition_index: Some(0),
-            description: "Matched condition set 1".into()
+            detail: None
         }
     );
+    assert_eq!(hit.reason.description(), "Matched condition set 1");
     assert_eq!(hit.payload, Some(json!("{\"color\": \"blue\"}")));
     let miss = eval(&f, &subject("u1", json!({"email": "a@gmail.com"})));
     assert!(!miss.enabled);
@@ -251,26 +253,38 @@ fn cohorts_dynamic_nested_static_and_negated() {
     })
     .collect();
     let values = HashMap::new();
+    // Memberships are memoized per subject (one request), so each check gets a fresh memo.
+    let memo = std::cell::RefCell::new(HashMap::new());
+    let forget = |memo: &std::cell::RefCell<HashMap<i64, bool>>| {
+        memo.borrow_mut().clear();
+    };
     let env = Environment {
         cohorts: &cohorts,
         flag_values: &values,
         ctx: ctx(),
+        cohort_memo: &memo,
     };
     let pro_de = subject("u", json!({"plan": "pro", "country": "DE"}));
     let pro_fr = subject("u", json!({"plan": "pro", "country": "FR"}));
+    forget(&memo);
     assert!(in_cohort(1, &pro_de, &env, &mut Vec::new()));
+    forget(&memo);
     assert!(!in_cohort(1, &pro_fr, &env, &mut Vec::new()), "negation");
+    forget(&memo);
     assert!(
         in_cohort(2, &pro_de, &env, &mut Vec::new()),
         "nested cohort"
     );
+    forget(&memo);
     assert!(!in_cohort(3, &pro_de, &env, &mut Vec::new()));
     let mut listed = pro_de.clone();
     listed.static_cohorts.insert(3);
+    forget(&memo);
     assert!(
         in_cohort(3, &listed, &env, &mut Vec::new()),
         "static membership"
     );
+    forget(&memo);
     assert!(
         !in_cohort(4, &pro_de, &env, &mut Vec::new()),
         "a cycle is a non-member, not a hang"
@@ -278,6 +292,8 @@ fn cohorts_dynamic_nested_static_and_negated() {
     let f = flag(
         json!({"id": 20, "key": "cohort-flag", "filters": {"groups": [{"properties": [{"key": "id", "value": 2, "type": "cohort", "operator": "in"}]}]}}),
     );
+    forget(&memo);
     assert!(evaluate_flag(&f, &pro_de, &env).enabled);
+    forget(&memo);
     assert!(!evaluate_flag(&f, &pro_fr, &env).enabled);
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::engine::{evaluate_all, Evaluation, GroupData, Reason, Subject};
+use super::engine::{evaluate_planned, Evaluation, GroupData, Reason, Subject};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
@@ -168,7 +168,8 @@ pub fn evaluate(
     };
     // Dependencies are evaluated with every active flag; only the selected ones are returned.
     let all: Vec<&FlagDefinition> = snapshot.flags.iter().collect();
-    let (evaluations, mut errors) = evaluate_all(&all, &subject, &snapshot.cohorts, ctx);
+    let (evaluations, mut errors) =
+        evaluate_planned(&all, &snapshot.plan, &subject, &snapshot.cohorts, ctx);
     let wanted: HashSet<usize> = selected.iter().copied().collect();
     let results = evaluations
         .into_iter()
@@ -193,14 +194,14 @@ pub fn evaluate(
     }
 }
 
-fn failed(code: &'static str, description: &str) -> Evaluation {
+fn failed(code: &'static str, description: &'static str) -> Evaluation {
     Evaluation {
         enabled: false,
         variant: None,
         reason: Reason {
             code,
             condition_index: None,
-            description: description.into(),
+            detail: Some(description),
         },
         payload: None,
         failed: true,

@@ -13,25 +13,35 @@ pub fn calculate_hash(prefix: &str, identifier: &str, salt: &str) -> f64 {
     if identifier.is_empty() {
         return 0.0;
     }
+    hash_parts(&[prefix, identifier, salt])
+}
+
+/// The hash of the concatenation of `parts` (no intermediate string is built).
+fn hash_parts(parts: &[&str]) -> f64 {
     let mut hasher = Sha1::new();
-    hasher.update(prefix.as_bytes());
-    hasher.update(identifier.as_bytes());
-    hasher.update(salt.as_bytes());
+    for part in parts {
+        hasher.update(part.as_bytes());
+    }
     let digest = hasher.finalize();
     let mut first8 = [0u8; 8];
     first8.copy_from_slice(&digest[..8]);
-    let value = u64::from_be_bytes(first8) >> 4;
-    value as f64 / LONG_SCALE
+    (u64::from_be_bytes(first8) >> 4) as f64 / LONG_SCALE
 }
 
-/// Rollout bucket of `identifier` for flag `key`.
+/// Rollout bucket of `identifier` for flag `key`: `hash("<key>.", identifier, "")`.
 pub fn rollout_hash(key: &str, identifier: &str) -> f64 {
-    calculate_hash(&format!("{key}."), identifier, "")
+    if identifier.is_empty() {
+        return 0.0;
+    }
+    hash_parts(&[key, ".", identifier])
 }
 
-/// Variant bucket of `identifier` for flag `key`.
+/// Variant bucket of `identifier` for flag `key`: `hash("<key>.", identifier, "variant")`.
 pub fn variant_hash(key: &str, identifier: &str) -> f64 {
-    calculate_hash(&format!("{key}."), identifier, "variant")
+    if identifier.is_empty() {
+        return 0.0;
+    }
+    hash_parts(&[key, ".", identifier, "variant"])
 }
 
 /// Holdout bucket: independent of the flag, so a user's holdout is the same across flags.

@@ -70,6 +70,28 @@ pub struct MatchContext {
 /// matches in linear time, so there is no catastrophic backtracking either.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
+/// Compiled patterns, shared by all evaluations; bounded (cleared when full) so user-supplied
+/// patterns cannot grow it without limit. Invalid patterns are cached as `None`.
+fn compiled_regex(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
+    use std::sync::{Arc, OnceLock};
+    static CACHE: OnceLock<dashmap::DashMap<String, Option<Arc<regex::Regex>>>> = OnceLock::new();
+    const MAX_PATTERNS: usize = 10_000;
+    let cache = CACHE.get_or_init(dashmap::DashMap::new);
+    if let Some(hit) = cache.get(pattern) {
+        return hit.clone();
+    }
+    let compiled = regex::RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .ok()
+        .map(Arc::new);
+    if cache.len() >= MAX_PATTERNS {
+        cache.clear();
+    }
+    cache.insert(pattern.to_string(), compiled.clone());
+    compiled
+}
+
 /// Whether `filter` matches `properties` (server semantics).
 pub fn match_property(
     filter: &PropertyFilter,
@@ -94,11 +116,21 @@ pub fn match_property(
 }
 
 /// The text form the server compares: strings as they are, other values as JSON text.
-pub fn to_text(value: &Value) -> String {
+pub fn to_text(value: &Value) -> std::borrow::Cow<'_, str> {
     match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => std::borrow::Cow::Borrowed(s),
+        other => std::borrow::Cow::Owned(other.to_string()),
     }
+}
+
+/// Unicode-lowercase equality without allocating.
+fn eq_lowercase(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    a.chars()
+        .flat_map(char::to_lowercase)
+        .eq(b.chars().flat_map(char::to_lowercase))
 }
 
 fn match_value(
@@ -126,10 +158,7 @@ fn match_value(
         "ends_with" => lower(&text()).ends_with(&lower(&to_text(expected))),
         "not_ends_with" => !lower(&text()).ends_with(&lower(&to_text(expected))),
         "regex" | "not_regex" => {
-            let Ok(re) = regex::RegexBuilder::new(&to_text(expected))
-                .size_limit(REGEX_SIZE_LIMIT)
-                .build()
-            else {
+            let Some(re) = compiled_regex(&to_text(expected)) else {
                 return Some(false); // an invalid pattern matches under neither operator
             };
             re.is_match(&text()) == (operator == "regex")
@@ -228,10 +257,10 @@ fn exact(expected: &Value, actual: &Value) -> bool {
         let actual = truthiness(actual);
         return as_list(expected).iter().any(|v| truthiness(v) == actual);
     }
-    let actual = to_text(actual).to_lowercase();
+    let actual = to_text(actual);
     match expected {
-        Value::Array(items) => items.iter().any(|v| to_text(v).to_lowercase() == actual),
-        other => to_text(other).to_lowercase() == actual,
+        Value::Array(items) => items.iter().any(|v| eq_lowercase(&to_text(v), &actual)),
+        other => eq_lowercase(&to_text(other), &actual),
     }
 }
 

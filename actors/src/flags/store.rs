@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
+use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use crate::meta::StoreError;
 
@@ -45,6 +46,8 @@ pub struct ProjectFlags {
     pub static_members: HashMap<String, Vec<i64>>,
     /// Changes whenever a definition changes (for ETags).
     pub revision: u64,
+    /// Dependency order of `flags`, computed once per snapshot.
+    pub plan: EvaluationPlan,
 }
 
 pub struct FlagStore {
@@ -241,11 +244,13 @@ impl FlagStore {
             .snapshots
             .get(&project_id)
             .map_or(1, |s| s.revision + 1);
+        let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
         let snapshot = Arc::new(ProjectFlags {
             flags,
             cohorts,
             static_members,
             revision,
+            plan,
         });
         self.snapshots.insert(project_id, Arc::clone(&snapshot));
         Ok(snapshot)
