@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
+use crate::meta::codec::{get, scan_prefix};
 use crate::meta::StoreError;
 
 /// A stored flag: the definition plus bookkeeping.
@@ -65,18 +66,6 @@ fn key(project_id: u64, id: i64) -> [u8; 16] {
     k
 }
 
-fn decode<V: serde::de::DeserializeOwned>(
-    tree: &'static str,
-    k: &[u8],
-    v: &[u8],
-) -> Result<V, StoreError> {
-    serde_json::from_slice(v).map_err(|source| StoreError::Corrupt {
-        tree,
-        key: format!("{k:?}"),
-        source,
-    })
-}
-
 impl FlagStore {
     pub fn open(db: &sled::Db) -> Result<FlagStore, StoreError> {
         Ok(FlagStore {
@@ -104,21 +93,11 @@ impl FlagStore {
 
     /// All flags of a project, deleted ones included.
     pub fn flags(&self, project_id: u64) -> Result<Vec<FlagRecord>, StoreError> {
-        self.flags
-            .scan_prefix(project_id.to_be_bytes())
-            .map(|item| {
-                let (k, v) = item?;
-                decode("feature_flags", &k, &v)
-            })
-            .collect()
+        scan_prefix(&self.flags, "feature_flags", project_id.to_be_bytes())
     }
 
     pub fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
-        let k = key(project_id, id);
-        self.flags
-            .get(k)?
-            .map(|v| decode("feature_flags", &k, &v))
-            .transpose()
+        get(&self.flags, "feature_flags", &key(project_id, id))
     }
 
     /// Inserts a new flag (assigning its id and version 1) or replaces one (bumping its
@@ -176,21 +155,11 @@ impl FlagStore {
     }
 
     pub fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
-        self.cohorts
-            .scan_prefix(project_id.to_be_bytes())
-            .map(|item| {
-                let (k, v) = item?;
-                decode("cohorts", &k, &v)
-            })
-            .collect()
+        scan_prefix(&self.cohorts, "cohorts", project_id.to_be_bytes())
     }
 
     pub fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError> {
-        let k = key(project_id, id);
-        self.cohorts
-            .get(k)?
-            .map(|v| decode("cohorts", &k, &v))
-            .transpose()
+        get(&self.cohorts, "cohorts", &key(project_id, id))
     }
 
     /// Inserts (id 0) or replaces a cohort.

@@ -27,3 +27,28 @@ pub fn decode<V: DeserializeOwned>(
         source,
     })
 }
+
+/// Every record of `tree` whose key starts with `prefix`, decoded.
+pub fn scan_prefix<V: DeserializeOwned>(
+    tree: &sled::Tree,
+    name: &'static str,
+    prefix: impl AsRef<[u8]>,
+) -> Result<Vec<V>, StoreError> {
+    tree.scan_prefix(prefix)
+        .map(|item| {
+            let (k, v) = item?;
+            decode(name, &k, &v)
+        })
+        .collect()
+}
+
+/// The record under `key`, decoded.
+pub fn get<V: DeserializeOwned>(
+    tree: &sled::Tree,
+    name: &'static str,
+    key: &[u8],
+) -> Result<Option<V>, StoreError> {
+    tree.get(key)?
+        .map(|bytes| decode(name, key, &bytes))
+        .transpose()
+}

@@ -6,7 +6,7 @@
 
 mod bootstrap;
 mod cache;
-mod codec;
+pub(crate) mod codec;
 mod credential;
 mod error;
 mod model;

@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use chrono::Utc;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::de::DeserializeOwned;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
-use super::codec::{decode, encode, u64_key};
+use super::codec::{encode, get, u64_key};
 use super::model::{NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, User};
 use super::{secrets, Credential, ScopeSet, StoreError};
 
@@ -383,26 +383,8 @@ fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
     }
 }
 
-fn get<V: DeserializeOwned>(
-    tree: &sled::Tree,
-    name: &'static str,
-    key: &[u8],
-) -> Result<Option<V>, StoreError> {
-    tree.get(key)?
-        .map(|bytes| decode(name, key, &bytes))
-        .transpose()
-}
-
-fn scan<V: DeserializeOwned + Serialize>(
-    tree: &sled::Tree,
-    name: &'static str,
-) -> Result<Vec<V>, StoreError> {
-    tree.iter()
-        .map(|item| {
-            let (k, v) = item?;
-            decode(name, &k, &v)
-        })
-        .collect()
+fn scan<V: DeserializeOwned>(tree: &sled::Tree, name: &'static str) -> Result<Vec<V>, StoreError> {
+    super::codec::scan_prefix(tree, name, [])
 }
 
 fn validate_project_name(name: &str) -> Result<(), StoreError> {

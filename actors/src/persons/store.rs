@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::meta::codec::{get, scan_prefix};
 use crate::meta::StoreError;
 
 /// At most this many group types per project (PostHog's `MAX_GROUP_TYPES_PER_TEAM`).
@@ -73,18 +74,6 @@ fn key(project_id: u64, rest: &[u8]) -> Vec<u8> {
     k
 }
 
-fn decode<V: serde::de::DeserializeOwned>(
-    tree: &'static str,
-    k: &[u8],
-    v: &[u8],
-) -> Result<V, StoreError> {
-    serde_json::from_slice(v).map_err(|source| StoreError::Corrupt {
-        tree,
-        key: String::from_utf8_lossy(k).into_owned(),
-        source,
-    })
-}
-
 fn encode<V: Serialize>(v: &V) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
@@ -116,11 +105,7 @@ impl PersonStore {
     }
 
     pub fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
-        let k = key(project_id, id.as_bytes());
-        self.persons
-            .get(&k)?
-            .map(|v| decode("persons", &k, &v))
-            .transpose()
+        get(&self.persons, "persons", &key(project_id, id.as_bytes()))
     }
 
     pub fn person_id_by_distinct_id(
@@ -166,13 +151,7 @@ impl PersonStore {
 
     /// All persons of a project (for queries and exports).
     pub fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
-        self.persons
-            .scan_prefix(project_id.to_be_bytes())
-            .map(|item| {
-                let (k, v) = item?;
-                decode("persons", &k, &v)
-            })
-            .collect()
+        scan_prefix(&self.persons, "persons", project_id.to_be_bytes())
     }
 
     /// Group types of a project as `(name, index)`, by index.
@@ -228,11 +207,7 @@ impl PersonStore {
     ) -> Result<Option<Group>, StoreError> {
         let mut rest = vec![index];
         rest.extend_from_slice(group_key.as_bytes());
-        let k = key(project_id, &rest);
-        self.groups
-            .get(&k)?
-            .map(|v| decode("groups", &k, &v))
-            .transpose()
+        get(&self.groups, "groups", &key(project_id, &rest))
     }
 
     /// Groups of a project, optionally of one type.
@@ -241,13 +216,7 @@ impl PersonStore {
             Some(i) => key(project_id, &[i]),
             None => project_id.to_be_bytes().to_vec(),
         };
-        self.groups
-            .scan_prefix(prefix)
-            .map(|item| {
-                let (k, v) = item?;
-                decode("groups", &k, &v)
-            })
-            .collect()
+        scan_prefix(&self.groups, "groups", prefix)
     }
 
     /// Writes a group. Caller holds the writer lock.

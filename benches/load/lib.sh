@@ -1,0 +1,15 @@
+# Shared by the load scripts (source it): installs wrk if missing, builds Corvid (release),
+# starts it on a temp data dir at $PORT and sets BASE, DATA, SERVER, TOKEN and KEY. The server
+# and the data dir are removed on exit.
+if ! command -v wrk >/dev/null; then
+  echo "installing wrk (Debian package)"; apt-get update -qq && apt-get install -y -qq wrk
+fi
+cargo build --release --quiet
+BASE="http://127.0.0.1:$PORT"
+DATA="$(mktemp -d)"
+trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
+RUST_LOG=warn ./target/release/corvid serve --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
+SERVER=$!
+for _ in $(seq 1 100); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.1; done
+TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/credentials.json")
+KEY=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['personal_api_key'])" "$DATA/credentials.json")
