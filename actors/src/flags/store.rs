@@ -45,8 +45,6 @@ pub struct ProjectFlags {
     pub cohorts: HashMap<i64, CohortDefinition>,
     /// distinct id → static cohorts containing it.
     pub static_members: HashMap<String, Vec<i64>>,
-    /// Changes whenever a definition changes (for ETags).
-    pub revision: u64,
     /// Dependency order of `flags`, computed once per snapshot.
     pub plan: EvaluationPlan,
 }
@@ -209,16 +207,11 @@ impl FlagStore {
             }
             cohorts.insert(c.definition.id, c.definition);
         }
-        let revision = self
-            .snapshots
-            .get(&project_id)
-            .map_or(1, |s| s.revision + 1);
         let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
         let snapshot = Arc::new(ProjectFlags {
             flags,
             cohorts,
             static_members,
-            revision,
             plan,
         });
         self.snapshots.insert(project_id, Arc::clone(&snapshot));

@@ -22,7 +22,9 @@ use uuid::Uuid;
 pub enum RouteKind {
     /// `/batch`, `/i/v0/e`: the modern routes.
     Analytics,
-    /// `/e`, `/capture`, `/track`: legacy routes that may carry base64 inside gzip or a form.
+    /// `/e`, `/capture`, `/track`: legacy routes. They decode exactly like `Analytics` (the
+    /// base64-inside-gzip pass PostHog limits to them is applied everywhere); the variant names
+    /// the route family.
     Legacy,
     /// `/engage`: legacy person updates; an object without `event` becomes `$identify`.
     Engage,
