@@ -713,3 +713,51 @@ fn geoip_fills_person_properties_from_the_client_ip() {
         "loopback has no location"
     );
 }
+
+#[test]
+fn cached_person_and_group_data_follow_ingest_writes() {
+    let server = TestServer::new();
+    let token = server.creds.project_token.clone();
+    let res = server.capture_batch(&[json!({"event": "$groupidentify", "distinct_id": "setup", "properties": {"$group_type": "company", "$group_key": "other", "$group_set": {}}})]);
+    assert_eq!(res.status(), 200);
+    create_flag(
+        &server,
+        1,
+        json!({"key": "pro-person", "filters": {"groups": [{"properties": [{"key": "plan", "value": "pro", "type": "person"}]}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "big-company", "filters": {"aggregation_group_type_index": 0, "groups": [{"properties": [{"key": "size", "value": 100, "operator": "gte", "type": "group", "group_type_index": 0}]}]}}),
+    );
+    let body = json!({"token": token, "distinct_id": "later", "groups": {"company": "acme"}});
+    // Twice: the second answer comes from the cache (no person, no group yet).
+    for _ in 0..2 {
+        let before = evaluate(&server, body.clone(), &[]);
+        assert_eq!(before["flags"]["pro-person"]["enabled"], false);
+        assert_eq!(before["flags"]["big-company"]["enabled"], false);
+    }
+    let res = server.capture_batch(&[
+        json!({"event": "$set", "distinct_id": "later", "properties": {"$set": {"plan": "pro"}}}),
+        json!({"event": "$groupidentify", "distinct_id": "later", "properties": {"$group_type": "company", "$group_key": "acme", "$group_set": {"size": 250}}}),
+    ]);
+    assert_eq!(res.status(), 200);
+    let after = evaluate(&server, body.clone(), &[]);
+    assert_eq!(
+        after["flags"]["pro-person"]["enabled"], true,
+        "person written by ingest is seen"
+    );
+    assert_eq!(
+        after["flags"]["big-company"]["enabled"], true,
+        "group written by ingest is seen"
+    );
+    let res = server.capture_batch(&[
+        json!({"event": "$set", "distinct_id": "later", "properties": {"$unset": ["plan"]}}),
+    ]);
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        evaluate(&server, body, &[])["flags"]["pro-person"]["enabled"],
+        false,
+        "and unset"
+    );
+}

@@ -9,7 +9,7 @@ use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
 use corvid_actors::flags::engine::dependencies;
 use corvid_actors::flags::evaluate::{
-    evaluate, load_stored, selected_flags, FlagsOutcome, StoredData,
+    cached_stored, evaluate, load_stored, selected_flags, FlagsOutcome, StoredData,
 };
 use corvid_actors::flags::model::{FlagDefinition, FlagFilters};
 use corvid_actors::flags::properties::MatchContext;
@@ -307,58 +307,80 @@ async fn evaluate_http(
     let selected = selected_flags(&snapshot, &request, runtime);
     let request = std::sync::Arc::new(request);
 
-    // One trip to the blocking pool, under a deadline: the quota check and the stored person
-    // and groups. Past the deadline the request is still answered, with the flags that needed
-    // stored data marked `failed`.
-    let (persons, meta) = (state.persons.clone(), state.meta.clone());
-    let (org_id, needs_data) = (
-        project.organization_id,
-        !selected.is_empty() && !request.disable_flags,
-    );
-    let load_request = std::sync::Arc::clone(&request);
-    let load = web::block(move || {
-        if quota_exceeded(&meta, &persons, org_id, ctx.now)? {
-            return Ok(None);
-        }
-        let stored = if needs_data {
-            load_stored(&persons, project_id, &load_request)?
+    // Fast path: an organization known to be unlimited and everything needed in memory.
+    let needs_data = !selected.is_empty() && !request.disable_flags;
+    let fast = if state.cache.org_quota(project.organization_id) == Some(None) {
+        if needs_data {
+            cached_stored(&state.persons, project_id, &request)
         } else {
-            StoredData::default()
-        };
-        Ok::<_, corvid_actors::meta::StoreError>(Some(stored))
-    });
-    let deadline = state.config.flags.stored_read_deadline;
-    let started = std::time::Instant::now();
-    let stored = match tokio::time::timeout(deadline, load).await {
-        // An answer that took longer than the deadline is as late as no answer.
-        Ok(Ok(Ok(Some(_)))) if started.elapsed() > deadline => {
-            tracing::warn!(project_id, "stored flag data read after the deadline");
-            None
+            Some(StoredData::default())
         }
-        Ok(Ok(Ok(Some(stored)))) => Some(stored),
-        Ok(Ok(Ok(None))) => {
-            // Over quota: not an error status; flags are empty and `quotaLimited` says why.
-            return Ok(HttpResponse::Ok().json(json!({
-                "flags": {},
-                "errorsWhileComputingFlags": false,
-                "quotaLimited": ["feature_flags"],
-                "requestId": uuid::Uuid::new_v4(),
-                "evaluatedAt": Utc::now().timestamp_millis(),
-            })));
-        }
-        Ok(Ok(Err(err))) => {
-            tracing::warn!(error = %err, project_id, "stored flag data unavailable");
-            None
-        }
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, project_id, "stored flag data unavailable");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(project_id, "stored flag data not read within the deadline");
-            None
+    } else {
+        None
+    };
+    let stored = match fast {
+        Some(stored) => Some(stored),
+        None => {
+            // One trip to the blocking pool, under a deadline: the quota check and the stored person
+            // and groups. Past the deadline the request is still answered, with the flags that needed
+            // stored data marked `failed`.
+            let (persons, meta, cache) = (
+                state.persons.clone(),
+                state.meta.clone(),
+                state.cache.clone(),
+            );
+            let (org_id, needs_data) = (
+                project.organization_id,
+                !selected.is_empty() && !request.disable_flags,
+            );
+            let load_request = std::sync::Arc::clone(&request);
+            let load = web::block(move || {
+                if quota_exceeded(&meta, &cache, &persons, org_id, ctx.now)? {
+                    return Ok(None);
+                }
+                let stored = if needs_data {
+                    load_stored(&persons, project_id, &load_request)?
+                } else {
+                    StoredData::default()
+                };
+                Ok::<_, corvid_actors::meta::StoreError>(Some(stored))
+            });
+            let deadline = state.config.flags.stored_read_deadline;
+            let started = std::time::Instant::now();
+            let stored = match tokio::time::timeout(deadline, load).await {
+                // An answer that took longer than the deadline is as late as no answer.
+                Ok(Ok(Ok(Some(_)))) if started.elapsed() > deadline => {
+                    tracing::warn!(project_id, "stored flag data read after the deadline");
+                    None
+                }
+                Ok(Ok(Ok(Some(stored)))) => Some(stored),
+                Ok(Ok(Ok(None))) => {
+                    // Over quota: not an error status; flags are empty and `quotaLimited` says why.
+                    return Ok(HttpResponse::Ok().json(json!({
+                        "flags": {},
+                        "errorsWhileComputingFlags": false,
+                        "quotaLimited": ["feature_flags"],
+                        "requestId": uuid::Uuid::new_v4(),
+                        "evaluatedAt": Utc::now().timestamp_millis(),
+                    })));
+                }
+                Ok(Ok(Err(err))) => {
+                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+                    None
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(project_id, "stored flag data not read within the deadline");
+                    None
+                }
+            };
+            stored
         }
     };
+
     let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
     if !evaluated.results.is_empty() {
         let persons = state.persons.clone();
@@ -412,14 +434,16 @@ async fn evaluate_http(
 /// Whether the organization used up its monthly flag-request quota (`None` = unlimited).
 fn quota_exceeded(
     meta: &corvid_actors::meta::MetaStore,
+    cache: &corvid_actors::meta::MetaCache,
     persons: &corvid_actors::persons::PersonStore,
     org: uuid::Uuid,
     now: chrono::DateTime<Utc>,
 ) -> Result<bool, corvid_actors::meta::StoreError> {
-    let Some(quota) = meta
+    let quota = meta
         .organization(org)?
-        .and_then(|o| o.feature_flag_request_quota)
-    else {
+        .and_then(|o| o.feature_flag_request_quota);
+    cache.put_org_quota(org, quota);
+    let Some(quota) = quota else {
         return Ok(false);
     };
     let month = now.format("%Y-%m").to_string();

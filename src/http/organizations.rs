@@ -76,5 +76,8 @@ async fn update(
     }
     let saved = org.clone();
     state.meta(move |m| m.update_organization(&saved)).await?;
+    state
+        .cache
+        .put_org_quota(org.id, org.feature_flag_request_quota);
     Ok(HttpResponse::Ok().json(org_json(&org)))
 }

@@ -31,26 +31,54 @@ impl FlagsOutcome {
     }
 }
 
-/// What evaluation reads from sled for one request.
+/// What evaluation reads from the person store for one request.
 #[derive(Debug, Clone, Default)]
 pub struct StoredData {
-    pub person: Option<Person>,
+    pub person: Option<Arc<Person>>,
     /// `(type name, index, stored group)` for each group type named in the request.
-    pub groups: Vec<(String, u8, Option<Group>)>,
+    pub groups: Vec<(String, u8, Option<Arc<Group>>)>,
 }
 
-/// Reads the stored person and the request's groups. Blocking: call off the event loop.
+/// The stored data from memory alone, or `None` when anything is not cached (then call
+/// [`load_stored`] off the event loop).
+pub fn cached_stored(
+    persons: &PersonStore,
+    project_id: u64,
+    request: &FlagRequest,
+) -> Option<StoredData> {
+    let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
+    let person = persons.cached_person(project_id, distinct_id)?;
+    let mut groups = Vec::new();
+    if !request.groups.is_empty() {
+        for (name, index) in persons.cached_group_types(project_id)?.iter() {
+            if let Some(key) = request.groups.get(name).and_then(group_key) {
+                let group = persons.cached_group(project_id, *index, &key)?;
+                groups.push((name.clone(), *index, group));
+            }
+        }
+    }
+    Some(StoredData { person, groups })
+}
+
+/// Reads (and caches) the stored person and the request's groups. Blocking: call off the event
+/// loop.
 pub fn load_stored(
     persons: &PersonStore,
     project_id: u64,
     request: &FlagRequest,
 ) -> Result<StoredData, StoreError> {
     let distinct_id = request.distinct_id.clone().unwrap_or_default();
-    let person = persons.person_by_distinct_id(project_id, &distinct_id)?;
+    let person = persons.load_person(project_id, &distinct_id)?;
     let mut groups = Vec::new();
-    for (name, index) in persons.group_types(project_id)? {
-        if let Some(key) = request.groups.get(&name).and_then(group_key) {
-            groups.push((name, index, persons.group(project_id, index, &key)?));
+    if !request.groups.is_empty() {
+        for (name, index) in persons.load_group_types(project_id)?.iter() {
+            if let Some(key) = request.groups.get(name).and_then(group_key) {
+                groups.push((
+                    name.clone(),
+                    *index,
+                    persons.load_group(project_id, *index, &key)?,
+                ));
+            }
         }
     }
     Ok(StoredData { person, groups })
@@ -120,7 +148,7 @@ pub fn evaluate(
         };
     }
     let distinct_id = request.distinct_id.clone().unwrap_or_default();
-    let person = stored.and_then(|s| s.person.as_ref());
+    let person = stored.and_then(|s| s.person.as_deref());
     let mut person_properties: Map<String, Value> =
         person.map(|p| p.properties.clone()).unwrap_or_default();
     person_properties.extend(request.person_properties.clone());

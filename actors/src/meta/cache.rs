@@ -23,6 +23,8 @@ pub struct MetaCache {
     credentials_by_hash: DashMap<String, Entry<Arc<Credential>>>,
     projects: DashMap<u64, Entry<Arc<Project>>>,
     project_ids_by_token: DashMap<String, u64>,
+    /// Organizations' flag-request quotas (`None` = unlimited).
+    org_quotas: DashMap<uuid::Uuid, Option<u64>>,
 }
 
 impl MetaCache {
@@ -32,6 +34,7 @@ impl MetaCache {
             credentials_by_hash: DashMap::new(),
             projects: DashMap::new(),
             project_ids_by_token: DashMap::new(),
+            org_quotas: DashMap::new(),
         }
     }
 
@@ -59,6 +62,15 @@ impl MetaCache {
     /// Drops a revoked credential so the next request re-reads (and fails) at once.
     pub fn forget_credential(&self, sha256_hex: &str) {
         self.credentials_by_hash.remove(sha256_hex);
+    }
+
+    /// An organization's flag-request quota, if known: `Some(None)` means unlimited.
+    pub fn org_quota(&self, org: uuid::Uuid) -> Option<Option<u64>> {
+        self.org_quotas.get(&org).map(|q| *q)
+    }
+
+    pub fn put_org_quota(&self, org: uuid::Uuid, quota: Option<u64>) {
+        self.org_quotas.insert(org, quota);
     }
 
     pub fn project(&self, id: u64) -> Option<Arc<Project>> {

@@ -1,4 +1,4 @@
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -57,7 +57,21 @@ pub struct UsageRow {
     pub flag_requests: u64,
 }
 
+/// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
+/// common `/flags` request needs no sled read. Every write through [`PersonStore`] updates it
+/// under the writer lock, so it is never stale in this process; when full it is emptied.
+#[derive(Default)]
+struct ReadCache {
+    persons: dashmap::DashMap<(u64, String), Option<Arc<Person>>>,
+    groups: dashmap::DashMap<(u64, u8, String), Option<Arc<Group>>>,
+    group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
+}
+
+/// Entries the read cache holds at most (persons and groups each).
+pub const READ_CACHE_ENTRIES: usize = 200_000;
+
 pub struct PersonStore {
+    cache: ReadCache,
     db: sled::Db,
     persons: sled::Tree,
     distinct_ids: sled::Tree,
@@ -88,6 +102,7 @@ impl PersonStore {
             usage: db.open_tree("usage")?,
             db: db.clone(),
             writer: Mutex::new(()),
+            cache: ReadCache::default(),
         })
     }
 
@@ -140,7 +155,103 @@ impl PersonStore {
                 person.id.as_bytes().as_slice(),
             )?;
         }
+        let shared = Arc::new(person.clone());
+        for did in &person.distinct_ids {
+            self.cache_person(project_id, did, Some(Arc::clone(&shared)));
+        }
         Ok(())
+    }
+
+    fn cache_person(&self, project_id: u64, distinct_id: &str, person: Option<Arc<Person>>) {
+        if self.cache.persons.len() >= READ_CACHE_ENTRIES {
+            self.cache.persons.clear();
+        }
+        self.cache
+            .persons
+            .insert((project_id, distinct_id.to_string()), person);
+    }
+
+    /// The person of a distinct id from memory: `Some(None)` when known to have none, `None`
+    /// when not cached (call [`PersonStore::load_person`] off the event loop).
+    pub fn cached_person(&self, project_id: u64, distinct_id: &str) -> Option<Option<Arc<Person>>> {
+        self.cache
+            .persons
+            .get(&(project_id, distinct_id.to_string()))
+            .map(|p| p.clone())
+    }
+
+    /// Reads a person from sled and caches the answer (also "no person").
+    pub fn load_person(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Arc<Person>>, StoreError> {
+        // Under the writer lock, so a concurrent write cannot be overwritten by an older read.
+        let _writer = self.lock();
+        if let Some(cached) = self.cached_person(project_id, distinct_id) {
+            return Ok(cached);
+        }
+        let person = self
+            .person_by_distinct_id(project_id, distinct_id)?
+            .map(Arc::new);
+        self.cache_person(project_id, distinct_id, person.clone());
+        Ok(person)
+    }
+
+    /// Group types from memory, if cached.
+    pub fn cached_group_types(&self, project_id: u64) -> Option<Arc<Vec<(String, u8)>>> {
+        self.cache
+            .group_types
+            .get(&project_id)
+            .map(|g| Arc::clone(&g))
+    }
+
+    /// Group types from sled, cached.
+    pub fn load_group_types(&self, project_id: u64) -> Result<Arc<Vec<(String, u8)>>, StoreError> {
+        let _writer = self.lock();
+        let types = Arc::new(self.group_types(project_id)?);
+        self.cache
+            .group_types
+            .insert(project_id, Arc::clone(&types));
+        Ok(types)
+    }
+
+    /// A group from memory: `Some(None)` when known not to exist, `None` when not cached.
+    pub fn cached_group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Option<Option<Arc<Group>>> {
+        self.cache
+            .groups
+            .get(&(project_id, index, group_key.to_string()))
+            .map(|g| g.clone())
+    }
+
+    /// A group from sled, cached (also "no group").
+    pub fn load_group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Result<Option<Arc<Group>>, StoreError> {
+        let _writer = self.lock();
+        if let Some(cached) = self.cached_group(project_id, index, group_key) {
+            return Ok(cached);
+        }
+        let group = self.group(project_id, index, group_key)?.map(Arc::new);
+        self.cache_group(project_id, index, group_key, group.clone());
+        Ok(group)
+    }
+
+    fn cache_group(&self, project_id: u64, index: u8, group_key: &str, group: Option<Arc<Group>>) {
+        if self.cache.groups.len() >= READ_CACHE_ENTRIES {
+            self.cache.groups.clear();
+        }
+        self.cache
+            .groups
+            .insert((project_id, index, group_key.to_string()), group);
     }
 
     /// Deletes a person record (its distinct ids must already point elsewhere).
@@ -196,6 +307,7 @@ impl PersonStore {
         }
         self.group_types
             .insert(key(project_id, group_type.as_bytes()), &[next])?;
+        self.cache.group_types.remove(&project_id);
         Ok(Some(next))
     }
 
@@ -224,6 +336,12 @@ impl PersonStore {
         let mut rest = vec![group.group_type_index];
         rest.extend_from_slice(group.group_key.as_bytes());
         self.groups.insert(key(project_id, &rest), encode(group))?;
+        self.cache_group(
+            project_id,
+            group.group_type_index,
+            &group.group_key,
+            Some(Arc::new(group.clone())),
+        );
         Ok(())
     }
 
