@@ -95,6 +95,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics,
     });
     watch_critical_components(&state);
+    flush_usage_periodically(&state);
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -122,6 +123,27 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         server,
         first_run,
     })
+}
+
+/// Writes in-memory usage counts to sled every second.
+fn flush_usage_periodically(state: &web::Data<AppState>) {
+    let state = state.clone();
+    actix_web::rt::spawn(async move {
+        let mut tick = actix_web::rt::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if !state.lifecycle.is_ready() {
+                return;
+            }
+            let persons = Arc::clone(&state.persons);
+            if !matches!(
+                web::block(move || persons.flush_pending_usage()).await,
+                Ok(Ok(()))
+            ) {
+                tracing::warn!("could not write usage counts; will retry");
+            }
+        }
+    });
 }
 
 /// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).
@@ -177,6 +199,11 @@ impl Running {
         // In-flight captures have been answered; make everything buffered durable.
         if let Err(err) = self.state.ingest.shutdown().await {
             tracing::error!(error = %err, "ingest did not flush cleanly; the WAL will be replayed on start");
+        }
+        let persons = Arc::clone(&self.state.persons);
+        if let Err(err) = tokio::task::spawn_blocking(move || persons.flush_pending_usage()).await?
+        {
+            tracing::error!(error = %err, "could not write the last usage counts");
         }
         let meta = Arc::clone(&self.state.meta);
         tokio::task::spawn_blocking(move || meta.flush())

@@ -761,3 +761,28 @@ fn cached_person_and_group_data_follow_ingest_writes() {
         "and unset"
     );
 }
+
+#[test]
+fn flag_request_counts_survive_a_clean_restart() {
+    let (dir, config) = common::fresh();
+    let server = TestServer::start(config.clone());
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "on", "filters": {"groups": [{"rollout_percentage": 100}]}}),
+    );
+    for _ in 0..3 {
+        evaluate(
+            &server,
+            json!({"token": token, "distinct_id": "counted"}),
+            &[],
+        );
+    }
+    assert_eq!(server.usage(1)[0]["flag_requests"], 3);
+    server.stop();
+    let server = TestServer::start(config);
+    assert_eq!(server.usage(1)[0]["flag_requests"], 3);
+    drop(server);
+    drop(dir);
+}

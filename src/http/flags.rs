@@ -16,7 +16,6 @@ use corvid_actors::flags::properties::MatchContext;
 use corvid_actors::flags::request::{decode_body, detect_runtime, parse_request, FlagRequestError};
 use corvid_actors::flags::store::FlagRecord;
 use corvid_actors::flags::validate::validate_flag;
-use corvid_actors::persons::UsageKind;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -383,16 +382,7 @@ async fn evaluate_http(
 
     let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
     if !evaluated.results.is_empty() {
-        let persons = state.persons.clone();
-        actix_web::rt::spawn(async move {
-            let counted = web::block(move || {
-                persons.add_usage(project_id, ctx.now, UsageKind::FlagRequests, 1)
-            })
-            .await;
-            if !matches!(counted, Ok(Ok(()))) {
-                tracing::warn!(project_id, "could not count a flag request");
-            }
-        });
+        state.persons.count_flag_request(project_id, ctx.now);
     }
 
     let version: u32 = query

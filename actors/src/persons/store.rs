@@ -72,6 +72,8 @@ pub const READ_CACHE_ENTRIES: usize = 200_000;
 
 pub struct PersonStore {
     cache: ReadCache,
+    /// Flag requests counted in memory, `(project, month)` → count, until the next flush.
+    pending_flag_requests: dashmap::DashMap<(u64, String), u64>,
     db: sled::Db,
     persons: sled::Tree,
     distinct_ids: sled::Tree,
@@ -103,6 +105,7 @@ impl PersonStore {
             db: db.clone(),
             writer: Mutex::new(()),
             cache: ReadCache::default(),
+            pending_flag_requests: dashmap::DashMap::new(),
         })
     }
 
@@ -369,8 +372,59 @@ impl PersonStore {
         Ok(())
     }
 
-    /// Usage by month, oldest first.
+    /// Counts one `/flags` request in memory (no disk I/O on the request path); see
+    /// [`PersonStore::flush_pending_usage`].
+    pub fn count_flag_request(&self, project_id: u64, at: DateTime<Utc>) {
+        *self
+            .pending_flag_requests
+            .entry((project_id, at.format("%Y-%m").to_string()))
+            .or_insert(0) += 1;
+    }
+
+    /// Writes the in-memory flag-request counts to sled (called every second and on shutdown;
+    /// a crash loses at most the counts since the last flush).
+    pub fn flush_pending_usage(&self) -> Result<(), StoreError> {
+        let keys: Vec<(u64, String)> = self
+            .pending_flag_requests
+            .iter()
+            .map(|e| e.key().clone())
+            .collect();
+        for key in keys {
+            if let Some((_, count)) = self.pending_flag_requests.remove(&key) {
+                let (project_id, month) = key;
+                let at = chrono::NaiveDate::parse_from_str(&format!("{month}-01"), "%Y-%m-%d")
+                    .ok()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map(|t| t.and_utc())
+                    .unwrap_or_else(Utc::now);
+                self.add_usage(project_id, at, UsageKind::FlagRequests, count)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Usage by month, oldest first (including flag requests not yet flushed).
     pub fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
+        let mut rows = self.stored_usage(project_id)?;
+        for entry in self.pending_flag_requests.iter() {
+            let (project, month) = entry.key();
+            if *project != project_id {
+                continue;
+            }
+            match rows.iter_mut().find(|r| &r.month == month) {
+                Some(row) => row.flag_requests += *entry.value(),
+                None => rows.push(UsageRow {
+                    month: month.clone(),
+                    flag_requests: *entry.value(),
+                    ..UsageRow::default()
+                }),
+            }
+        }
+        rows.sort_by(|a, b| a.month.cmp(&b.month));
+        Ok(rows)
+    }
+
+    fn stored_usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
         let mut rows: Vec<UsageRow> = Vec::new();
         for item in self.usage.scan_prefix(project_id.to_be_bytes()) {
             let (k, v) = item?;
