@@ -125,44 +125,48 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     })
 }
 
-/// Writes in-memory usage counts to sled every second.
-fn flush_usage_periodically(state: &web::Data<AppState>) {
+/// Runs `tick` once a second until shutdown begins or `tick` answers `false`.
+fn every_second<F, Fut>(state: &web::Data<AppState>, tick: F)
+where
+    F: Fn(web::Data<AppState>) -> Fut + 'static,
+    Fut: Future<Output = bool>,
+{
     let state = state.clone();
     actix_web::rt::spawn(async move {
-        let mut tick = actix_web::rt::time::interval(std::time::Duration::from_secs(1));
+        let mut interval = actix_web::rt::time::interval(std::time::Duration::from_secs(1));
         loop {
-            tick.tick().await;
-            if !state.lifecycle.is_ready() {
+            interval.tick().await;
+            if !state.lifecycle.is_ready() || !tick(state.clone()).await {
                 return;
-            }
-            let persons = Arc::clone(&state.persons);
-            if !matches!(
-                web::block(move || persons.flush_pending_usage()).await,
-                Ok(Ok(()))
-            ) {
-                tracing::warn!("could not write usage counts; will retry");
             }
         }
     });
 }
 
+/// Writes in-memory usage counts to sled every second.
+fn flush_usage_periodically(state: &web::Data<AppState>) {
+    every_second(state, |state| async move {
+        let persons = Arc::clone(&state.persons);
+        if !matches!(
+            web::block(move || persons.flush_pending_usage()).await,
+            Ok(Ok(()))
+        ) {
+            tracing::warn!("could not write usage counts; will retry");
+        }
+        true
+    });
+}
+
 /// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).
 fn watch_critical_components(state: &web::Data<AppState>) {
-    let state = state.clone();
-    actix_web::rt::spawn(async move {
-        let mut tick = actix_web::rt::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            if !state.lifecycle.is_ready() {
-                return;
-            }
-            if state.ingest.has_failed() {
-                state
-                    .lifecycle
-                    .request_shutdown("the write-ahead log failed");
-                return;
-            }
+    every_second(state, |state| async move {
+        if state.ingest.has_failed() {
+            state
+                .lifecycle
+                .request_shutdown("the write-ahead log failed");
+            return false;
         }
+        true
     });
 }
 

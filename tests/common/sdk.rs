@@ -55,7 +55,8 @@ fn install_once(name: &str, spec: &Path, install: impl FnOnce(&Path)) -> PathBuf
     dir
 }
 
-fn run(cmd: &mut Command, what: &str) {
+/// Runs `cmd`; panics with its output if it fails, else returns its stdout.
+fn run(cmd: &mut Command, what: &str) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         out.status.success(),
@@ -63,6 +64,7 @@ fn run(cmd: &mut Command, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A Python interpreter with the pinned `posthog` package.
@@ -101,19 +103,12 @@ pub fn node_dir() -> PathBuf {
 
 /// Runs a script from `tests/sdk/` with `args`; panics with its output if it fails.
 pub fn run_python(script: &str, args: &[&str]) -> String {
-    let python = python();
-    let out = Command::new(python)
-        .arg(repo().join("tests/sdk/python").join(script))
-        .args(args)
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run(
+        Command::new(python())
+            .arg(repo().join("tests/sdk/python").join(script))
+            .args(args),
+        script,
+    )
 }
 
 pub fn run_node(script: &str, args: &[&str]) -> String {
@@ -121,17 +116,11 @@ pub fn run_node(script: &str, args: &[&str]) -> String {
     // The script must sit beside node_modules for the bare import to resolve.
     let target = dir.join(script);
     std::fs::copy(repo().join("tests/sdk/node").join(script), &target).expect("copy script");
-    let out = Command::new("node")
-        .arg(&target)
-        .args(args)
-        .current_dir(&dir)
-        .output()
-        .expect("node runs");
-    assert!(
-        out.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run(
+        Command::new("node")
+            .arg(&target)
+            .args(args)
+            .current_dir(&dir),
+        script,
+    )
 }
