@@ -10,3 +10,4 @@ pub mod flags;
 pub mod ingest;
 pub mod meta;
 pub mod persons;
+pub mod query;

@@ -1,0 +1,232 @@
+//! Runs prepared statements with DataFusion on a runtime of its own.
+//!
+//! Query work is CPU-heavy and would stall request handling if it ran on the HTTP event loops,
+//! so the engine owns a dedicated multi-threaded tokio runtime ("corvid-query" threads). Each
+//! query gets a fresh session holding only its project's tables, a memory pool of its own (no
+//! spilling: exceeding it is the query's error) and a deadline.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use serde_json::Value;
+
+use super::error::QueryError;
+use super::functions;
+use super::hogql::{Prepared, RowLimits};
+use super::results;
+use super::tables;
+use crate::ingest::read::{snapshot, Tail};
+use crate::persons::PersonStore;
+
+/// Limits and sizing (from `[query]` in the config).
+#[derive(Debug, Clone)]
+pub struct QuerySettings {
+    pub timeout: Duration,
+    pub memory_limit_bytes: usize,
+    pub default_rows: usize,
+    pub max_rows: usize,
+    /// Worker threads of the query runtime (and DataFusion's target partitions).
+    pub threads: usize,
+}
+
+impl QuerySettings {
+    pub fn row_limits(&self) -> RowLimits {
+        RowLimits {
+            default_rows: self.default_rows,
+            max_rows: self.max_rows,
+        }
+    }
+}
+
+/// Where a project's data lives.
+pub struct Sources {
+    pub events_root: PathBuf,
+    pub tails: Vec<Arc<Tail>>,
+    pub persons: Arc<PersonStore>,
+}
+
+/// A finished query.
+#[derive(Debug, Clone)]
+pub struct QueryOutput {
+    pub columns: Vec<String>,
+    /// `[name, ClickHouse type]` per column.
+    pub types: Vec<(String, String)>,
+    pub rows: Vec<Vec<Value>>,
+    pub has_more: bool,
+    /// The statement as run, after HogQL rewriting.
+    pub sql: String,
+    pub elapsed: Duration,
+}
+
+/// Owns the runtime; dropping it from inside another runtime is allowed.
+struct QueryRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for QueryRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub struct QueryEngine {
+    runtime: QueryRuntime,
+    sources: Arc<Sources>,
+    settings: QuerySettings,
+}
+
+impl QueryEngine {
+    pub fn new(settings: QuerySettings, sources: Sources) -> std::io::Result<QueryEngine> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.threads.max(1))
+            .thread_name("corvid-query")
+            .enable_time()
+            .build()?;
+        Ok(QueryEngine {
+            runtime: QueryRuntime(Some(runtime)),
+            sources: Arc::new(sources),
+            settings,
+        })
+    }
+
+    pub fn settings(&self) -> &QuerySettings {
+        &self.settings
+    }
+
+    /// Runs `prepared` against `project_id`'s data, on the query runtime.
+    pub async fn run(
+        &self,
+        project_id: u64,
+        prepared: Prepared,
+    ) -> Result<QueryOutput, QueryError> {
+        let sources = Arc::clone(&self.sources);
+        let settings = self.settings.clone();
+        let Some(runtime) = &self.runtime.0 else {
+            return Err(QueryError::Internal("query runtime stopped".into()));
+        };
+        let handle = runtime.spawn(async move {
+            let deadline = settings.timeout;
+            match tokio::time::timeout(deadline, execute(project_id, prepared, &sources, &settings))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(QueryError::Timeout(deadline)),
+            }
+        });
+        handle
+            .await
+            .map_err(|e| QueryError::Internal(format!("query task failed: {e}")))?
+    }
+}
+
+async fn execute(
+    project_id: u64,
+    prepared: Prepared,
+    sources: &Sources,
+    settings: &QuerySettings,
+) -> Result<QueryOutput, QueryError> {
+    let started = Instant::now();
+    let sql = prepared.statement.to_string();
+    let ctx = session(project_id, &prepared, sources, settings)?;
+    let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
+    let plan = ctx
+        .state()
+        .statement_to_plan(DfStatement::Statement(Box::new(prepared.statement)))
+        .await
+        .map_err(df_err)?;
+    let frame = ctx.execute_logical_plan(plan).await.map_err(df_err)?;
+    let schema = frame.schema().as_arrow().clone();
+    let batches: Vec<RecordBatch> = frame.collect().await.map_err(df_err)?;
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let rows = results::rows(&batches, prepared.returned_rows);
+    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let types = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), results::type_name(f.data_type())))
+        .collect();
+    Ok(QueryOutput {
+        columns,
+        types,
+        rows,
+        has_more: total > prepared.returned_rows,
+        sql,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// A fresh session with only `project_id`'s tables (only those the statement names).
+fn session(
+    project_id: u64,
+    prepared: &Prepared,
+    sources: &Sources,
+    settings: &QuerySettings,
+) -> Result<SessionContext, QueryError> {
+    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(settings.memory_limit_bytes, 1.0)
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .build_arc()
+        .map_err(internal)?;
+    let mut config = SessionConfig::new()
+        .with_target_partitions(settings.threads.max(1))
+        .with_information_schema(false);
+    config
+        .options_mut()
+        .execution
+        .parquet
+        .schema_force_view_types = false;
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    for udf in functions::all() {
+        ctx.register_udf(udf);
+    }
+    let wants = |name: &str| prepared.tables.contains(name);
+    if wants("events") {
+        let snap = snapshot(
+            &sources.events_root,
+            &sources.tails,
+            project_id,
+            None,
+            None,
+            |e| e.project_id == project_id,
+        )
+        .map_err(|e| QueryError::Internal(format!("listing segments: {e}")))?;
+        let events = tables::EventsTable::new(snap.files, &snap.tail).map_err(internal)?;
+        ctx.register_table("events", Arc::new(events))
+            .map_err(internal)?;
+    }
+    if wants("persons") || wants("person_distinct_ids") {
+        let persons = sources
+            .persons
+            .persons(project_id)
+            .map_err(|e| QueryError::Internal(e.to_string()))?;
+        ctx.register_table(
+            "persons",
+            tables::persons_table(&persons).map_err(internal)?,
+        )
+        .map_err(internal)?;
+        ctx.register_table(
+            "person_distinct_ids",
+            tables::person_distinct_ids_table(&persons).map_err(internal)?,
+        )
+        .map_err(internal)?;
+    }
+    if wants("groups") {
+        let groups = sources
+            .persons
+            .groups(project_id, None)
+            .map_err(|e| QueryError::Internal(e.to_string()))?;
+        ctx.register_table("groups", tables::groups_table(&groups).map_err(internal)?)
+            .map_err(internal)?;
+    }
+    Ok(ctx)
+}
