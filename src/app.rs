@@ -19,7 +19,7 @@ use corvid_actors::persons::PersonStore;
 use crate::bootstrap::{self, Credentials, MintKey};
 use crate::config::Config;
 use crate::http;
-use crate::state::{AppState, Lifecycle};
+use crate::state::{self, AppState, Lifecycle};
 use crate::telemetry::{self, Metrics};
 
 /// A started server.
@@ -71,6 +71,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .context("cannot start the ingest pipeline")?;
 
+    let query = Arc::new(
+        state::query_engine(&config, &ingest, &persons)
+            .context("cannot start the query runtime")?,
+    );
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
     let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
@@ -91,6 +95,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ingest,
         flags,
         geoip,
+        query,
         lifecycle,
         metrics,
     });

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
+use corvid_actors::query::QuerySettings;
 use serde::Deserialize;
 
 /// The embedded defaults; also the documentation of every key.
@@ -46,6 +47,7 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
     pub flags: FlagsConfig,
+    pub query: QueryConfig,
     #[serde(default)]
     pub geoip: GeoIpConfig,
     pub auth: AuthConfig,
@@ -104,6 +106,19 @@ pub struct GeoIpConfig {
 pub struct FlagsConfig {
     #[serde(with = "humantime_serde")]
     pub stored_read_deadline: Duration,
+}
+
+/// `[query]`: limits of SQL and insight queries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryConfig {
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    pub memory_limit_bytes: NonZeroUsize,
+    pub default_rows: NonZeroUsize,
+    pub max_rows: NonZeroUsize,
+    /// Query runtime threads; 0 means one per core.
+    pub threads: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -259,6 +274,22 @@ impl Config {
             max_queued_requests: i.max_queued_requests.get(),
             wal_segment_bytes: i.wal_segment_bytes.max(1024),
             dedup_window: i.dedup_window,
+        }
+    }
+
+    /// The query engine's limits and sizing.
+    pub fn query_settings(&self) -> QuerySettings {
+        let q = &self.query;
+        let threads = match q.threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        QuerySettings {
+            timeout: q.timeout,
+            memory_limit_bytes: q.memory_limit_bytes.get(),
+            default_rows: q.default_rows.get().min(q.max_rows.get()),
+            max_rows: q.max_rows.get(),
+            threads,
         }
     }
 

@@ -13,6 +13,7 @@ use corvid_actors::ingest::decode::{DecodeError, ErrorClass};
 use corvid_actors::ingest::normalize::NormalizeError;
 use corvid_actors::ingest::IngestError;
 use corvid_actors::meta::StoreError;
+use corvid_actors::query::QueryError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +57,9 @@ pub enum ApiError {
     /// The ingest pipeline could not take the events (always retryable: 503).
     #[error("{0}")]
     Ingest(#[source] IngestError),
+    /// A SQL or insight query that failed (400 for the query's fault, 504 on timeout).
+    #[error("{0}")]
+    Query(#[source] QueryError),
     #[error("internal storage error")]
     Store(#[source] StoreError),
     #[error("internal error")]
@@ -69,6 +73,15 @@ struct ErrorBody<'a> {
     code: &'static str,
     detail: String,
     attr: Option<&'a str>,
+    /// Where a SQL syntax error is (1-based), for query errors only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<Position>,
+}
+
+#[derive(Serialize)]
+struct Position {
+    line: u64,
+    column: u64,
 }
 
 /// `events[i]`, naming the offending event of a capture request.
@@ -203,6 +216,46 @@ impl ApiError {
                     None,
                 ),
             },
+            ApiError::Query(err) => match err {
+                QueryError::Syntax { .. } => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "syntax_error",
+                    Some("query"),
+                ),
+                QueryError::Invalid(_)
+                | QueryError::UnsupportedFunction(_)
+                | QueryError::InvalidInsight(_) => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "invalid_query",
+                    Some("query"),
+                ),
+                QueryError::MissingVariable(_) => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "missing_variable",
+                    Some("variables"),
+                ),
+                QueryError::MemoryLimit { .. } => (
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "memory_limit_exceeded",
+                    Some("query"),
+                ),
+                QueryError::Timeout(_) => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "server_error",
+                    "query_timeout",
+                    None,
+                ),
+                QueryError::Internal(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal_error",
+                    None,
+                ),
+            },
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
@@ -221,7 +274,9 @@ impl ApiError {
                 | StoreError::Conflict { .. }
                 | StoreError::NotFound { .. }),
             ) => err.to_string(),
-            ApiError::Store(_) | ApiError::Internal(_) => {
+            ApiError::Store(_)
+            | ApiError::Internal(_)
+            | ApiError::Query(QueryError::Internal(_)) => {
                 "An internal error occurred. It has been logged.".into()
             }
             ApiError::Ingest(IngestError::Overloaded) => {
@@ -248,6 +303,12 @@ impl From<NormalizeError> for ApiError {
 impl From<IngestError> for ApiError {
     fn from(err: IngestError) -> Self {
         ApiError::Ingest(err)
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(err: QueryError) -> Self {
+        ApiError::Query(err)
     }
 }
 
@@ -304,6 +365,13 @@ impl ResponseError for ApiError {
             code,
             detail: self.public_detail(),
             attr: event_attr.as_deref().or(attr),
+            position: match self {
+                ApiError::Query(QueryError::Syntax { line, column, .. }) => Some(Position {
+                    line: *line,
+                    column: *column,
+                }),
+                _ => None,
+            },
         })
     }
 }

@@ -9,6 +9,7 @@ use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
 use corvid_actors::persons::PersonStore;
+use corvid_actors::query::{QueryEngine, Sources};
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub flags: Arc<FlagStore>,
     /// GeoIP lookups for `/flags`, when a database is configured.
     pub geoip: Option<Arc<GeoIp>>,
+    /// SQL and insight queries (DataFusion on its own runtime).
+    pub query: Arc<QueryEngine>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -65,6 +68,22 @@ impl AppState {
         let store = Arc::clone(&self.persons);
         Ok(web::block(move || op(&store)).await??)
     }
+}
+
+/// The query engine over what `ingest` and `persons` store.
+pub fn query_engine(
+    config: &Config,
+    ingest: &Ingest,
+    persons: &Arc<PersonStore>,
+) -> std::io::Result<QueryEngine> {
+    QueryEngine::new(
+        config.query_settings(),
+        Sources {
+            events_root: ingest.events_root().to_path_buf(),
+            tails: ingest.tails().to_vec(),
+            persons: Arc::clone(persons),
+        },
+    )
 }
 
 /// Process lifecycle shared by the server, the actors and the health routes.
@@ -108,7 +127,9 @@ impl AppState {
             .await
             .expect("ingest starts");
         let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));
+        let query = Arc::new(query_engine(&config, &ingest, &persons).expect("query engine"));
         AppState {
+            query,
             geoip: None,
             flags,
             persons,

@@ -13,14 +13,19 @@ use arrow::array::{
     Array, ArrayRef, BooleanBuilder, Float64Builder, Int64Array, Int64Builder, StringArray,
     StringBuilder,
 };
+use arrow::array::{AsArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use datafusion::common::{exec_err, Result as DfResult};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+
+use super::insights::dates::Interval;
 
 /// One step of a JSON path: an object key or an array index (ClickHouse indexes from 1;
 /// negative counts from the end).
@@ -368,9 +373,73 @@ impl StepColumn {
     }
 }
 
+/// `corvid_bucket(timestamp, unit, timezone)`: the start of the `unit` ("hour", "day", "week"
+/// with Sunday starts, "month", or "none" for the instant itself) holding `timestamp`, as a
+/// wall-clock time in `timezone`. Insight queries bucket by local time with it: DST-correct,
+/// which fixed UTC offsets are not.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct LocalBucket {
+    signature: Signature,
+}
+
+pub const LOCAL_BUCKET: &str = "corvid_bucket";
+
+impl ScalarUDFImpl for LocalBucket {
+    fn name(&self) -> &str {
+        LOCAL_BUCKET
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Timestamp(TimeUnit::Microsecond, None))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let [ts, unit, tz] = args.args.as_slice() else {
+            return exec_err!("{LOCAL_BUCKET} takes (timestamp, unit, timezone)");
+        };
+        let scalar_text = |v: &ColumnarValue| -> Option<String> {
+            match v {
+                ColumnarValue::Scalar(s) => s.try_as_str().flatten().map(str::to_string),
+                ColumnarValue::Array(_) => None,
+            }
+        };
+        let (Some(unit), Some(tz)) = (scalar_text(unit), scalar_text(tz)) else {
+            return exec_err!("{LOCAL_BUCKET}: unit and timezone must be constant strings");
+        };
+        let interval = match unit.as_str() {
+            "hour" => Some(Interval::Hour),
+            "day" => Some(Interval::Day),
+            "week" => Some(Interval::Week),
+            "month" => Some(Interval::Month),
+            "none" => None,
+            other => return exec_err!("{LOCAL_BUCKET}: unknown unit {other}"),
+        };
+        let Ok(tz) = tz.parse::<Tz>() else {
+            return exec_err!("{LOCAL_BUCKET}: unknown timezone {tz}");
+        };
+        let micros = cast(
+            &ts.to_array(args.number_rows)?,
+            &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        )?;
+        let micros = micros.as_primitive::<TimestampMicrosecondType>();
+        let out: TimestampMicrosecondArray = micros.unary_opt(|v| {
+            let local = DateTime::<Utc>::from_timestamp_micros(v)?
+                .with_timezone(&tz)
+                .naive_local();
+            let bucket = interval.map_or(local, |i| i.floor(local));
+            Some(bucket.and_utc().timestamp_micros())
+        });
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
 /// Every Corvid scalar function, for registration in each query's session.
 pub fn all() -> Vec<ScalarUDF> {
-    JsonKind::ALL
+    let mut out: Vec<ScalarUDF> = JsonKind::ALL
         .into_iter()
         .map(|kind| {
             ScalarUDF::new_from_impl(JsonFunction {
@@ -378,7 +447,11 @@ pub fn all() -> Vec<ScalarUDF> {
                 signature: Signature::variadic_any(Volatility::Immutable),
             })
         })
-        .collect()
+        .collect();
+    out.push(ScalarUDF::new_from_impl(LocalBucket {
+        signature: Signature::any(3, Volatility::Immutable),
+    }));
+    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod functions;
 pub mod hogql;
+pub mod insights;
 pub mod results;
 pub mod tables;
 

@@ -617,3 +617,27 @@ fn types_use_clickhouse_names() {
         ]
     );
 }
+
+impl Fixture {
+    /// Runs a query object (`{"kind": …}`) for project 1 in timezone `tz`.
+    pub fn query(
+        &self,
+        tz: &str,
+        query: Value,
+    ) -> Result<super::insights::QueryAnswer, QueryError> {
+        let kind: super::insights::QueryKind =
+            serde_json::from_value(query).map_err(|e| QueryError::InvalidInsight(e.to_string()))?;
+        let tz: chrono_tz::Tz = tz.parse().expect("timezone");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(super::insights::run(
+            &self.engine,
+            1,
+            tz,
+            kind,
+            &Default::default(),
+        ))
+    }
+}
