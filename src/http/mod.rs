@@ -13,6 +13,7 @@ mod organizations;
 mod personal_api_keys;
 mod persons;
 mod projects;
+mod query;
 mod users;
 
 use actix_web::{web, HttpResponse};
@@ -29,6 +30,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);
+    query::configure(cfg);
 }
 
 /// Registers a project-scoped route under both of PostHog's prefixes,

@@ -522,17 +522,17 @@ fn rewrite(expr: &mut Expr) -> ControlFlow<QueryError> {
             Ok(r) => r,
             Err(e) => return ControlFlow::Break(e),
         },
-        Expr::BinaryOp { left, op, right }
-            if matches!(
-                op,
+        Expr::BinaryOp {
+            left,
+            op:
                 BinaryOperator::Gt
-                    | BinaryOperator::GtEq
-                    | BinaryOperator::Lt
-                    | BinaryOperator::LtEq
-                    | BinaryOperator::Eq
-                    | BinaryOperator::NotEq
-            ) =>
-        {
+                | BinaryOperator::GtEq
+                | BinaryOperator::Lt
+                | BinaryOperator::LtEq
+                | BinaryOperator::Eq
+                | BinaryOperator::NotEq,
+            right,
+        } => {
             // A property compared with a number compares numerically.
             if is_property_call(left) && is_number_literal(right) {
                 to_number_call(left);

@@ -56,9 +56,9 @@ pub enum QueryKind {
     #[serde(rename = "HogQLQuery")]
     HogQl(HogQlQuery),
     #[serde(rename = "TrendsQuery")]
-    Trends(trends::TrendsQuery),
+    Trends(Box<trends::TrendsQuery>),
     #[serde(rename = "RetentionQuery")]
-    Retention(retention::RetentionQuery),
+    Retention(Box<retention::RetentionQuery>),
 }
 
 /// What a query answers, whatever its kind.
@@ -164,13 +164,13 @@ pub async fn run(
             Ok(engine.run(project_id, prepared).await?.into())
         }
         QueryKind::Trends(q) => {
-            let plan = trends::compile(q, tz, now)?;
+            let plan = trends::compile(*q, tz, now)?;
             let out = engine.run(project_id, generated(&plan.sql)?).await?;
             let (results, has_more) = trends::shape(&plan, &out.rows);
             Ok(insight_answer(results, has_more, out))
         }
         QueryKind::Retention(q) => {
-            let plan = retention::compile(q, tz, now)?;
+            let plan = retention::compile(*q, tz, now)?;
             let out = engine.run(project_id, generated(&plan.sql)?).await?;
             let (results, has_more) = retention::shape(&plan, &out.rows);
             Ok(insight_answer(results, has_more, out))

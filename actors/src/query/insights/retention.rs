@@ -164,7 +164,7 @@ pub fn compile(
             let expr = property_expr(&mut sql, kind.as_deref(), property)?;
             format!("coalesce(nullif({expr}, ''), {null})")
         }
-        None => format!("{null}"),
+        None => null.clone(),
     };
     let bucket = format!("corvid_bucket(timestamp, {unit}, {tz_name})");
     let first_time = f.retention_type.as_deref() == Some("retention_first_time");
@@ -253,8 +253,9 @@ pub fn shape(plan: &RetentionPlan, rows: &[Vec<Value>]) -> (Vec<Value>, bool) {
             .or_insert_with(|| (0..n).map(|i| vec![0.0; n - i]).collect());
         let k = p - start;
         if plan.cumulative && k > 0 {
-            for kk in 1..=k.min(n - start - 1) {
-                cohorts[start][kk] += count;
+            let last = k.min(n - start - 1);
+            for slot in cohorts[start].iter_mut().take(last + 1).skip(1) {
+                *slot += count;
             }
         } else if k < n - start {
             cohorts[start][k] += count;
