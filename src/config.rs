@@ -92,6 +92,8 @@ pub struct IngestSection {
     pub max_queued_requests: NonZeroUsize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
+    /// Event properties stored as their own columns in segments (fast to filter and group).
+    pub materialized_properties: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -274,6 +276,7 @@ impl Config {
             max_queued_requests: i.max_queued_requests.get(),
             wal_segment_bytes: i.wal_segment_bytes.max(1024),
             dedup_window: i.dedup_window,
+            materialized_properties: i.materialized_properties.clone().into(),
         }
     }
 

@@ -78,11 +78,12 @@ pub fn query_engine(
 ) -> std::io::Result<QueryEngine> {
     QueryEngine::new(
         config.query_settings(),
-        Sources {
-            events_root: ingest.events_root().to_path_buf(),
-            tails: ingest.tails().to_vec(),
-            persons: Arc::clone(persons),
-        },
+        Sources::new(
+            ingest.events_root().to_path_buf(),
+            ingest.tails().to_vec(),
+            Arc::clone(persons),
+            config.ingest.materialized_properties.clone().into(),
+        ),
     )
 }
 

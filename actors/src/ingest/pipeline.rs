@@ -47,6 +47,8 @@ pub struct IngestConfig {
     pub max_queued_requests: usize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
+    /// Property keys written as their own segment columns (see `segment::materialized_column`).
+    pub materialized_properties: Arc<[String]>,
 }
 
 /// One WAL record: the accepted events of one request.
@@ -187,6 +189,7 @@ impl Ingest {
                     flush_max_bytes: config.flush_max_bytes,
                     flush_interval: config.flush_interval,
                     dedup_window: config.dedup_window,
+                    materialized: Arc::clone(&config.materialized_properties),
                 };
                 let shared = Arc::new(ShardShared {
                     tail: Arc::clone(&tails[shard]),

@@ -20,6 +20,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use uuid::Uuid;
 
+use crate::query::functions::{json_path, property_text, PathStep};
+
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
@@ -90,6 +92,50 @@ fn micros(t: &DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
+/// The column holding property `key` (materialized at write time).
+pub fn materialized_column(key: &str) -> String {
+    format!("properties.{key}")
+}
+
+/// The schema of a segment that also materializes `keys`: the `events` columns, then one
+/// nullable string column per key holding exactly what HogQL's `properties.<key>` reads.
+pub fn schema_with(keys: &[String]) -> SchemaRef {
+    if keys.is_empty() {
+        return schema();
+    }
+    let mut fields: Vec<Field> = schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.extend(
+        keys.iter()
+            .map(|k| Field::new(materialized_column(k), DataType::Utf8, true)),
+    );
+    Arc::new(Schema::new(fields))
+}
+
+/// Rows → one record batch with materialized property columns for `keys`.
+pub fn to_record_batch_with(
+    events: &[&StoredEvent],
+    keys: &[String],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let base = to_record_batch(events)?;
+    if keys.is_empty() {
+        return Ok(base);
+    }
+    let mut columns = base.columns().to_vec();
+    for key in keys {
+        let path = [PathStep::Key(std::borrow::Cow::Borrowed(key.as_str()))];
+        let mut b = StringBuilder::with_capacity(events.len(), events.len() * 8);
+        for e in events {
+            b.append_option(json_path(&e.properties, &path).and_then(property_text));
+        }
+        columns.push(Arc::new(b.finish()));
+    }
+    RecordBatch::try_new(schema_with(keys), columns)
+}
+
 /// Rows → one Arrow record batch.
 pub fn to_record_batch(events: &[&StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
     let strings = |f: &dyn Fn(&StoredEvent) -> &str| -> ArrayRef {
@@ -148,7 +194,11 @@ pub enum SegmentError {
 }
 
 /// Writes rows (sorted by timestamp) to `path` as Parquet with zstd, and fsyncs it.
-pub fn write_segment(path: &Path, events: &mut [&StoredEvent]) -> Result<(), SegmentError> {
+pub fn write_segment(
+    path: &Path,
+    events: &mut [&StoredEvent],
+    materialized: &[String],
+) -> Result<(), SegmentError> {
     events.sort_by_key(|e| e.timestamp);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -158,9 +208,9 @@ pub fn write_segment(path: &Path, events: &mut [&StoredEvent]) -> Result<(), Seg
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_max_row_group_row_count(Some(128 * 1024))
         .build();
-    let mut writer = ArrowWriter::try_new(file, schema(), Some(props))?;
+    let mut writer = ArrowWriter::try_new(file, schema_with(materialized), Some(props))?;
     for chunk in events.chunks(64 * 1024) {
-        writer.write(&to_record_batch(chunk)?)?;
+        writer.write(&to_record_batch_with(chunk, materialized)?)?;
     }
     let file = writer.into_inner()?;
     file.sync_all()?;

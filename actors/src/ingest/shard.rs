@@ -41,6 +41,7 @@ pub struct ShardConfig {
     pub flush_max_bytes: usize,
     pub flush_interval: Duration,
     pub dedup_window: usize,
+    pub materialized: Arc<[String]>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, actix::MessageResponse)]
@@ -104,6 +105,7 @@ impl IngestShard {
         let flusher = Flusher {
             shard: cfg.shard,
             events_root: cfg.events_root.clone(),
+            materialized: Arc::clone(&cfg.materialized),
             persons: Arc::clone(&persons),
             shared: Arc::clone(&shared),
         };
@@ -333,6 +335,7 @@ impl Handler<GetStats> for IngestShard {
 struct Flusher {
     shard: usize,
     events_root: PathBuf,
+    materialized: Arc<[String]>,
     persons: Arc<PersonStore>,
     shared: Arc<ShardShared>,
 }
@@ -389,7 +392,7 @@ impl Flusher {
                         format!("s{}-{:020}-{:020}.parquet", self.shard, job.first, job.last);
                     let tmp = dir.join(format!("{name}.tmp"));
                     written.push((tmp.clone(), dir.join(&name)));
-                    write_segment(&tmp, &mut events)?;
+                    write_segment(&tmp, &mut events, &self.materialized)?;
                 }
             }
             // Person effects of these events must be durable before the WAL may forget them.

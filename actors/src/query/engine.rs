@@ -5,6 +5,7 @@
 //! query gets a fresh session holding only its project's tables, a memory pool of its own (no
 //! spilling: exceeding it is the query's error) and a deadline.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,11 +19,13 @@ use serde_json::Value;
 
 use super::error::QueryError;
 use super::functions;
-use super::hogql::{Prepared, RowLimits};
+use super::hogql::{use_materialized, Prepared, RowLimits};
 use super::results;
 use super::tables;
 use crate::ingest::read::{snapshot, Tail};
+use crate::ingest::segment;
 use crate::persons::PersonStore;
+use dashmap::DashMap;
 
 /// Limits and sizing (from `[query]` in the config).
 #[derive(Debug, Clone)]
@@ -49,6 +52,65 @@ pub struct Sources {
     pub events_root: PathBuf,
     pub tails: Vec<Arc<Tail>>,
     pub persons: Arc<PersonStore>,
+    /// Property keys ingest writes as their own segment columns.
+    pub materialized: Arc<[String]>,
+    /// Which materialized columns each segment file has (files never change once written).
+    pub file_columns: DashMap<PathBuf, Arc<BTreeSet<String>>>,
+}
+
+impl Sources {
+    pub fn new(
+        events_root: PathBuf,
+        tails: Vec<Arc<Tail>>,
+        persons: Arc<PersonStore>,
+        materialized: Arc<[String]>,
+    ) -> Sources {
+        Sources {
+            events_root,
+            tails,
+            persons,
+            materialized,
+            file_columns: DashMap::new(),
+        }
+    }
+
+    /// The materialized keys present in every one of `files`.
+    fn materialized_in(&self, files: &[PathBuf]) -> Vec<String> {
+        let mut keys: Vec<String> = self.materialized.to_vec();
+        for file in files {
+            if keys.is_empty() {
+                break;
+            }
+            let columns = match self.file_columns.get(file) {
+                Some(c) => Arc::clone(&c),
+                None => {
+                    let Some(c) = segment_columns(file) else {
+                        return Vec::new();
+                    };
+                    let c = Arc::new(c);
+                    self.file_columns.insert(file.clone(), Arc::clone(&c));
+                    c
+                }
+            };
+            keys.retain(|k| columns.contains(&segment::materialized_column(k)));
+        }
+        keys
+    }
+}
+
+/// Column names of a segment, from its footer.
+fn segment_columns(path: &std::path::Path) -> Option<BTreeSet<String>> {
+    let file = std::fs::File::open(path).ok()?;
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
+    Some(
+        builder
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+    )
 }
 
 /// A finished query.
@@ -132,14 +194,36 @@ async fn execute(
     settings: &QuerySettings,
 ) -> Result<QueryOutput, QueryError> {
     let started = Instant::now();
-    let sql = prepared.statement.to_string();
-    let ctx = session(project_id, &prepared, sources, settings)?;
+    let (ctx, materialized) = session(project_id, &prepared, sources, settings)?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
-    let plan = ctx
-        .state()
-        .statement_to_plan(DfStatement::Statement(Box::new(prepared.statement)))
-        .await
-        .map_err(df_err)?;
+    // Over `events` alone, `properties.<key>` reads the key's column when every segment has
+    // it. Should the rewritten statement not plan (e.g. a CTE that only passes `properties`
+    // on), the statement runs as written: same results, read from JSON.
+    let mut statement = prepared.statement;
+    let only_events = prepared.tables.iter().all(|t| t == "events");
+    let mut plan = None;
+    if only_events && !materialized.is_empty() {
+        let mut fast = statement.clone();
+        if use_materialized(&mut fast, &materialized) {
+            if let Ok(p) = ctx
+                .state()
+                .statement_to_plan(DfStatement::Statement(Box::new(fast.clone())))
+                .await
+            {
+                plan = Some(p);
+                statement = fast;
+            }
+        }
+    }
+    let sql = statement.to_string();
+    let plan = match plan {
+        Some(p) => p,
+        None => ctx
+            .state()
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+            .await
+            .map_err(df_err)?,
+    };
     let frame = ctx.execute_logical_plan(plan).await.map_err(df_err)?;
     let schema = frame.schema().as_arrow().clone();
     let batches: Vec<RecordBatch> = frame.collect().await.map_err(df_err)?;
@@ -161,13 +245,14 @@ async fn execute(
     })
 }
 
-/// A fresh session with only `project_id`'s tables (only those the statement names).
+/// A fresh session with only `project_id`'s tables (only those the statement names), and the
+/// materialized property keys its `events` table offers.
 fn session(
     project_id: u64,
     prepared: &Prepared,
     sources: &Sources,
     settings: &QuerySettings,
-) -> Result<SessionContext, QueryError> {
+) -> Result<(SessionContext, BTreeSet<String>), QueryError> {
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_limit(settings.memory_limit_bytes, 1.0)
@@ -190,6 +275,7 @@ fn session(
         ctx.register_udf(udf);
     }
     let wants = |name: &str| prepared.tables.contains(name);
+    let mut materialized = BTreeSet::new();
     if wants("events") {
         let snap = snapshot(
             &sources.events_root,
@@ -200,7 +286,9 @@ fn session(
             |e| e.project_id == project_id,
         )
         .map_err(|e| QueryError::Internal(format!("listing segments: {e}")))?;
-        let events = tables::EventsTable::new(snap.files, &snap.tail).map_err(internal)?;
+        let keys = sources.materialized_in(&snap.files);
+        let events = tables::EventsTable::new(snap.files, &snap.tail, &keys).map_err(internal)?;
+        materialized.extend(keys);
         ctx.register_table("events", Arc::new(events))
             .map_err(internal)?;
     }
@@ -228,5 +316,5 @@ fn session(
         ctx.register_table("groups", tables::groups_table(&groups).map_err(internal)?)
             .map_err(internal)?;
     }
-    Ok(ctx)
+    Ok((ctx, materialized))
 }

@@ -558,6 +558,47 @@ fn rewrite(expr: &mut Expr) -> ControlFlow<QueryError> {
     ControlFlow::Continue(())
 }
 
+/// Reads `properties.<key>` from the segment column materializing it, for each key in `keys`.
+/// Only for statements over `events` alone, where every `properties` is the event's. Returns
+/// whether anything changed.
+pub fn use_materialized(statement: &mut Statement, keys: &BTreeSet<String>) -> bool {
+    let mut changed = false;
+    let _ = visit_expressions_mut(statement, |e| {
+        if let Expr::Function(f) = e {
+            if f.name.to_string() == JsonKind::Property.function_name() {
+                if let Some(column) = materialized_access(f, keys) {
+                    *e = column;
+                    changed = true;
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    changed
+}
+
+fn materialized_access(f: &Function, keys: &BTreeSet<String>) -> Option<Expr> {
+    let args = plain_args(f)?;
+    let [column, key] = args.as_slice() else {
+        return None;
+    };
+    let key = string_arg(key).filter(|k| keys.contains(k))?;
+    let mut parts = match column {
+        Expr::Identifier(i) => vec![i.clone()],
+        Expr::CompoundIdentifier(p) => p.clone(),
+        _ => return None,
+    };
+    if parts.last().map(ident_value) != Some("properties") {
+        return None;
+    }
+    parts.pop();
+    parts.push(Ident::with_quote(
+        '"',
+        crate::ingest::segment::materialized_column(&key),
+    ));
+    Some(compound(parts))
+}
+
 /// `properties['$browser']`, `person.properties['a']['b']`, `person_properties['a']`.
 fn subscript_access(
     root: &Expr,

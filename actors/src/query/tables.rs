@@ -35,6 +35,7 @@ pub struct EventsTable {
     /// Committed segments with the day their directory names.
     files: Vec<(NaiveDate, PathBuf)>,
     tail: Arc<MemTable>,
+    schema: SchemaRef,
 }
 
 impl fmt::Debug for EventsTable {
@@ -46,7 +47,12 @@ impl fmt::Debug for EventsTable {
 }
 
 impl EventsTable {
-    pub fn new(files: Vec<PathBuf>, tail: &[StoredEvent]) -> DfResult<EventsTable> {
+    /// `materialized`: property keys every file has as a column (the tail computes them).
+    pub fn new(
+        files: Vec<PathBuf>,
+        tail: &[StoredEvent],
+        materialized: &[String],
+    ) -> DfResult<EventsTable> {
         let files = files
             .into_iter()
             .filter_map(|f| {
@@ -60,9 +66,14 @@ impl EventsTable {
             })
             .collect();
         let rows: Vec<&StoredEvent> = tail.iter().collect();
-        let batch = segment::to_record_batch(&rows)?;
-        let tail = Arc::new(MemTable::try_new(segment::schema(), vec![vec![batch]])?);
-        Ok(EventsTable { files, tail })
+        let batch = segment::to_record_batch_with(&rows, materialized)?;
+        let schema = segment::schema_with(materialized);
+        let tail = Arc::new(MemTable::try_new(Arc::clone(&schema), vec![vec![batch]])?);
+        Ok(EventsTable {
+            files,
+            tail,
+            schema,
+        })
     }
 }
 
@@ -130,7 +141,7 @@ fn literal_day(e: &Expr) -> Option<NaiveDate> {
 #[async_trait]
 impl TableProvider for EventsTable {
     fn schema(&self) -> SchemaRef {
-        segment::schema()
+        Arc::clone(&self.schema)
     }
 
     fn table_type(&self) -> TableType {
@@ -164,7 +175,7 @@ impl TableProvider for EventsTable {
                 .with_file_extension(".parquet");
             let config = ListingTableConfig::new_with_multi_paths(urls)
                 .with_listing_options(options)
-                .with_schema(segment::schema());
+                .with_schema(Arc::clone(&self.schema));
             let files = ListingTable::try_new(config)?;
             plans.push(files.scan(state, projection, filters, limit).await?);
         }

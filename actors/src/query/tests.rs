@@ -16,6 +16,7 @@ use crate::persons::{Person, PersonStore};
 
 pub(crate) struct Fixture {
     pub engine: QueryEngine,
+    root: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -48,6 +49,11 @@ pub(crate) fn event(
     }
 }
 
+/// Keys the fixtures' segments materialize: `$browser` reads a column, everything else JSON.
+pub(crate) fn materialized() -> Vec<String> {
+    vec!["$browser".to_string()]
+}
+
 pub(crate) fn settings() -> QuerySettings {
     QuerySettings {
         timeout: Duration::from_secs(30),
@@ -78,7 +84,7 @@ impl Fixture {
         for ((project, day), mut rows) in by_file {
             let d = day_dir(&root, project, day);
             std::fs::create_dir_all(&d).expect("mkdir");
-            write_segment(&d.join("s0-1-1.parquet"), &mut rows).expect("segment");
+            write_segment(&d.join("s0-1-1.parquet"), &mut rows, &materialized()).expect("segment");
         }
         let t = Arc::new(Tail::default());
         t.write().active.extend(tail);
@@ -105,14 +111,22 @@ impl Fixture {
             .expect("person");
         let engine = QueryEngine::new(
             settings,
-            Sources {
-                events_root: root,
-                tails: vec![t],
-                persons,
-            },
+            Sources::new(root, vec![t], persons, materialized().into()),
         )
         .expect("engine");
-        Fixture { engine, _dir: dir }
+        Fixture {
+            engine,
+            root: dir.path().join("events"),
+            _dir: dir,
+        }
+    }
+
+    /// Adds one more committed segment, materializing `keys`.
+    pub fn add_segment(&self, name: &str, events: Vec<StoredEvent>, keys: &[String]) {
+        let mut rows: Vec<&StoredEvent> = events.iter().collect();
+        let d = day_dir(&self.root, 1, events[0].day());
+        std::fs::create_dir_all(&d).expect("mkdir");
+        write_segment(&d.join(name), &mut rows, keys).expect("segment");
     }
 
     pub fn run_with(&self, sql: &str, bindings: &Bindings<'_>) -> Result<QueryOutput, QueryError> {
@@ -640,4 +654,40 @@ impl Fixture {
             &Default::default(),
         ))
     }
+}
+
+#[test]
+fn materialized_property_columns_answer_like_json() {
+    let f = standard();
+    let sql = "SELECT properties.$browser AS b, count() AS c FROM events GROUP BY b ORDER BY b NULLS FIRST";
+    let expected = vec![
+        vec![Value::Null, json!(1)],
+        vec![json!("Chrome"), json!(4)],
+        vec![json!("Firefox"), json!(2)],
+        vec![json!("Safari"), json!(1)],
+    ];
+    let out = f.run(sql).expect("runs");
+    assert!(out.sql.contains("\"properties.$browser\""), "{}", out.sql);
+    assert_eq!(out.rows, expected);
+    // Joins see `properties` of several tables: JSON it is, same answer.
+    let joined = f
+        .run("SELECT properties.$browser AS b, count() AS c FROM events LEFT JOIN person_distinct_ids p ON p.distinct_id = 'none' GROUP BY b ORDER BY b NULLS FIRST")
+        .expect("runs");
+    assert!(!joined.sql.contains("\"properties.$browser\""));
+    assert_eq!(joined.rows, expected);
+    // A segment written before `$browser` was materialized: every read goes back to JSON.
+    f.add_segment(
+        "old.parquet",
+        vec![event(
+            1,
+            "$pageview",
+            "erin",
+            "2024-01-01T08:00:00Z",
+            json!({"$browser": "Chrome"}),
+        )],
+        &[],
+    );
+    let out = f.run(sql).expect("runs");
+    assert!(!out.sql.contains("\"properties.$browser\""));
+    assert_eq!(out.rows[1], vec![json!("Chrome"), json!(5)]);
 }
