@@ -562,6 +562,10 @@ fn unsupported_function_is_named() {
         Err(QueryError::UnsupportedFunction(name)) => assert_eq!(name, "frobnicate"),
         other => panic!("{other:?}"),
     }
+    match f.run("SELECT arrayJoin(['a', 'b'])") {
+        Err(QueryError::UnsupportedFunction(name)) => assert!(name.starts_with("arrayJoin")),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
