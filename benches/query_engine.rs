@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use corvid_actors::ingest::columns::PropertyColumns;
 use corvid_actors::ingest::read::Tail;
 use corvid_actors::ingest::segment::{day_dir, write_segment, StoredEvent};
 use corvid_actors::persons::PersonStore;
@@ -166,7 +167,7 @@ fn setup() -> (QueryEngine, tempfile::TempDir) {
             root,
             vec![Arc::new(Tail::default())],
             persons,
-            materialized.into(),
+            Arc::new(PropertyColumns::fixed(&db, materialized).expect("columns")),
         ),
     )
     .expect("engine");

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
@@ -12,6 +13,7 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
+use corvid_actors::ingest::columns::{Compactor, PropertyColumns};
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore};
 use corvid_actors::persons::PersonStore;
@@ -30,6 +32,8 @@ pub struct Running {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     /// Set when this start created the data directory's default tenancy.
     pub first_run: Option<Credentials>,
+    /// Stops the property-column compactor between passes.
+    compactor_stop: Arc<AtomicBool>,
 }
 
 /// Opens state under `config.data_dir`, bootstraps it if new, and starts serving.
@@ -67,9 +71,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         Some(path) => Some(Arc::new(GeoIp::open(path)?)),
         None => None,
     };
-    let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
-        .await
-        .context("cannot start the ingest pipeline")?;
+    let columns = Arc::new(PropertyColumns::open(
+        meta.db(),
+        config.ingest.materialized_properties.clone(),
+    )?);
+    let ingest = Ingest::start(
+        config.ingest_config(),
+        Arc::clone(&persons),
+        Arc::clone(&columns),
+    )
+    .await
+    .context("cannot start the ingest pipeline")?;
 
     let query = Arc::new(
         state::query_engine(&config, &ingest, &persons)
@@ -99,6 +111,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         lifecycle,
         metrics,
     });
+    let compactor_stop = Arc::new(AtomicBool::new(false));
+    Compactor::new(
+        state.ingest.events_root().to_path_buf(),
+        columns,
+        config.compaction_config(),
+    )
+    .spawn(
+        config.ingest.compaction_interval,
+        Arc::clone(&compactor_stop),
+    )
+    .context("cannot start the compactor thread")?;
     watch_critical_components(&state);
     flush_usage_periodically(&state);
 
@@ -127,6 +150,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         handle,
         server,
         first_run,
+        compactor_stop,
     })
 }
 
@@ -203,6 +227,7 @@ impl Running {
             tracing::info!(?grace, "readiness is 503; waiting before closing listeners");
             tokio::time::sleep(grace).await;
         }
+        self.compactor_stop.store(true, Ordering::SeqCst);
         self.handle.stop(true).await;
         let served = self.server.await;
         // In-flight captures have been answered; make everything buffered durable.

@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use corvid_actors::ingest::columns::CompactionConfig;
 use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
 use corvid_actors::query::QuerySettings;
 use serde::Deserialize;
@@ -94,6 +95,11 @@ pub struct IngestSection {
     pub dedup_window: usize,
     /// Event properties stored as their own columns in segments (fast to filter and group).
     pub materialized_properties: Vec<String>,
+    pub auto_materialized_keys: usize,
+    #[serde(with = "humantime_serde")]
+    pub compaction_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub compaction_grace: Duration,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -276,7 +282,16 @@ impl Config {
             max_queued_requests: i.max_queued_requests.get(),
             wal_segment_bytes: i.wal_segment_bytes.max(1024),
             dedup_window: i.dedup_window,
-            materialized_properties: i.materialized_properties.clone().into(),
+        }
+    }
+
+    /// The property-column compactor's settings.
+    pub fn compaction_config(&self) -> CompactionConfig {
+        CompactionConfig {
+            auto_keys: self.ingest.auto_materialized_keys,
+            min_share: 0.2,
+            sample_rows: 100_000,
+            grace: self.ingest.compaction_grace,
         }
     }
 

@@ -82,7 +82,7 @@ pub fn query_engine(
             ingest.events_root().to_path_buf(),
             ingest.tails().to_vec(),
             Arc::clone(persons),
-            config.ingest.materialized_properties.clone().into(),
+            Arc::clone(ingest.columns()),
         ),
     )
 }
@@ -124,7 +124,14 @@ impl AppState {
         let config = Config::for_test(dir);
         let meta = MetaStore::open(&config.meta_dir()).expect("store opens");
         let persons = Arc::new(PersonStore::open(meta.db()).expect("persons open"));
-        let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons))
+        let columns = Arc::new(
+            corvid_actors::ingest::columns::PropertyColumns::open(
+                meta.db(),
+                config.ingest.materialized_properties.clone(),
+            )
+            .expect("property columns open"),
+        );
+        let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons), columns)
             .await
             .expect("ingest starts");
         let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::columns::PropertyColumns;
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{read_segment, SegmentError, StoredEvent};
@@ -47,8 +48,6 @@ pub struct IngestConfig {
     pub max_queued_requests: usize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
-    /// Property keys written as their own segment columns (see `segment::materialized_column`).
-    pub materialized_properties: Arc<[String]>,
 }
 
 /// One WAL record: the accepted events of one request.
@@ -142,6 +141,7 @@ struct Inner {
     pending: Arc<AtomicUsize>,
     max_pending: usize,
     events_root: PathBuf,
+    columns: Arc<PropertyColumns>,
     wal_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -150,9 +150,11 @@ impl Ingest {
     /// the WAL writer. Returns once replayed events are processed, so everything acknowledged
     /// before a crash is visible again before the server answers. Must run inside an actix
     /// system; recovery blocks on disk I/O (it runs before serving).
+    /// `columns` says which property columns each project's segments materialize.
     pub async fn start(
         config: IngestConfig,
         persons: Arc<PersonStore>,
+        columns: Arc<PropertyColumns>,
     ) -> Result<Ingest, IngestError> {
         let shards_n = config.shards.max(1);
         let events_root = config.data_dir.join("events");
@@ -189,7 +191,7 @@ impl Ingest {
                     flush_max_bytes: config.flush_max_bytes,
                     flush_interval: config.flush_interval,
                     dedup_window: config.dedup_window,
-                    materialized: Arc::clone(&config.materialized_properties),
+                    columns: Arc::clone(&columns),
                 };
                 let shared = Arc::new(ShardShared {
                     tail: Arc::clone(&tails[shard]),
@@ -272,6 +274,7 @@ impl Ingest {
                 pending,
                 max_pending: config.max_buffered_events,
                 events_root,
+                columns,
                 wal_thread: Mutex::new(Some(wal_thread)),
             }),
         })
@@ -397,6 +400,11 @@ impl Ingest {
     /// Root of the segment files, for the query engine.
     pub fn events_root(&self) -> &Path {
         &self.inner.events_root
+    }
+
+    /// Which property columns segments materialize, per project.
+    pub fn columns(&self) -> &Arc<PropertyColumns> {
+        &self.inner.columns
     }
 
     /// The shards' tails, for the query engine.
@@ -537,10 +545,9 @@ fn read_checkpoints(events_root: &Path) -> std::io::Result<Vec<(usize, u64)>> {
 
 /// Parses `s<shard>-<first>-<last>.parquet[.tmp]`.
 fn segment_name_parts(name: &str) -> Option<(usize, u64, u64)> {
-    let stem = name
-        .strip_suffix(".tmp")
-        .unwrap_or(name)
-        .strip_suffix(".parquet")?;
+    let name = name.strip_suffix(".tmp").unwrap_or(name);
+    // Compacted versions (`….vN.parquet`) cover the same sequence range.
+    let (stem, _) = super::columns::segment_version(name)?;
     let mut parts = stem.strip_prefix('s')?.split('-');
     let shard = parts.next()?.parse().ok()?;
     let first = parts.next()?.parse().ok()?;
@@ -577,6 +584,11 @@ fn recover_uncommitted_segments(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if name.ends_with(super::columns::COMPACTING_SUFFIX) {
+            // A compaction the crash interrupted: its source segment is still in place.
+            std::fs::remove_file(&path)?;
+            continue;
+        }
         if !name.ends_with(".tmp") {
             continue;
         }

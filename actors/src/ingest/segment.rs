@@ -377,9 +377,36 @@ pub fn day_dir(root: &Path, project_id: u64, day: NaiveDate) -> PathBuf {
     project_dir(root, project_id).join(format!("day={}", day.format("%Y-%m-%d")))
 }
 
+/// Column names of a segment, from its footer.
+pub fn column_names(path: &Path) -> Result<std::collections::BTreeSet<String>, SegmentError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?;
+    Ok(builder
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect())
+}
+
+/// Every committed segment file of a project, every version (see `columns.rs`).
+pub fn list_segment_versions(root: &Path, project_id: u64) -> std::io::Result<Vec<PathBuf>> {
+    list_all_versions(root, project_id, None, None)
+}
+
 /// The committed segment files of a project whose day lies in `[from, to]` (inclusive; open
-/// ends allowed), for partition pruning.
+/// ends allowed), for partition pruning: the newest version of each segment.
 pub fn list_segments(
+    root: &Path,
+    project_id: u64,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+) -> std::io::Result<Vec<PathBuf>> {
+    Ok(super::columns::newest_versions(list_all_versions(
+        root, project_id, from, to,
+    )?))
+}
+
+fn list_all_versions(
     root: &Path,
     project_id: u64,
     from: Option<NaiveDate>,

@@ -18,6 +18,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::columns::PropertyColumns;
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
 use super::pipeline::IngestError;
 use super::read::{FrozenRows, Tail};
@@ -41,7 +42,7 @@ pub struct ShardConfig {
     pub flush_max_bytes: usize,
     pub flush_interval: Duration,
     pub dedup_window: usize,
-    pub materialized: Arc<[String]>,
+    pub columns: Arc<PropertyColumns>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, actix::MessageResponse)]
@@ -105,7 +106,7 @@ impl IngestShard {
         let flusher = Flusher {
             shard: cfg.shard,
             events_root: cfg.events_root.clone(),
-            materialized: Arc::clone(&cfg.materialized),
+            columns: Arc::clone(&cfg.columns),
             persons: Arc::clone(&persons),
             shared: Arc::clone(&shared),
         };
@@ -335,7 +336,7 @@ impl Handler<GetStats> for IngestShard {
 struct Flusher {
     shard: usize,
     events_root: PathBuf,
-    materialized: Arc<[String]>,
+    columns: Arc<PropertyColumns>,
     persons: Arc<PersonStore>,
     shared: Arc<ShardShared>,
 }
@@ -392,7 +393,7 @@ impl Flusher {
                         format!("s{}-{:020}-{:020}.parquet", self.shard, job.first, job.last);
                     let tmp = dir.join(format!("{name}.tmp"));
                     written.push((tmp.clone(), dir.join(&name)));
-                    write_segment(&tmp, &mut events, &self.materialized)?;
+                    write_segment(&tmp, &mut events, &self.columns.keys_for(project))?;
                 }
             }
             // Person effects of these events must be durable before the WAL may forget them.

@@ -22,6 +22,7 @@ use super::functions;
 use super::hogql::{use_materialized, Prepared, RowLimits};
 use super::results;
 use super::tables;
+use crate::ingest::columns::PropertyColumns;
 use crate::ingest::read::{snapshot, Tail};
 use crate::ingest::segment;
 use crate::persons::PersonStore;
@@ -52,8 +53,8 @@ pub struct Sources {
     pub events_root: PathBuf,
     pub tails: Vec<Arc<Tail>>,
     pub persons: Arc<PersonStore>,
-    /// Property keys ingest writes as their own segment columns.
-    pub materialized: Arc<[String]>,
+    /// Property keys ingest writes as their own segment columns, per project.
+    pub columns: Arc<PropertyColumns>,
     /// Which materialized columns each segment file has (files never change once written).
     pub file_columns: DashMap<PathBuf, Arc<BTreeSet<String>>>,
 }
@@ -63,20 +64,20 @@ impl Sources {
         events_root: PathBuf,
         tails: Vec<Arc<Tail>>,
         persons: Arc<PersonStore>,
-        materialized: Arc<[String]>,
+        columns: Arc<PropertyColumns>,
     ) -> Sources {
         Sources {
             events_root,
             tails,
             persons,
-            materialized,
+            columns,
             file_columns: DashMap::new(),
         }
     }
 
-    /// The materialized keys present in every one of `files`.
-    fn materialized_in(&self, files: &[PathBuf]) -> Vec<String> {
-        let mut keys: Vec<String> = self.materialized.to_vec();
+    /// `project`'s materialized keys present in every one of `files`.
+    fn materialized_in(&self, project: u64, files: &[PathBuf]) -> Vec<String> {
+        let mut keys: Vec<String> = self.columns.keys_for(project);
         for file in files {
             if keys.is_empty() {
                 break;
@@ -84,7 +85,7 @@ impl Sources {
             let columns = match self.file_columns.get(file) {
                 Some(c) => Arc::clone(&c),
                 None => {
-                    let Some(c) = segment_columns(file) else {
+                    let Ok(c) = segment::column_names(file) else {
                         return Vec::new();
                     };
                     let c = Arc::new(c);
@@ -96,21 +97,6 @@ impl Sources {
         }
         keys
     }
-}
-
-/// Column names of a segment, from its footer.
-fn segment_columns(path: &std::path::Path) -> Option<BTreeSet<String>> {
-    let file = std::fs::File::open(path).ok()?;
-    let builder =
-        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
-    Some(
-        builder
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect(),
-    )
 }
 
 /// A finished query.
@@ -286,7 +272,7 @@ fn session(
             |e| e.project_id == project_id,
         )
         .map_err(|e| QueryError::Internal(format!("listing segments: {e}")))?;
-        let keys = sources.materialized_in(&snap.files);
+        let keys = sources.materialized_in(project_id, &snap.files);
         let events = tables::EventsTable::new(snap.files, &snap.tail, &keys).map_err(internal)?;
         materialized.extend(keys);
         ctx.register_table("events", Arc::new(events))

@@ -1,0 +1,484 @@
+//! Property columns: which event properties a project's segments also store as their own
+//! columns (like ClickHouse's materialized columns), and the compactor that keeps older
+//! segments in step.
+//!
+//! The set per project is the configured list plus the project's most frequent property keys,
+//! which the compactor finds by sampling recent segments and then keeps (a key once promoted
+//! stays, so segments are not rewritten back and forth). New segments are written with the
+//! whole set; the compactor rewrites older ones that lack a column (backfill).
+//!
+//! Segments are immutable and readers open them by path, so a rewrite never replaces a file in
+//! place: it writes the same rows as the next version, `<stem>.v<N>.parquet`. Listings pick the
+//! newest version of each stem; superseded versions are deleted once older than a grace period
+//! longer than any query can run.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use serde::de::IgnoredAny;
+
+use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
+
+/// Suffix of a compaction's file while it is being written; recovery deletes leftovers.
+pub const COMPACTING_SUFFIX: &str = ".compacting";
+
+/// Settings of the property-column compactor.
+#[derive(Debug, Clone)]
+pub struct CompactionConfig {
+    /// Most frequent keys promoted per project, besides the configured ones.
+    pub auto_keys: usize,
+    /// Share of sampled events a key must appear in to be promoted.
+    pub min_share: f64,
+    /// Rows sampled per project (from its newest segments).
+    pub sample_rows: usize,
+    /// Superseded segment versions are deleted once the newer version is this old.
+    pub grace: Duration,
+}
+
+/// The property keys materialized per project.
+pub struct PropertyColumns {
+    configured: Vec<String>,
+    auto: DashMap<u64, Vec<String>>,
+    tree: sled::Tree,
+}
+
+impl std::fmt::Debug for PropertyColumns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PropertyColumns")
+            .field("configured", &self.configured)
+            .field("projects", &self.auto.len())
+            .finish()
+    }
+}
+
+impl PropertyColumns {
+    pub fn open(db: &sled::Db, configured: Vec<String>) -> sled::Result<PropertyColumns> {
+        let tree = db.open_tree("property_columns")?;
+        let auto = DashMap::new();
+        for item in tree.iter() {
+            let (k, v) = item?;
+            let (Ok(id), Ok(keys)) = (
+                <[u8; 8]>::try_from(k.as_ref()).map(u64::from_be_bytes),
+                serde_json::from_slice::<Vec<String>>(&v),
+            ) else {
+                continue;
+            };
+            auto.insert(id, keys);
+        }
+        Ok(PropertyColumns {
+            configured,
+            auto,
+            tree,
+        })
+    }
+
+    /// Only the configured keys (no store): for tools and tests.
+    pub fn fixed(db: &sled::Db, configured: Vec<String>) -> sled::Result<PropertyColumns> {
+        Ok(PropertyColumns {
+            configured,
+            auto: DashMap::new(),
+            tree: db.open_tree("property_columns")?,
+        })
+    }
+
+    /// The keys `project`'s segments materialize: configured first, then promoted ones.
+    pub fn keys_for(&self, project: u64) -> Vec<String> {
+        let mut keys = self.configured.clone();
+        if let Some(auto) = self.auto.get(&project) {
+            keys.extend(
+                auto.iter()
+                    .filter(|k| !self.configured.contains(k))
+                    .cloned(),
+            );
+        }
+        keys
+    }
+
+    /// Adds `keys` to `project`'s promoted keys (durably), up to `cap` in all.
+    fn promote(&self, project: u64, keys: &[String], cap: usize) -> sled::Result<bool> {
+        let mut current = self
+            .auto
+            .get(&project)
+            .map(|k| k.clone())
+            .unwrap_or_default();
+        let before = current.len();
+        for k in keys {
+            if current.len() >= cap {
+                break;
+            }
+            if !current.contains(k) && !self.configured.contains(k) {
+                current.push(k.clone());
+            }
+        }
+        if current.len() == before {
+            return Ok(false);
+        }
+        let value = serde_json::to_vec(&current).unwrap_or_default();
+        self.tree.insert(project.to_be_bytes(), value)?;
+        self.tree.flush()?;
+        self.auto.insert(project, current);
+        Ok(true)
+    }
+}
+
+/// `stem` and version of a segment file name (`s0-1-2.parquet` is version 0 of `s0-1-2`).
+pub fn segment_version(name: &str) -> Option<(&str, u32)> {
+    let stem = name.strip_suffix(".parquet")?;
+    match stem.rsplit_once(".v") {
+        Some((base, v)) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Some((base, v.parse().ok()?))
+        }
+        _ => Some((stem, 0)),
+    }
+}
+
+/// Keeps only the newest version of each segment among `files`.
+pub fn newest_versions(files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut newest: BTreeMap<(PathBuf, String), (u32, PathBuf)> = BTreeMap::new();
+    for f in files {
+        let Some(name) = f.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some((stem, version)) = segment_version(name) else {
+            continue;
+        };
+        let key = (
+            f.parent().map(Path::to_path_buf).unwrap_or_default(),
+            stem.to_string(),
+        );
+        match newest.get(&key) {
+            Some((v, _)) if *v >= version => {}
+            _ => {
+                newest.insert(key, (version, f));
+            }
+        }
+    }
+    newest.into_values().map(|(_, f)| f).collect()
+}
+
+/// What one compaction pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CompactionReport {
+    pub promoted: Vec<(u64, Vec<String>)>,
+    pub rewritten: usize,
+    pub deleted: usize,
+}
+
+pub struct Compactor {
+    root: PathBuf,
+    columns: Arc<PropertyColumns>,
+    config: CompactionConfig,
+}
+
+impl Compactor {
+    pub fn new(
+        root: PathBuf,
+        columns: Arc<PropertyColumns>,
+        config: CompactionConfig,
+    ) -> Compactor {
+        Compactor {
+            root,
+            columns,
+            config,
+        }
+    }
+
+    /// Runs a pass every `interval` on the `corvid-compact` thread until `stop` is set.
+    pub fn spawn(
+        self,
+        interval: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("corvid-compact".into())
+            .spawn(move || {
+                let mut waited = Duration::ZERO;
+                while !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    waited += Duration::from_millis(200);
+                    if waited < interval {
+                        continue;
+                    }
+                    waited = Duration::ZERO;
+                    match self.run_once() {
+                        Ok(report) if report != CompactionReport::default() => {
+                            tracing::info!(?report, "property-column compaction")
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            tracing::warn!(error = %err, "property-column compaction failed")
+                        }
+                    }
+                }
+            })
+    }
+
+    /// One pass over every project: promote frequent keys, backfill segments lacking a column,
+    /// delete superseded versions past the grace period.
+    pub fn run_once(&self) -> std::io::Result<CompactionReport> {
+        let mut report = CompactionReport::default();
+        let Ok(projects) = std::fs::read_dir(&self.root) else {
+            return Ok(report);
+        };
+        for entry in projects.filter_map(|e| e.ok()) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(project) = name
+                .strip_prefix("project=")
+                .and_then(|p| p.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let files = newest_versions(segment::list_segment_versions(&self.root, project)?);
+            let frequent = self.frequent_keys(&files)?;
+            if !frequent.is_empty()
+                && self
+                    .columns
+                    .promote(project, &frequent, self.config.auto_keys)
+                    .map_err(std::io::Error::other)?
+            {
+                report
+                    .promoted
+                    .push((project, self.columns.keys_for(project)));
+            }
+            let keys = self.columns.keys_for(project);
+            for file in &files {
+                if self.backfill(file, &keys)? {
+                    report.rewritten += 1;
+                }
+            }
+            let all = segment::list_segment_versions(&self.root, project)?;
+            report.deleted += self.delete_superseded(all)?;
+        }
+        Ok(report)
+    }
+
+    /// Keys in at least `min_share` of the rows sampled from the newest segments, most
+    /// frequent first.
+    fn frequent_keys(&self, files: &[PathBuf]) -> std::io::Result<Vec<String>> {
+        if self.config.auto_keys == 0 {
+            return Ok(Vec::new());
+        }
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut rows = 0usize;
+        for file in files.iter().rev() {
+            if rows >= self.config.sample_rows {
+                break;
+            }
+            for e in read_segment(file).map_err(std::io::Error::other)? {
+                if rows >= self.config.sample_rows {
+                    break;
+                }
+                rows += 1;
+                if let Ok(map) =
+                    serde_json::from_str::<HashMap<Cow<'_, str>, IgnoredAny>>(&e.properties)
+                {
+                    for key in map.into_keys() {
+                        *counts.entry(key.into_owned()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let threshold = (rows as f64 * self.config.min_share).ceil().max(1.0) as usize;
+        let mut frequent: Vec<(String, usize)> = counts
+            .into_iter()
+            .filter(|(_, c)| *c >= threshold)
+            .collect();
+        frequent.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(frequent.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// Rewrites `file` as its next version when it lacks a column of `keys`.
+    fn backfill(&self, file: &Path, keys: &[String]) -> std::io::Result<bool> {
+        let columns = segment::column_names(file).map_err(std::io::Error::other)?;
+        if keys
+            .iter()
+            .all(|k| columns.contains(&materialized_column(k)))
+        {
+            return Ok(false);
+        }
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let Some((stem, version)) = segment_version(&name) else {
+            return Ok(false);
+        };
+        let target = file.with_file_name(format!("{stem}.v{}.parquet", version + 1));
+        let tmp = file.with_file_name(format!(
+            "{stem}.v{}.parquet{COMPACTING_SUFFIX}",
+            version + 1
+        ));
+        let rows: Vec<StoredEvent> = read_segment(file).map_err(std::io::Error::other)?;
+        let mut refs: Vec<&StoredEvent> = rows.iter().collect();
+        write_segment(&tmp, &mut refs, keys).map_err(std::io::Error::other)?;
+        std::fs::rename(&tmp, &target)?;
+        if let Some(dir) = target.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(true)
+    }
+
+    /// Deletes versions older than the newest one of their stem, once that one is older than
+    /// the grace period (no query can still be reading the old file).
+    fn delete_superseded(&self, all: Vec<PathBuf>) -> std::io::Result<usize> {
+        let newest = newest_versions(all.clone());
+        let mut deleted = 0;
+        for file in all {
+            if newest.contains(&file) {
+                continue;
+            }
+            let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some((stem, _)) = segment_version(name) else {
+                continue;
+            };
+            let successor = newest.iter().find(|n| {
+                n.parent() == file.parent()
+                    && n.file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(segment_version)
+                        .is_some_and(|(s, _)| s == stem)
+            });
+            let old_enough = successor
+                .and_then(|s| std::fs::metadata(s).ok())
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                .is_some_and(|age| age >= self.config.grace);
+            if old_enough {
+                std::fs::remove_file(&file)?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::segment::{day_dir, list_segments};
+    use chrono::{TimeZone, Utc};
+    use uuid::Uuid;
+
+    fn event(i: usize) -> StoredEvent {
+        let ts = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::seconds(i as i64);
+        let props = if i % 10 == 0 {
+            serde_json::json!({"plan": "pro", "rare": i})
+        } else {
+            serde_json::json!({"plan": "free"})
+        };
+        StoredEvent {
+            uuid: Uuid::now_v7(),
+            event: "e".into(),
+            distinct_id: format!("u{i}"),
+            person_id: Uuid::nil(),
+            properties: props.to_string(),
+            person_properties: "{}".into(),
+            timestamp: ts,
+            created_at: ts,
+            project_id: 7,
+            groups: [None, None, None, None, None],
+            session_id: None,
+            window_id: None,
+        }
+    }
+
+    #[test]
+    fn versions_parse_and_the_newest_wins() {
+        assert_eq!(segment_version("s0-1-2.parquet"), Some(("s0-1-2", 0)));
+        assert_eq!(segment_version("s0-1-2.v3.parquet"), Some(("s0-1-2", 3)));
+        assert_eq!(segment_version("s0-1-2.parquet.tmp"), None);
+        let files = vec![
+            PathBuf::from("/d/s0-1-2.parquet"),
+            PathBuf::from("/d/s0-1-2.v2.parquet"),
+            PathBuf::from("/d/s0-1-2.v1.parquet"),
+            PathBuf::from("/d/s1-1-2.parquet"),
+        ];
+        assert_eq!(
+            newest_versions(files),
+            vec![
+                PathBuf::from("/d/s0-1-2.v2.parquet"),
+                PathBuf::from("/d/s1-1-2.parquet")
+            ]
+        );
+    }
+
+    #[test]
+    fn promotes_frequent_keys_and_backfills_old_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("events");
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let columns = Arc::new(PropertyColumns::open(&db, vec!["$browser".into()]).unwrap());
+        let rows: Vec<StoredEvent> = (0..50).map(event).collect();
+        let mut refs: Vec<&StoredEvent> = rows.iter().collect();
+        let day = rows[0].day();
+        let original = day_dir(&root, 7, day).join("s0-1-50.parquet");
+        write_segment(&original, &mut refs, &[]).unwrap();
+
+        let config = CompactionConfig {
+            auto_keys: 5,
+            min_share: 0.5,
+            sample_rows: 1_000,
+            grace: Duration::from_secs(3600),
+        };
+        let compactor = Compactor::new(root.clone(), Arc::clone(&columns), config.clone());
+        let report = compactor.run_once().unwrap();
+        // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
+        assert_eq!(
+            report.promoted,
+            vec![(7, vec!["$browser".to_string(), "plan".to_string()])]
+        );
+        assert_eq!((report.rewritten, report.deleted), (1, 0));
+        let listed = list_segments(&root, 7, None, None).unwrap();
+        assert_eq!(
+            listed,
+            vec![day_dir(&root, 7, day).join("s0-1-50.v1.parquet")]
+        );
+        let names = segment::column_names(&listed[0]).unwrap();
+        assert!(names.contains("properties.plan") && names.contains("properties.$browser"));
+        let mut before: Vec<Uuid> = rows.iter().map(|e| e.uuid).collect();
+        let mut after: Vec<Uuid> = read_segment(&listed[0])
+            .unwrap()
+            .iter()
+            .map(|e| e.uuid)
+            .collect();
+        before.sort();
+        after.sort();
+        assert_eq!(before, after);
+        // The old version stays during the grace period, then goes; nothing else changes.
+        assert!(original.exists());
+        let later = Compactor::new(
+            root.clone(),
+            Arc::clone(&columns),
+            CompactionConfig {
+                grace: Duration::ZERO,
+                ..config
+            },
+        );
+        let report = later.run_once().unwrap();
+        assert_eq!(
+            report,
+            CompactionReport {
+                deleted: 1,
+                ..Default::default()
+            }
+        );
+        assert!(!original.exists());
+        // Promotions are durable.
+        drop(columns);
+        let reopened = PropertyColumns::open(&db, vec!["$browser".into()]).unwrap();
+        assert_eq!(
+            reopened.keys_for(7),
+            vec!["$browser".to_string(), "plan".to_string()]
+        );
+        assert_eq!(reopened.keys_for(8), vec!["$browser".to_string()]);
+    }
+}
