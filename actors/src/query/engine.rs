@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::memory_pool::GreedyMemoryPool;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use serde_json::Value;
@@ -57,6 +58,8 @@ pub struct Sources {
     pub columns: Arc<PropertyColumns>,
     /// Which materialized columns each segment file has (files never change once written).
     pub file_columns: DashMap<PathBuf, Arc<BTreeSet<String>>>,
+    /// Object stores and caches every query shares (no disk spilling).
+    runtime: Arc<RuntimeEnv>,
 }
 
 impl Sources {
@@ -72,6 +75,12 @@ impl Sources {
             persons,
             columns,
             file_columns: DashMap::new(),
+            runtime: RuntimeEnvBuilder::new()
+                .with_disk_manager_builder(
+                    DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+                )
+                .build_arc()
+                .unwrap_or_else(|_| Arc::new(RuntimeEnv::default())),
         }
     }
 
@@ -240,22 +249,17 @@ fn session(
     settings: &QuerySettings,
 ) -> Result<(SessionContext, BTreeSet<String>), QueryError> {
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(settings.memory_limit_bytes, 1.0)
-        .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-        )
-        .build_arc()
-        .map_err(internal)?;
-    let mut config = SessionConfig::new()
+    // Caches (Parquet footers, file statistics) are shared by every query; the memory pool is
+    // the query's own.
+    let runtime = Arc::new(RuntimeEnv {
+        memory_pool: Arc::new(GreedyMemoryPool::new(settings.memory_limit_bytes)),
+        disk_manager: Arc::clone(&sources.runtime.disk_manager),
+        cache_manager: Arc::clone(&sources.runtime.cache_manager),
+        object_store_registry: Arc::clone(&sources.runtime.object_store_registry),
+    });
+    let config = SessionConfig::new()
         .with_target_partitions(settings.threads.max(1))
         .with_information_schema(false);
-    config
-        .options_mut()
-        .execution
-        .parquet
-        .schema_force_view_types = false;
-    config.options_mut().execution.parquet.pushdown_filters = true;
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     for udf in functions::all() {
         ctx.register_udf(udf);

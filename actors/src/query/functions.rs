@@ -13,7 +13,7 @@ use arrow::array::{
     Array, ArrayRef, BooleanBuilder, Float64Builder, Int64Array, Int64Builder, StringArray,
     StringBuilder,
 };
-use arrow::array::{AsArray, TimestampMicrosecondArray};
+use arrow::array::{AsArray, StringViewArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use chrono::{DateTime, Utc};
@@ -334,20 +334,45 @@ impl ScalarUDFImpl for JsonFunction {
     }
 }
 
-fn as_strings(array: &ArrayRef) -> DfResult<StringArray> {
+/// A string column as stored (`Utf8` or `Utf8View`), read without copying.
+enum Strings {
+    Utf8(StringArray),
+    View(StringViewArray),
+}
+
+impl Strings {
+    fn is_null(&self, row: usize) -> bool {
+        match self {
+            Strings::Utf8(a) => a.is_null(row),
+            Strings::View(a) => a.is_null(row),
+        }
+    }
+
+    fn value(&self, row: usize) -> &str {
+        match self {
+            Strings::Utf8(a) => a.value(row),
+            Strings::View(a) => a.value(row),
+        }
+    }
+}
+
+fn as_strings(array: &ArrayRef) -> DfResult<Strings> {
+    if let Some(v) = array.as_any().downcast_ref::<StringViewArray>() {
+        return Ok(Strings::View(v.clone()));
+    }
     let utf8 = match array.data_type() {
         DataType::Utf8 => Arc::clone(array),
         _ => cast(array, &DataType::Utf8)?,
     };
     match utf8.as_any().downcast_ref::<StringArray>() {
-        Some(s) => Ok(s.clone()),
+        Some(s) => Ok(Strings::Utf8(s.clone())),
         None => exec_err!("expected a string column"),
     }
 }
 
 /// A path argument: integer indexes stay integers, everything else is a key.
 enum StepColumn {
-    Keys(StringArray),
+    Keys(Strings),
     Indexes(Int64Array),
 }
 

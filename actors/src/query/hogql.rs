@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use datafusion::sql::sqlparser::ast::{
     visit_expressions_mut, visit_relations, BinaryOperator, DuplicateTreatment, Expr, Function,
     FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, LimitClause,
-    ObjectName, ObjectNamePart, Query, SetExpr, Statement, UnaryOperator, Value,
+    ObjectName, ObjectNamePart, Query, SetExpr, Statement, UnaryOperator, Value, Visit, Visitor,
 };
 use datafusion::sql::sqlparser::dialect::ClickHouseDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -417,7 +417,30 @@ fn referenced_tables(statement: &Statement) -> Result<BTreeSet<String>, QueryErr
     if let ControlFlow::Break(e) = flow {
         return Err(e);
     }
+    // A CTE is not a table (unless it shadows one, which then must still be registered).
+    let mut ctes = CteNames::default();
+    let _ = statement.visit(&mut ctes);
+    names.retain(|n| !ctes.0.contains(n) || TABLES.contains(&n.as_str()));
     Ok(names)
+}
+
+/// The tables a session can hold.
+const TABLES: [&str; 4] = ["events", "persons", "person_distinct_ids", "groups"];
+
+#[derive(Default)]
+struct CteNames(BTreeSet<String>);
+
+impl Visitor for CteNames {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                self.0.insert(cte.alias.name.value.to_lowercase());
+            }
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 fn ident_value(i: &Ident) -> &str {

@@ -66,8 +66,15 @@ impl EventsTable {
             })
             .collect();
         let rows: Vec<&StoredEvent> = tail.iter().collect();
+        let schema = string_views(&segment::schema_with(materialized));
         let batch = segment::to_record_batch_with(&rows, materialized)?;
-        let schema = segment::schema_with(materialized);
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
         let tail = Arc::new(MemTable::try_new(Arc::clone(&schema), vec![vec![batch]])?);
         Ok(EventsTable {
             files,
@@ -75,6 +82,21 @@ impl EventsTable {
             schema,
         })
     }
+}
+
+/// `schema` with string columns as `Utf8View`: Parquet strings decode into views without
+/// copying, and DataFusion groups and compares views fastest.
+fn string_views(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 => f.as_ref().clone().with_data_type(DataType::Utf8View),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// Inclusive day bounds implied by `timestamp` comparisons among the pushed-down filters.

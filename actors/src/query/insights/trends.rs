@@ -258,9 +258,13 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
         } else {
             format!("corvid_bucket(timestamp, {unit}, {tz_name})")
         };
+        let local_ts = match window {
+            Some(_) => format!("corvid_bucket(timestamp, 'none', {tz_name})"),
+            None => "CAST(NULL AS TIMESTAMP)".into(),
+        };
         let mut base_cols = vec![
             format!("{bucket} AS bucket"),
-            format!("corvid_bucket(timestamp, 'none', {tz_name}) AS local_ts"),
+            format!("{local_ts} AS local_ts"),
             "person_id".into(),
             "\"$session_id\" AS session_id".into(),
             format!("{value} AS v"),
@@ -273,6 +277,45 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
             "s{i} AS (SELECT {} FROM events WHERE timestamp >= {from} AND timestamp <= {to} AND {event} AND {global} AND {own})",
             base_cols.join(", ")
         ));
+        // Additive maths over breakdowns aggregate once per (bucket, value) and fold the tail
+        // of values into "Other" from those partial results: one scan of the events.
+        let combine = match math.unwrap_or("total") {
+            "total" | "sum" => Some("sum"),
+            "min" => Some("min"),
+            "max" => Some("max"),
+            _ => None,
+        };
+        if let (Some(combine), false, None) = (combine, breakdowns.is_empty(), window) {
+            let list = bcols.join(", ");
+            let on = bcols
+                .iter()
+                .map(|c| format!("a{i}.{c} = t{i}.{c}"))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            let ranked: Vec<String> = bcols
+                .iter()
+                .map(|c| {
+                    format!(
+                        "CASE WHEN t{i}.rn <= {} THEN a{i}.{c} ELSE {other} END AS r{c}",
+                        breakdown.limit()
+                    )
+                })
+                .collect();
+            let out_b: Vec<String> = bcols.iter().map(|c| format!("r{c}")).collect();
+            ctes.push(format!(
+                "a{i} AS (SELECT bucket, {list}, {aggregate} AS value, count(*) AS n FROM s{i} GROUP BY bucket, {list})"
+            ));
+            ctes.push(format!(
+                "t{i} AS (SELECT {list}, row_number() OVER (ORDER BY sum(n) DESC, {list}) AS rn FROM a{i} GROUP BY {list})"
+            ));
+            selects.push(format!(
+                "SELECT {i} AS series, a{i}.bucket AS bucket, {}, CAST({combine}(a{i}.value) AS DOUBLE) AS value \
+                 FROM a{i} JOIN t{i} ON {on} GROUP BY a{i}.bucket, {}",
+                ranked.join(", "),
+                out_b.join(", ")
+            ));
+            continue;
+        }
         let source = if breakdowns.is_empty() {
             format!("s{i}")
         } else {
