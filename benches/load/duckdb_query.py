@@ -4,7 +4,7 @@ query_engine` generated, for the ratios in docs/PERFORMANCE.md.
 DuckDB reads `$browser` from the JSON text (as Corvid would without materialized columns) and,
 for reference, from the materialized column too. Prints the median of 10 runs per query.
 
-    pip install duckdb==1.3.2
+    pip install duckdb==1.3.2 pytz
     python3 benches/load/duckdb_query.py target/bench-data/query-10000000
 """
 
@@ -23,15 +23,15 @@ con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}')")
 queries = {
     "count_group_by_event": "SELECT event, count(*) FROM events GROUP BY event",
     "trend_30d_by_browser (JSON text)": """
-        SELECT date_trunc('day', timestamp) AS day, json_extract_string(properties, '$."$browser"') AS b, count(*)
+        SELECT date_trunc('day', timestamp) AS d, json_extract_string(properties, '$."$browser"') AS b, count(*)
         FROM events WHERE event = '$pageview'
           AND timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'
-        GROUP BY day, b""",
+        GROUP BY d, b""",
     "trend_30d_by_browser (column)": """
-        SELECT date_trunc('day', timestamp) AS day, "properties.$browser" AS b, count(*)
+        SELECT date_trunc('day', timestamp) AS d, "properties.$browser" AS b, count(*)
         FROM events WHERE event = '$pageview'
           AND timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'
-        GROUP BY day, b""",
+        GROUP BY d, b""",
     "distinct_users_7d": "SELECT count(DISTINCT person_id) FROM events WHERE timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'",
 }
 
