@@ -368,7 +368,10 @@ mod tests {
     use uuid::Uuid;
 
     fn event(i: usize) -> StoredEvent {
-        let ts = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap()
+        let ts = Utc
+            .with_ymd_and_hms(2024, 1, 1, 0, 0, 0)
+            .single()
+            .expect("test setup")
             + chrono::Duration::seconds(i as i64);
         let props = if i % 10 == 0 {
             serde_json::json!({"plan": "pro", "rare": i})
@@ -413,15 +416,19 @@ mod tests {
 
     #[test]
     fn promotes_frequent_keys_and_backfills_old_segments() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("test setup");
         let root = dir.path().join("events");
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let columns = Arc::new(PropertyColumns::open(&db, vec!["$browser".into()]).unwrap());
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .expect("test setup");
+        let columns =
+            Arc::new(PropertyColumns::open(&db, vec!["$browser".into()]).expect("test setup"));
         let rows: Vec<StoredEvent> = (0..50).map(event).collect();
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
         let day = rows[0].day();
         let original = day_dir(&root, 7, day).join("s0-1-50.parquet");
-        write_segment(&original, &mut refs, &[]).unwrap();
+        write_segment(&original, &mut refs, &[]).expect("test setup");
 
         let config = CompactionConfig {
             auto_keys: 5,
@@ -430,23 +437,23 @@ mod tests {
             grace: Duration::from_secs(3600),
         };
         let compactor = Compactor::new(root.clone(), Arc::clone(&columns), config.clone());
-        let report = compactor.run_once().unwrap();
+        let report = compactor.run_once().expect("test setup");
         // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
         assert_eq!(
             report.promoted,
             vec![(7, vec!["$browser".to_string(), "plan".to_string()])]
         );
         assert_eq!((report.rewritten, report.deleted), (1, 0));
-        let listed = list_segments(&root, 7, None, None).unwrap();
+        let listed = list_segments(&root, 7, None, None).expect("test setup");
         assert_eq!(
             listed,
             vec![day_dir(&root, 7, day).join("s0-1-50.v1.parquet")]
         );
-        let names = segment::column_names(&listed[0]).unwrap();
+        let names = segment::column_names(&listed[0]).expect("test setup");
         assert!(names.contains("properties.plan") && names.contains("properties.$browser"));
         let mut before: Vec<Uuid> = rows.iter().map(|e| e.uuid).collect();
         let mut after: Vec<Uuid> = read_segment(&listed[0])
-            .unwrap()
+            .expect("test setup")
             .iter()
             .map(|e| e.uuid)
             .collect();
@@ -463,7 +470,7 @@ mod tests {
                 ..config
             },
         );
-        let report = later.run_once().unwrap();
+        let report = later.run_once().expect("test setup");
         assert_eq!(
             report,
             CompactionReport {
@@ -474,7 +481,7 @@ mod tests {
         assert!(!original.exists());
         // Promotions are durable.
         drop(columns);
-        let reopened = PropertyColumns::open(&db, vec!["$browser".into()]).unwrap();
+        let reopened = PropertyColumns::open(&db, vec!["$browser".into()]).expect("test setup");
         assert_eq!(
             reopened.keys_for(7),
             vec!["$browser".to_string(), "plan".to_string()]

@@ -277,12 +277,14 @@ mod tests {
     use super::*;
 
     fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2024, 3, 14, 15, 30, 0).unwrap()
+        Utc.with_ymd_and_hms(2024, 3, 14, 15, 30, 0)
+            .single()
+            .expect("test setup")
     }
 
     #[test]
     fn default_is_seven_days_before_today_to_end_of_today() {
-        let r = resolve(None, None, Interval::Day, Tz::UTC, now(), None).unwrap();
+        let r = resolve(None, None, Interval::Day, Tz::UTC, now(), None).expect("test setup");
         assert_eq!(r.from_local.to_string(), "2024-03-07 00:00:00");
         assert_eq!(r.to_local.to_string(), "2024-03-14 23:59:59.999999");
         assert_eq!(r.buckets(Interval::Day).len(), 8);
@@ -298,19 +300,21 @@ mod tests {
             now(),
             None,
         )
-        .unwrap();
+        .expect("test setup");
         assert_eq!(r.from_local.to_string(), "2024-02-01 00:00:00");
         assert_eq!(r.to_local.to_string(), "2024-02-29 23:59:59.999999");
-        let r = resolve(Some("-24h"), None, Interval::Hour, Tz::UTC, now(), None).unwrap();
+        let r =
+            resolve(Some("-24h"), None, Interval::Hour, Tz::UTC, now(), None).expect("test setup");
         assert_eq!(r.from_local.to_string(), "2024-03-13 15:30:00");
         assert_eq!(r.buckets(Interval::Hour).len(), 25);
-        let r = resolve(Some("dStart"), None, Interval::Day, Tz::UTC, now(), None).unwrap();
+        let r =
+            resolve(Some("dStart"), None, Interval::Day, Tz::UTC, now(), None).expect("test setup");
         assert_eq!(r.from_local.to_string(), "2024-03-14 00:00:00");
     }
 
     #[test]
     fn absolute_dates_are_local_to_the_project() {
-        let tz: Tz = "America/New_York".parse().unwrap();
+        let tz: Tz = "America/New_York".parse().expect("test setup");
         let r = resolve(
             Some("2024-03-10"),
             Some("2024-03-10"),
@@ -319,7 +323,7 @@ mod tests {
             now(),
             None,
         )
-        .unwrap();
+        .expect("test setup");
         // DST starts that day in New York: midnight is still UTC-5.
         assert_eq!(r.from.to_rfc3339(), "2024-03-10T05:00:00+00:00");
         assert_eq!(r.to.to_rfc3339(), "2024-03-11T03:59:59.999999+00:00");
@@ -328,13 +332,13 @@ mod tests {
     #[test]
     fn weeks_start_on_sunday_and_months_clamp() {
         let t = NaiveDate::from_ymd_opt(2024, 3, 14)
-            .unwrap()
+            .expect("test setup")
             .and_time(NaiveTime::MIN);
         assert_eq!(Interval::Week.floor(t).to_string(), "2024-03-10 00:00:00");
         assert_eq!(
             add_months(
                 NaiveDate::from_ymd_opt(2024, 1, 31)
-                    .unwrap()
+                    .expect("test setup")
                     .and_time(NaiveTime::MIN),
                 1
             )
