@@ -17,6 +17,7 @@ use arrow::array::{AsArray, StringViewArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use chrono::{DateTime, Utc};
+use chrono::{Offset, TimeZone};
 use chrono_tz::Tz;
 use datafusion::common::{exec_err, Result as DfResult};
 use datafusion::logical_expr::{
@@ -399,6 +400,10 @@ struct LocalBucket {
 
 pub const LOCAL_BUCKET: &str = "corvid_bucket";
 
+const QUARTER_HOUR: i64 = 900_000_000;
+const HOUR: i64 = 3_600_000_000;
+const DAY: i64 = 86_400_000_000;
+
 impl ScalarUDFImpl for LocalBucket {
     fn name(&self) -> &str {
         LOCAL_BUCKET
@@ -441,12 +446,36 @@ impl ScalarUDFImpl for LocalBucket {
             &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         )?;
         let micros = micros.as_primitive::<TimestampMicrosecondType>();
+        // Rows come mostly in time order, so the zone offset is looked up once per 15-minute
+        // slot (every offset change falls on one) and buckets are integer arithmetic.
+        let slot_of = |v: i64| v.div_euclid(QUARTER_HOUR);
+        let last = std::cell::Cell::new((i64::MIN, 0i64));
         let out: TimestampMicrosecondArray = micros.unary_opt(|v| {
-            let local = DateTime::<Utc>::from_timestamp_micros(v)?
-                .with_timezone(&tz)
-                .naive_local();
-            let bucket = interval.map_or(local, |i| i.floor(local));
-            Some(bucket.and_utc().timestamp_micros())
+            let (slot, cached) = last.get();
+            let offset = if slot == slot_of(v) {
+                cached
+            } else {
+                let utc = DateTime::<Utc>::from_timestamp_micros(v)?.naive_utc();
+                let offset = i64::from(tz.offset_from_utc_datetime(&utc).fix().local_minus_utc())
+                    * 1_000_000;
+                last.set((slot_of(v), offset));
+                offset
+            };
+            let local = v + offset;
+            Some(match interval {
+                None => local,
+                Some(Interval::Hour) => local - local.rem_euclid(HOUR),
+                Some(Interval::Day) => local - local.rem_euclid(DAY),
+                Some(Interval::Week) => {
+                    // 1970-01-01 was a Thursday: four days after a Sunday.
+                    let day = local.div_euclid(DAY);
+                    (day - (day + 4).rem_euclid(7)) * DAY
+                }
+                Some(Interval::Month) => {
+                    let t = DateTime::<Utc>::from_timestamp_micros(local)?.naive_utc();
+                    Interval::Month.floor(t).and_utc().timestamp_micros()
+                }
+            })
         });
         Ok(ColumnarValue::Array(Arc::new(out)))
     }

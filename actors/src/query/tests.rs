@@ -716,3 +716,44 @@ fn materialized_property_columns_answer_like_json() {
     assert!(out.sql.contains("\"properties.$browser\""));
     assert_eq!(out.rows[1], vec![json!("Chrome"), json!(5)]);
 }
+
+#[test]
+fn local_buckets_follow_dst_and_calendar() {
+    let f = standard();
+    let q = |ts: &str, unit: &str, tz: &str| {
+        f.one(&format!(
+            "SELECT corvid_bucket(toDateTime('{ts}'), '{unit}', '{tz}')"
+        ))
+    };
+    // New York springs forward at 07:00 UTC on 2024-03-10 (01:59 EST → 03:00 EDT).
+    assert_eq!(
+        q("2024-03-10 06:59:00", "none", "America/New_York"),
+        json!("2024-03-10T01:59:00Z")
+    );
+    assert_eq!(
+        q("2024-03-10 07:00:00", "hour", "America/New_York"),
+        json!("2024-03-10T03:00:00Z")
+    );
+    assert_eq!(
+        q("2024-03-10 03:00:00", "day", "America/New_York"),
+        json!("2024-03-09T00:00:00Z")
+    );
+    // Kathmandu is UTC+5:45.
+    assert_eq!(
+        q("2024-03-10 18:20:00", "day", "Asia/Kathmandu"),
+        json!("2024-03-11T00:00:00Z")
+    );
+    // Weeks start on Sunday; months on the 1st.
+    assert_eq!(
+        q("2024-03-14 12:00:00", "week", "UTC"),
+        json!("2024-03-10T00:00:00Z")
+    );
+    assert_eq!(
+        q("2024-03-14 12:00:00", "month", "UTC"),
+        json!("2024-03-01T00:00:00Z")
+    );
+    assert_eq!(
+        q("2024-03-01 02:00:00", "month", "America/New_York"),
+        json!("2024-02-01T00:00:00Z")
+    );
+}
