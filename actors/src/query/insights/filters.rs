@@ -13,7 +13,6 @@ pub struct PropertyFilter {
     pub key: String,
     #[serde(default)]
     pub value: Value,
-    #[serde(default)]
     pub operator: Option<String>,
     #[serde(rename = "type", default)]
     pub kind: Option<String>,

@@ -24,9 +24,7 @@ pub const BREAKDOWN_OTHER: &str = "$$_posthog_breakdown_other_$$";
 
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct DateRangeSpec {
-    #[serde(default)]
     pub date_from: Option<String>,
-    #[serde(default)]
     pub date_to: Option<String>,
 }
 
@@ -35,9 +33,7 @@ pub struct DateRangeSpec {
 pub struct HogQlQuery {
     pub query: String,
     /// Values of `{variables.<code_name>}`, keyed by variable id, as PostHog stores them.
-    #[serde(default)]
     pub variables: Option<Map<String, Value>>,
-    #[serde(default)]
     pub filters: Option<HogQlFilters>,
 }
 

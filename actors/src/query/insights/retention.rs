@@ -31,25 +31,17 @@ pub struct RetentionQuery {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionFilter {
-    #[serde(default)]
     pub period: Option<String>,
-    #[serde(default)]
     pub total_intervals: Option<usize>,
-    #[serde(default)]
     pub target_entity: Option<Entity>,
-    #[serde(default)]
     pub returning_entity: Option<Entity>,
-    #[serde(default)]
     pub retention_type: Option<String>,
-    #[serde(default)]
     pub minimum_occurrences: Option<u32>,
-    #[serde(default)]
     pub cumulative: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Entity {
-    #[serde(default)]
     pub id: Option<Value>,
     #[serde(rename = "type", default)]
     pub kind: Option<String>,

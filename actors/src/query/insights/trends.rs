@@ -33,23 +33,16 @@ pub struct TrendsQuery {
 
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct TrendsFilter {
-    #[serde(default)]
     pub display: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct SeriesNode {
-    #[serde(default)]
     pub kind: Option<String>,
-    #[serde(default)]
     pub event: Option<String>,
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub custom_name: Option<String>,
-    #[serde(default)]
     pub math: Option<String>,
-    #[serde(default)]
     pub math_property: Option<String>,
     #[serde(default)]
     pub properties: Properties,
@@ -57,15 +50,10 @@ pub struct SeriesNode {
 
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct BreakdownFilter {
-    #[serde(default)]
     pub breakdown: Option<Value>,
-    #[serde(default)]
     pub breakdown_type: Option<String>,
-    #[serde(default)]
     pub breakdowns: Option<Vec<Breakdown>>,
-    #[serde(default)]
     pub breakdown_limit: Option<usize>,
-    #[serde(default)]
     pub breakdown_hide_other_aggregation: Option<bool>,
 }
 
