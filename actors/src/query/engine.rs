@@ -189,17 +189,26 @@ async fn execute(
     settings: &QuerySettings,
 ) -> Result<QueryOutput, QueryError> {
     let started = Instant::now();
-    let (ctx, materialized) = session(project_id, &prepared, sources, settings)?;
+    let (ctx, events) = session(project_id, &prepared, sources, settings)?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
+    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
     // Over `events` alone, `properties.<key>` reads the key's column when every segment has
-    // it. Should the rewritten statement not plan (e.g. a CTE that only passes `properties`
-    // on), the statement runs as written: same results, read from JSON.
+    // it; the table then shows exactly the columns used (so `SELECT *` never lists them).
+    // Should the rewritten statement not plan (e.g. a CTE that only passes `properties` on),
+    // the statement runs as written: same results, read from JSON.
     let mut statement = prepared.statement;
     let only_events = prepared.tables.iter().all(|t| t == "events");
     let mut plan = None;
-    if only_events && !materialized.is_empty() {
+    if let Some(events) = &events {
         let mut fast = statement.clone();
-        if use_materialized(&mut fast, &materialized) {
+        let used = if only_events {
+            use_materialized(&mut fast, &events.available)
+        } else {
+            BTreeSet::new()
+        };
+        if !used.is_empty() {
+            ctx.register_table("events", events.table(&used).map_err(internal)?)
+                .map_err(internal)?;
             if let Ok(p) = ctx
                 .state()
                 .statement_to_plan(DfStatement::Statement(Box::new(fast.clone())))
@@ -208,6 +217,10 @@ async fn execute(
                 plan = Some(p);
                 statement = fast;
             }
+        }
+        if plan.is_none() {
+            ctx.register_table("events", events.table(&BTreeSet::new()).map_err(internal)?)
+                .map_err(internal)?;
         }
     }
     let sql = statement.to_string();
@@ -240,14 +253,37 @@ async fn execute(
     })
 }
 
-/// A fresh session with only `project_id`'s tables (only those the statement names), and the
-/// materialized property keys its `events` table offers.
+/// The `events` snapshot of a query, registered once the statement says which materialized
+/// columns it reads.
+struct EventsSnapshot {
+    files: Vec<PathBuf>,
+    tail: Vec<crate::ingest::segment::StoredEvent>,
+    /// Materialized keys every file has.
+    available: BTreeSet<String>,
+}
+
+impl EventsSnapshot {
+    fn table(
+        &self,
+        keys: &BTreeSet<String>,
+    ) -> datafusion::error::Result<Arc<tables::EventsTable>> {
+        let keys: Vec<String> = keys.iter().cloned().collect();
+        Ok(Arc::new(tables::EventsTable::new(
+            self.files.clone(),
+            &self.tail,
+            &keys,
+        )?))
+    }
+}
+
+/// A fresh session with only `project_id`'s tables (only those the statement names); `events`
+/// is returned as a snapshot for the caller to register.
 fn session(
     project_id: u64,
     prepared: &Prepared,
     sources: &Sources,
     settings: &QuerySettings,
-) -> Result<(SessionContext, BTreeSet<String>), QueryError> {
+) -> Result<(SessionContext, Option<EventsSnapshot>), QueryError> {
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
     // Caches (Parquet footers, file statistics) are shared by every query; the memory pool is
     // the query's own.
@@ -265,7 +301,7 @@ fn session(
         ctx.register_udf(udf);
     }
     let wants = |name: &str| prepared.tables.contains(name);
-    let mut materialized = BTreeSet::new();
+    let mut events = None;
     if wants("events") {
         let snap = snapshot(
             &sources.events_root,
@@ -276,11 +312,14 @@ fn session(
             |e| e.project_id == project_id,
         )
         .map_err(|e| QueryError::Internal(format!("listing segments: {e}")))?;
-        let keys = sources.materialized_in(project_id, &snap.files);
-        let events = tables::EventsTable::new(snap.files, &snap.tail, &keys).map_err(internal)?;
-        materialized.extend(keys);
-        ctx.register_table("events", Arc::new(events))
-            .map_err(internal)?;
+        events = Some(EventsSnapshot {
+            available: sources
+                .materialized_in(project_id, &snap.files)
+                .into_iter()
+                .collect(),
+            files: snap.files,
+            tail: snap.tail,
+        });
     }
     if wants("persons") || wants("person_distinct_ids") {
         let persons = sources
@@ -306,5 +345,5 @@ fn session(
         ctx.register_table("groups", tables::groups_table(&groups).map_err(internal)?)
             .map_err(internal)?;
     }
-    Ok((ctx, materialized))
+    Ok((ctx, events))
 }

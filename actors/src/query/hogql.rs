@@ -583,24 +583,24 @@ fn rewrite(expr: &mut Expr) -> ControlFlow<QueryError> {
 
 /// Reads `properties.<key>` from the segment column materializing it, for each key in `keys`.
 /// Only for statements over `events` alone, where every `properties` is the event's. Returns
-/// whether anything changed.
-pub fn use_materialized(statement: &mut Statement, keys: &BTreeSet<String>) -> bool {
-    let mut changed = false;
+/// the keys it now reads from columns.
+pub fn use_materialized(statement: &mut Statement, keys: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
     let _ = visit_expressions_mut(statement, |e| {
         if let Expr::Function(f) = e {
             if f.name.to_string() == JsonKind::Property.function_name() {
-                if let Some(column) = materialized_access(f, keys) {
+                if let Some((column, key)) = materialized_access(f, keys) {
                     *e = column;
-                    changed = true;
+                    used.insert(key);
                 }
             }
         }
         ControlFlow::<()>::Continue(())
     });
-    changed
+    used
 }
 
-fn materialized_access(f: &Function, keys: &BTreeSet<String>) -> Option<Expr> {
+fn materialized_access(f: &Function, keys: &BTreeSet<String>) -> Option<(Expr, String)> {
     let args = plain_args(f)?;
     let [column, key] = args.as_slice() else {
         return None;
@@ -619,7 +619,7 @@ fn materialized_access(f: &Function, keys: &BTreeSet<String>) -> Option<Expr> {
         '"',
         crate::ingest::segment::materialized_column(&key),
     ));
-    Some(compound(parts))
+    Some((compound(parts), key))
 }
 
 /// `properties['$browser']`, `person.properties['a']['b']`, `person_properties['a']`.

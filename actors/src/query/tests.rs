@@ -677,6 +677,14 @@ fn materialized_property_columns_answer_like_json() {
     let out = f.run(sql).expect("runs");
     assert!(out.sql.contains("\"properties.$browser\""), "{}", out.sql);
     assert_eq!(out.rows, expected);
+    // The columns stay internal: `SELECT *` lists the events schema only.
+    let star = f.run("SELECT * FROM events LIMIT 1").expect("runs");
+    let names: Vec<String> = crate::ingest::segment::schema()
+        .fields()
+        .iter()
+        .map(|c| c.name().clone())
+        .collect();
+    assert_eq!(star.columns, names);
     // Joins see `properties` of several tables: JSON it is, same answer.
     let joined = f
         .run("SELECT properties.$browser AS b, count() AS c FROM events LEFT JOIN person_distinct_ids p ON p.distinct_id = 'none' GROUP BY b ORDER BY b NULLS FIRST")
