@@ -765,3 +765,21 @@ fn local_buckets_follow_dst_and_calendar() {
         json!("2024-02-01T00:00:00Z")
     );
 }
+
+#[test]
+fn an_empty_project_answers_zero_not_an_error() {
+    let f = Fixture::new(vec![], vec![]);
+    assert_eq!(f.one("SELECT count() FROM events"), json!(0));
+    assert_eq!(
+        f.rows("SELECT event FROM events WHERE properties.$browser = 'x'"),
+        Vec::<Vec<Value>>::new()
+    );
+    let out = f
+        .query("UTC", json!({"kind": "TrendsQuery", "series": [{"event": "$pageview"}], "dateRange": {"date_from": "2024-01-01", "date_to": "2024-01-02"}}))
+        .expect("trend runs");
+    assert_eq!(out.results[0]["data"], json!([0, 0]));
+    let out = f
+        .query("UTC", json!({"kind": "RetentionQuery", "retentionFilter": {"totalIntervals": 2}, "dateRange": {"date_to": "2024-01-02"}}))
+        .expect("retention runs");
+    assert_eq!(out.results.len(), 2);
+}
