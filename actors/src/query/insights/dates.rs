@@ -252,6 +252,11 @@ pub fn resolve(
     })
 }
 
+/// An instant as the RFC 3339 text generated SQL binds (microseconds, `Z`).
+pub fn utc_text(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
 /// PostHog's bucket label ("1-Jan-2024", "1-Jan-2024 13:00", "Jan 2024").
 pub fn label(t: NaiveDateTime, interval: Interval) -> String {
     match interval {

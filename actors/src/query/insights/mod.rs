@@ -126,8 +126,8 @@ pub fn hogql_filters(
             now,
             None,
         )?;
-        let from = sql.bind(r.from.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
-        let to = sql.bind(r.to.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+        let from = sql.bind(dates::utc_text(r.from));
+        let to = sql.bind(dates::utc_text(r.to));
         parts.push(format!("timestamp >= {from} AND timestamp <= {to}"));
     }
     parts.push(properties_sql(&mut sql, &filters.properties)?);

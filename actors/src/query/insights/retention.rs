@@ -89,10 +89,6 @@ fn entity_condition(sql: &mut Generated, e: Option<&Entity>) -> Result<String, Q
     Ok(format!("({event} AND {})", properties_sql(sql, &props)?))
 }
 
-fn utc_text(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
 pub fn compile(
     query: RetentionQuery,
     tz: Tz,
@@ -142,7 +138,10 @@ pub fn compile(
     let target = entity_condition(&mut sql, f.target_entity.as_ref())?;
     let returning = entity_condition(&mut sql, f.returning_entity.as_ref())?;
     let global = properties_sql(&mut sql, &query.properties)?;
-    let (from_b, end_b) = (sql.bind(utc_text(from)), sql.bind(utc_text(end)));
+    let (from_b, end_b) = (
+        sql.bind(dates::utc_text(from)),
+        sql.bind(dates::utc_text(end)),
+    );
     let breakdown = query.breakdown_filter.clone().unwrap_or_default();
     let breakdowns = breakdown.list()?;
     if breakdowns.len() > 1 {

@@ -174,10 +174,6 @@ fn local_text(t: NaiveDateTime) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
-fn utc_text(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
 /// Compiles `query` for a project in timezone `tz`.
 pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsPlan, QueryError> {
     if query.series.is_empty() {
@@ -229,7 +225,10 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
             Some(days) => range.from - chrono::Duration::days(days),
             None => range.from,
         };
-        let (from, to) = (sql.bind(utc_text(from)), sql.bind(utc_text(range.to)));
+        let (from, to) = (
+            sql.bind(dates::utc_text(from)),
+            sql.bind(dates::utc_text(range.to)),
+        );
         let event = match &node.event {
             Some(e) => format!("event = {}", sql.bind(e.clone())),
             None => "TRUE".into(),
