@@ -87,6 +87,9 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         state::query_engine(&config, &ingest, &persons)
             .context("cannot start the query runtime")?,
     );
+    let endpoints = Arc::new(
+        state::endpoints(&config, &meta, &query).context("cannot start the endpoints engine")?,
+    );
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
     let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
@@ -108,6 +111,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         flags,
         geoip,
         query,
+        endpoints,
         lifecycle,
         metrics,
     });

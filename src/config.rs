@@ -9,6 +9,8 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use corvid_actors::endpoints::throttle::Rates;
+use corvid_actors::endpoints::EndpointSettings;
 use corvid_actors::ingest::columns::CompactionConfig;
 use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
 use corvid_actors::query::QuerySettings;
@@ -49,6 +51,7 @@ pub struct Config {
     pub ingest: IngestSection,
     pub flags: FlagsConfig,
     pub query: QueryConfig,
+    pub endpoints: EndpointsConfig,
     #[serde(default)]
     pub geoip: GeoIpConfig,
     pub auth: AuthConfig,
@@ -127,6 +130,25 @@ pub struct QueryConfig {
     pub max_rows: NonZeroUsize,
     /// Query runtime threads; 0 means one per core.
     pub threads: usize,
+}
+
+/// `[endpoints]`: results cache, materializer, execution logs and run rate limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointsConfig {
+    pub cache_entries: NonZeroUsize,
+    pub materialized_dir: PathBuf,
+    #[serde(with = "humantime_serde")]
+    pub materialize_check_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub materialize_retry: Duration,
+    pub materialize_max_rows: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub log_retention: Duration,
+    pub inline_per_minute: u64,
+    pub inline_per_hour: u64,
+    pub materialized_per_minute: u64,
+    pub materialized_per_hour: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -309,6 +331,31 @@ impl Config {
             max_rows: q.max_rows.get(),
             threads,
         }
+    }
+
+    /// The endpoints engine's settings.
+    pub fn endpoint_settings(&self) -> EndpointSettings {
+        let e = &self.endpoints;
+        EndpointSettings {
+            cache_entries: e.cache_entries.get(),
+            materialize_interval: e.materialize_check_interval.max(Duration::from_millis(100)),
+            materialize_retry: e.materialize_retry,
+            materialize_max_rows: e.materialize_max_rows.get(),
+            log_retention: e.log_retention,
+            inline_rates: Rates {
+                per_minute: e.inline_per_minute,
+                per_hour: e.inline_per_hour,
+            },
+            materialized_rates: Rates {
+                per_minute: e.materialized_per_minute,
+                per_hour: e.materialized_per_hour,
+            },
+        }
+    }
+
+    /// Where materialized endpoint results are stored.
+    pub fn materialized_dir(&self) -> PathBuf {
+        self.data_dir.join(&self.endpoints.materialized_dir)
     }
 
     /// Where first-run credentials are written.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use corvid_actors::endpoints::EndpointError;
 use corvid_actors::ingest::decode::{DecodeError, ErrorClass};
 use corvid_actors::ingest::normalize::NormalizeError;
 use corvid_actors::ingest::IngestError;
@@ -60,6 +61,13 @@ pub enum ApiError {
     /// A SQL or insight query that failed (400 for the query's fault, 504 on timeout).
     #[error("{0}")]
     Query(#[source] QueryError),
+    /// An error PostHog's endpoint views build themselves: `{"error": detail, ..extra}`.
+    #[error("{detail}")]
+    Plain {
+        status: StatusCode,
+        detail: String,
+        extra: serde_json::Map<String, serde_json::Value>,
+    },
     #[error("internal storage error")]
     Store(#[source] StoreError),
     #[error("internal error")]
@@ -169,6 +177,7 @@ impl ApiError {
                     None,
                 ),
             },
+            ApiError::Plain { status, .. } => (*status, "validation_error", "invalid_input", None),
             ApiError::Normalize(_) => (
                 StatusCode::BAD_REQUEST,
                 "validation_error",
@@ -312,6 +321,30 @@ impl From<QueryError> for ApiError {
     }
 }
 
+impl From<EndpointError> for ApiError {
+    fn from(err: EndpointError) -> Self {
+        match err {
+            EndpointError::Invalid { attr, detail } => ApiError::Validation { detail, attr },
+            EndpointError::Plain {
+                status,
+                detail,
+                extra,
+            } => ApiError::Plain {
+                status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                detail,
+                extra,
+            },
+            EndpointError::NotFound => ApiError::not_found("Endpoint"),
+            EndpointError::Throttled { retry_after_secs } => {
+                ApiError::RateLimited { retry_after_secs }
+            }
+            EndpointError::Query(q) => ApiError::Query(q),
+            EndpointError::Store(s) => ApiError::Store(s),
+            EndpointError::Storage(text) => ApiError::Internal(anyhow::anyhow!(text)),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         ApiError::Store(err)
@@ -354,6 +387,11 @@ impl ResponseError for ApiError {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}
+        }
+        if let ApiError::Plain { detail, extra, .. } = self {
+            let mut body = extra.clone();
+            body.insert("error".into(), serde_json::Value::String(detail.clone()));
+            return response.json(body);
         }
         let event_attr = match self {
             ApiError::Capture(err) => event_attr(err.event_index()),

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
+use corvid_actors::endpoints::materialize::storage::ResultStorage;
+use corvid_actors::endpoints::Endpoints;
 use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
@@ -34,6 +36,8 @@ pub struct AppState {
     pub geoip: Option<Arc<GeoIp>>,
     /// SQL and insight queries (DataFusion on its own runtime).
     pub query: Arc<QueryEngine>,
+    /// Saved-query endpoints: runs, materializer and execution log.
+    pub endpoints: Arc<Endpoints>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -87,6 +91,23 @@ pub fn query_engine(
     )
 }
 
+/// The endpoints engine over `meta`'s database and `query`; starts its actors, so it must be
+/// called inside an actix system.
+pub fn endpoints(
+    config: &Config,
+    meta: &Arc<MetaStore>,
+    query: &Arc<QueryEngine>,
+) -> anyhow::Result<Endpoints> {
+    let storage = ResultStorage::local(&config.materialized_dir())?;
+    Ok(Endpoints::start(
+        meta.db(),
+        Arc::clone(meta),
+        Arc::clone(query),
+        storage,
+        config.endpoint_settings(),
+    )?)
+}
+
 /// Process lifecycle shared by the server, the actors and the health routes.
 #[derive(Default)]
 pub struct Lifecycle {
@@ -136,7 +157,10 @@ impl AppState {
             .expect("ingest starts");
         let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));
         let query = Arc::new(query_engine(&config, &ingest, &persons).expect("query engine"));
+        let meta = Arc::new(meta);
+        let endpoints = Arc::new(endpoints(&config, &meta, &query).expect("endpoints start"));
         AppState {
+            endpoints,
             query,
             geoip: None,
             flags,
@@ -146,7 +170,7 @@ impl AppState {
             resource_metadata_url: "http://127.0.0.1:0/.well-known/oauth-protected-resource".into(),
             cache: Arc::new(MetaCache::new(config.auth.credential_cache_ttl)),
             config: Arc::new(config),
-            meta: Arc::new(meta),
+            meta,
             lifecycle: Arc::new(Lifecycle::default()),
             metrics: Arc::new(Metrics::new()),
         }

@@ -4,8 +4,11 @@
 //! - [`meta`]: organizations, projects, users and personal API keys in sled.
 //! - [`ingest`]: capture decoding, the write-ahead log, ingest shard actors, Parquet segments.
 //! - [`persons`]: persons, groups and usage counters in sled.
-//! - [`flags`]: feature-flag evaluation (in progress: hashing and property matching).
+//! - [`flags`]: feature-flag definitions and in-memory evaluation.
+//! - [`query`]: HogQL, trends and retention over the events (DataFusion).
+//! - [`endpoints`]: saved queries as versioned APIs, materialization, execution logs.
 
+pub mod endpoints;
 pub mod flags;
 pub mod ingest;
 pub mod meta;

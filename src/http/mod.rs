@@ -7,8 +7,10 @@
 pub mod body;
 mod capture;
 mod cohorts;
+mod endpoints;
 mod flags;
 mod health;
+mod insight_variables;
 mod organizations;
 mod personal_api_keys;
 mod persons;
@@ -31,6 +33,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cohorts::configure(cfg);
     organizations::configure(cfg);
     query::configure(cfg);
+    endpoints::configure(cfg);
+    insight_variables::configure(cfg);
 }
 
 /// Registers a project-scoped route under both of PostHog's prefixes,

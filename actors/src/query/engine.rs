@@ -45,6 +45,7 @@ impl QuerySettings {
         RowLimits {
             default_rows: self.default_rows,
             max_rows: self.max_rows,
+            page: None,
         }
     }
 }
@@ -162,6 +163,34 @@ impl QueryEngine {
         project_id: u64,
         prepared: Prepared,
     ) -> Result<QueryOutput, QueryError> {
+        let returned_rows = prepared.returned_rows;
+        let started = Instant::now();
+        let done = self.run_arrow(project_id, prepared).await?;
+        let total: usize = done.batches.iter().map(|b| b.num_rows()).sum();
+        let rows = results::rows(&done.batches, returned_rows);
+        let columns: Vec<String> = done
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let types = results::types(&done.schema);
+        Ok(QueryOutput {
+            columns,
+            types,
+            rows,
+            has_more: total > returned_rows,
+            sql: done.sql,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Runs `prepared` and returns its Arrow result as computed (the materializer stores it).
+    pub async fn run_arrow(
+        &self,
+        project_id: u64,
+        prepared: Prepared,
+    ) -> Result<ArrowOutput, QueryError> {
         let sources = Arc::clone(&self.sources);
         let settings = self.settings.clone();
         let Some(runtime) = &self.runtime.0 else {
@@ -182,13 +211,21 @@ impl QueryEngine {
     }
 }
 
+/// A query's result as Arrow batches.
+#[derive(Debug, Clone)]
+pub struct ArrowOutput {
+    pub schema: arrow::datatypes::SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    /// The statement as run.
+    pub sql: String,
+}
+
 async fn execute(
     project_id: u64,
     prepared: Prepared,
     sources: &Sources,
     settings: &QuerySettings,
-) -> Result<QueryOutput, QueryError> {
-    let started = Instant::now();
+) -> Result<ArrowOutput, QueryError> {
     let (ctx, events) = session(project_id, &prepared, sources, settings)?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
@@ -233,23 +270,12 @@ async fn execute(
             .map_err(df_err)?,
     };
     let frame = ctx.execute_logical_plan(plan).await.map_err(df_err)?;
-    let schema = frame.schema().as_arrow().clone();
+    let schema = Arc::new(frame.schema().as_arrow().clone());
     let batches: Vec<RecordBatch> = frame.collect().await.map_err(df_err)?;
-    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let rows = results::rows(&batches, prepared.returned_rows);
-    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let types = schema
-        .fields()
-        .iter()
-        .map(|f| (f.name().clone(), results::type_name(f.data_type())))
-        .collect();
-    Ok(QueryOutput {
-        columns,
-        types,
-        rows,
-        has_more: total > prepared.returned_rows,
+    Ok(ArrowOutput {
+        schema,
+        batches,
         sql,
-        elapsed: started.elapsed(),
     })
 }
 

@@ -32,6 +32,20 @@ pub enum QueryError {
 }
 
 impl QueryError {
+    /// A stable code for the error (HTTP bodies and endpoint execution logs).
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueryError::Syntax { .. } => "syntax_error",
+            QueryError::Invalid(_)
+            | QueryError::UnsupportedFunction(_)
+            | QueryError::InvalidInsight(_) => "invalid_query",
+            QueryError::MissingVariable(_) => "missing_variable",
+            QueryError::MemoryLimit { .. } => "query_memory_limit",
+            QueryError::Timeout(_) => "query_timeout",
+            QueryError::Internal(_) => "internal_error",
+        }
+    }
+
     /// A DataFusion error, split into the query's fault (planning, types, unknown names) and ours.
     pub(crate) fn from_datafusion(
         e: datafusion::error::DataFusionError,

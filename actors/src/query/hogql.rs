@@ -37,7 +37,13 @@ pub struct Bindings<'a> {
     pub variables: HashMap<String, Json>,
     /// What `{filters}` becomes: generated SQL with its bound values; `None` means `TRUE`.
     pub filters: Option<&'a Generated>,
+    /// Leave each `{variables.x}` as the identifier `__corvid_var_x` instead of a value, so the
+    /// materializer can find where variables are used.
+    pub variable_markers: bool,
 }
+
+/// Prefix of the identifiers [`Bindings::variable_markers`] puts where variables were.
+pub const VARIABLE_MARKER: &str = "__corvid_var_";
 
 /// SQL we generate ourselves, with every user-supplied value kept apart and bound as a literal
 /// token where the SQL names [`Generated::bind`]'s marker.
@@ -62,6 +68,16 @@ pub struct RowLimits {
     pub default_rows: usize,
     /// No query returns more than this.
     pub max_rows: usize,
+    /// A page of the result (endpoint runs' `limit`/`offset`); the query's own constant
+    /// `LIMIT` stays the absolute ceiling.
+    pub page: Option<Page>,
+}
+
+/// `limit` rows after skipping `offset` rows of the query's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: usize,
+    pub offset: usize,
 }
 
 /// A statement ready for planning.
@@ -87,6 +103,50 @@ pub fn prepare_user_sql(
     let tokens = tokenize(sql)?;
     let tokens = substitute_placeholders(tokens, bindings)?;
     prepare_tokens(tokens, limits)
+}
+
+/// Parses user SQL as written, with [`VARIABLE_MARKER`] identifiers for its variables and no
+/// rewriting: the materializer's view of the query. Printing the (transformed) statement gives
+/// SQL that [`prepare_user_sql`] accepts again.
+pub fn parse_with_variable_markers(sql: &str) -> Result<Statement, QueryError> {
+    let bindings = Bindings {
+        variable_markers: true,
+        ..Bindings::default()
+    };
+    let tokens = substitute_placeholders(tokenize(sql)?, &bindings)?;
+    let mut statements = Parser::new(&dialect())
+        .with_recursion_limit(RECURSION_LIMIT)
+        .with_tokens_with_locations(tokens)
+        .parse_statements()
+        .map_err(|e| syntax_error(e, (1, 1)))?;
+    match (statements.len(), statements.first()) {
+        (1, Some(Statement::Query(_))) => Ok(statements.remove(0)),
+        _ => Err(QueryError::Invalid(
+            "Expected exactly one SELECT query.".into(),
+        )),
+    }
+}
+
+/// The `{variables.<code_name>}` names `sql` uses, sorted.
+pub fn variable_names(sql: &str) -> Result<BTreeSet<String>, QueryError> {
+    let tokens: Vec<Token> = tokenize(sql)?
+        .into_iter()
+        .map(|t| t.token)
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let mut names = BTreeSet::new();
+    for w in tokens.windows(5) {
+        if w[0] == Token::LBrace
+            && word(&w[1]) == Some("variables")
+            && w[2] == Token::Period
+            && w[4] == Token::RBrace
+        {
+            if let Some(name) = word(&w[3]) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// Parses SQL we generated (insight queries), binding its values.
@@ -212,6 +272,14 @@ fn substitute_placeholders(
                             "Malformed {variables.…} placeholder.".into(),
                         ));
                     };
+                    if bindings.variable_markers {
+                        out.push(plain(Token::make_word(
+                            &format!("{VARIABLE_MARKER}{name}"),
+                            None,
+                        )));
+                        i += 5;
+                        continue;
+                    }
                     let value = bindings
                         .variables
                         .get(name)
@@ -387,12 +455,47 @@ fn apply_limit(query: &mut Query, limits: RowLimits) -> Result<usize, QueryError
             }
         },
     };
+    let Some(page) = limits.page else {
+        query.limit_clause = Some(LimitClause::LimitOffset {
+            limit: Some(number(returned.saturating_add(1))),
+            offset,
+            limit_by: Vec::new(),
+        });
+        return Ok(returned);
+    };
+    if matches!(query.body.as_ref(), SetExpr::SetOperation { .. }) {
+        return Err(QueryError::Invalid(
+            "Pagination is not supported for UNION queries. Wrap the UNION in a subquery: SELECT * FROM (... UNION ALL ...) LIMIT n".into(),
+        ));
+    }
+    // The query's own LIMIT (or the cap) is the ceiling: a page never reaches past it.
+    let ceiling = if limit.is_some() {
+        returned
+    } else {
+        limits.max_rows
+    };
+    let base_offset = match &offset {
+        None => 0,
+        Some(o) => literal_usize(&o.value)
+            .ok_or_else(|| QueryError::Invalid("OFFSET must be a constant number.".into()))?,
+    };
+    let remaining = ceiling.saturating_sub(page.offset);
+    let page_rows = page.limit.min(remaining);
+    // One probe row tells whether more rows follow, unless the page ends at the ceiling.
+    let fetch = if page_rows < remaining {
+        page_rows + 1
+    } else {
+        page_rows
+    };
     query.limit_clause = Some(LimitClause::LimitOffset {
-        limit: Some(number(returned.saturating_add(1))),
-        offset,
+        limit: Some(number(fetch)),
+        offset: Some(datafusion::sql::sqlparser::ast::Offset {
+            value: number(base_offset.saturating_add(page.offset)),
+            rows: datafusion::sql::sqlparser::ast::OffsetRows::None,
+        }),
         limit_by: Vec::new(),
     });
-    Ok(returned)
+    Ok(page_rows)
 }
 
 /// Table names the statement reads, minus its own CTE names. Anything that looks like a path

@@ -13,7 +13,7 @@ pub mod insights;
 pub mod results;
 pub mod tables;
 
-pub use engine::{QueryEngine, QueryOutput, QuerySettings, Sources};
+pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;
 #[cfg(test)]
 mod tests;

@@ -127,6 +127,15 @@ fn formatted(array: &ArrayRef, row: usize) -> String {
         .unwrap_or_default()
 }
 
+/// `[name, ClickHouse type]` per column of `schema`.
+pub fn types(schema: &arrow::datatypes::Schema) -> Vec<(String, String)> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), type_name(f.data_type())))
+        .collect()
+}
+
 /// Every row of `batches` as JSON arrays, at most `max` rows.
 pub fn rows(batches: &[RecordBatch], max: usize) -> Vec<Vec<Value>> {
     let mut out = Vec::new();

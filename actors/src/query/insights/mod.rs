@@ -143,8 +143,20 @@ pub async fn run(
     query: QueryKind,
     variables: &HashMap<String, Value>,
 ) -> Result<QueryAnswer, QueryError> {
-    let now = Utc::now();
     let limits = engine.settings().row_limits();
+    run_with_limits(engine, project_id, tz, query, variables, limits).await
+}
+
+/// [`run`] with explicit row limits for SQL (endpoint runs page through results).
+pub async fn run_with_limits(
+    engine: &QueryEngine,
+    project_id: u64,
+    tz: Tz,
+    query: QueryKind,
+    variables: &HashMap<String, Value>,
+    limits: hogql::RowLimits,
+) -> Result<QueryAnswer, QueryError> {
+    let now = Utc::now();
     match query {
         QueryKind::HogQl(q) => {
             let filters = q
@@ -155,6 +167,7 @@ pub async fn run(
             let bindings = Bindings {
                 variables: variable_values(q.variables.as_ref(), variables),
                 filters: filters.as_ref(),
+                variable_markers: false,
             };
             let prepared = hogql::prepare_user_sql(&q.query, &bindings, limits)?;
             Ok(engine.run(project_id, prepared).await?.into())
@@ -181,6 +194,7 @@ fn generated(sql: &Generated) -> Result<Prepared, QueryError> {
         hogql::RowLimits {
             default_rows: INSIGHT_MAX_ROWS,
             max_rows: INSIGHT_MAX_ROWS,
+            page: None,
         },
     )
 }
