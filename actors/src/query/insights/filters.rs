@@ -26,11 +26,12 @@ pub enum Properties {
     Group(PropertyGroup),
 }
 
+/// A group must name its `values`: an untagged filter object (`{key, type, …}`) must never
+/// be mistaken for an empty group.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PropertyGroup {
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
-    #[serde(default)]
     pub values: Vec<GroupItem>,
 }
 
@@ -190,5 +191,34 @@ pub fn properties_sql(sql: &mut Generated, properties: &Properties) -> Result<St
                 .join(" AND ")
         )),
         Properties::Group(g) => group_sql(sql, g),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_inside_nested_groups_are_applied() {
+        let props: Properties = serde_json::from_value(serde_json::json!({
+            "type": "AND",
+            "values": [{"type": "OR", "values": [
+                {"key": "$browser", "type": "event", "operator": "exact", "value": "Chrome"},
+                {"key": "$os", "type": "event", "operator": "is_set"}
+            ]}]
+        }))
+        .expect("parses");
+        let mut sql = Generated::default();
+        let text = properties_sql(&mut sql, &props).expect("compiles");
+        assert!(
+            text.contains(" IN (") && text.contains(" OR ") && text.contains("IS NOT NULL"),
+            "{text}"
+        );
+        assert_eq!(
+            sql.values.len(),
+            3,
+            "two keys and one value bound: {:?}",
+            sql.values
+        );
     }
 }
