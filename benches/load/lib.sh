@@ -1,4 +1,4 @@
-# Shared by the load scripts (source it): installs wrk if missing, builds Corvid (release),
+# Shared by the load scripts (source it; set CONFIG_FILE to layer a config file): installs wrk if missing, builds Corvid (release),
 # starts it on a temp data dir at $PORT and sets BASE, DATA, SERVER, TOKEN and KEY. The server
 # and the data dir are removed on exit.
 if ! command -v wrk >/dev/null; then
@@ -8,7 +8,8 @@ cargo build --release --quiet
 BASE="http://127.0.0.1:$PORT"
 DATA="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
-RUST_LOG=warn ./target/release/corvid serve --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
+# CONFIG_FILE (optional): a config file layered over the embedded defaults.
+RUST_LOG=warn ./target/release/corvid serve ${CONFIG_FILE:+--config "$CONFIG_FILE"} --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
 SERVER=$!
 for _ in $(seq 1 100); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.1; done
 TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/credentials.json")

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use corvid_actors::endpoints::logs::{Level, LogQuery};
-use corvid_actors::endpoints::model::Endpoint;
+use corvid_actors::endpoints::materialize::table::parse_time_text;
+use corvid_actors::endpoints::model::{Endpoint, EndpointVersion};
 use corvid_actors::endpoints::{crud, openapi, Caller, EndpointError};
 use corvid_actors::meta::{Credential, CredentialSource};
 use serde_json::{json, Value};
@@ -59,6 +60,19 @@ fn version_param(req: &HttpRequest) -> Result<Option<u32>, ApiError> {
             ))
         }),
     }
+}
+
+/// Version `n` of `endpoint`, or its newest when `n` is `None`.
+fn pick_version(endpoint: &Endpoint, n: Option<u32>) -> Result<&EndpointVersion, ApiError> {
+    let found = match n {
+        Some(n) => endpoint
+            .version(n)
+            .ok_or_else(|| EndpointError::plain(404, format!("Version {n} not found"))),
+        None => endpoint
+            .latest()
+            .ok_or_else(|| EndpointError::plain(404, "No version found for this endpoint")),
+    };
+    Ok(found?)
 }
 
 async fn load(state: &AppState, project_id: u64, name: &str) -> Result<Endpoint, ApiError> {
@@ -143,9 +157,7 @@ async fn get(
     let endpoint = load(&state, access.project.id, &name).await?;
     match version_param(&req)? {
         Some(n) => {
-            let v = endpoint
-                .version(n)
-                .ok_or_else(|| EndpointError::plain(404, format!("Version {n} not found")))?;
+            let v = pick_version(&endpoint, Some(n))?;
             Ok(HttpResponse::Ok().json(crud::version_json(&endpoint, v, &state.public_url)))
         }
         None => {
@@ -232,10 +244,7 @@ async fn materialization_status(
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
     let endpoint = load(&state, access.project.id, &name).await?;
-    let n = version_param(&req)?.unwrap_or(endpoint.current_version);
-    let v = endpoint
-        .version(n)
-        .ok_or_else(|| EndpointError::plain(404, format!("Version {n} not found")))?;
+    let v = pick_version(&endpoint, version_param(&req)?)?;
     Ok(HttpResponse::Ok().json(crud::materialization_json(v)))
 }
 
@@ -276,14 +285,7 @@ async fn spec(
     let (_, name) = path.into_inner();
     let project = access.project.id;
     let endpoint = load(&state, project, &name).await?;
-    let version = match version_param(&req)? {
-        Some(n) => endpoint
-            .version(n)
-            .ok_or_else(|| EndpointError::plain(404, format!("Version {n} not found")))?,
-        None => endpoint
-            .latest()
-            .ok_or_else(|| EndpointError::plain(404, "No version found for this endpoint"))?,
-    };
+    let version = pick_version(&endpoint, version_param(&req)?)?;
     let store = std::sync::Arc::clone(&state.endpoints.store);
     let variables = web::block(move || store.variables(project)).await??;
     Ok(HttpResponse::Ok().json(openapi::document(
@@ -295,21 +297,9 @@ async fn spec(
 }
 
 fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
-        return Ok(t.with_timezone(&Utc));
-    }
-    for f in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(v, f) {
-            return Ok(t.and_utc());
-        }
-    }
-    if let Ok(d) = chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
-    }
-    Err(ApiError::validation(
-        format!("Invalid datetime for {name}: {v}"),
-        Some(name),
-    ))
+    parse_time_text(v).map(|t| t.and_utc()).ok_or_else(|| {
+        ApiError::validation(format!("Invalid datetime for {name}: {v}"), Some(name))
+    })
 }
 
 async fn logs(

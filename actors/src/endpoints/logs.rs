@@ -1,12 +1,16 @@
 //! Execution logs: one entry per endpoint run (success INFO, failure ERROR), written off the
 //! request path. Handlers hand entries to the [`ExecutionLog`] actor, which batches them and
-//! passes each batch over a channel to a writer thread that applies it to sled in one write
-//! (and syncs), then prunes entries older than the retention. Reads scan one endpoint's keys
-//! newest first.
+//! passes each batch over a channel to the `corvid-exec-log` writer thread. The writer keeps
+//! one open *block* per endpoint and appends to it (one sled write and sync per batch) until it
+//! holds [`BLOCK_ENTRIES`] entries; then it starts a new one. Blocks make a search over a
+//! million entries a scan of a few thousand sled values rather than a million.
 //!
-//! Key: project (8) ‖ endpoint id (16) ‖ timestamp µs (8) ‖ instance id (16), big-endian, so an
-//! endpoint's entries are contiguous and time-ordered. Value: level byte ‖ message.
+//! Key: project (8) ‖ endpoint id (16) ‖ newest timestamp µs in the block (8, sign bit
+//! flipped) ‖ block id (8), big-endian, so an endpoint's blocks are contiguous and ordered by time. Value: oldest
+//! timestamp µs (8), then entries `timestamp (8) ‖ instance id (16) ‖ level (1) ‖ length (4) ‖
+//! message`, oldest first.
 
+use std::collections::HashMap;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -23,6 +27,10 @@ const TREE: &str = "endpoint_logs";
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
 /// Entries buffered before a flush regardless of time.
 const FLUSH_AT: usize = 1024;
+/// Entries per block before the writer starts a new one.
+pub const BLOCK_ENTRIES: usize = 512;
+/// An open block not appended to for this long is closed (its memory released).
+const BLOCK_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -70,43 +78,71 @@ pub struct LogEntry {
 }
 
 impl LogEntry {
-    fn key(&self) -> [u8; 48] {
-        let mut k = [0u8; 48];
-        k[..24].copy_from_slice(&prefix(self.project_id, self.endpoint_id));
-        k[24..32].copy_from_slice(&self.timestamp.timestamp_micros().to_be_bytes());
-        k[32..].copy_from_slice(self.instance_id.as_bytes());
-        k
+    fn micros(&self) -> i64 {
+        self.timestamp.timestamp_micros()
     }
 
-    fn value(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(1 + self.message.len());
-        v.push(self.level.byte());
-        v.extend_from_slice(self.message.as_bytes());
-        v
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.micros().to_be_bytes());
+        out.extend_from_slice(self.instance_id.as_bytes());
+        out.push(self.level.byte());
+        out.extend_from_slice(&(self.message.len() as u32).to_be_bytes());
+        out.extend_from_slice(self.message.as_bytes());
     }
+}
 
-    fn decode(key: &[u8], value: &[u8]) -> Option<LogEntry> {
-        if key.len() != 48 || value.is_empty() {
-            return None;
-        }
-        let project_id = u64::from_be_bytes(key[..8].try_into().ok()?);
-        let endpoint_id = Uuid::from_slice(&key[8..24]).ok()?;
-        let micros = i64::from_be_bytes(key[24..32].try_into().ok()?);
-        Some(LogEntry {
-            project_id,
-            endpoint_id,
-            timestamp: Utc.timestamp_micros(micros).single()?,
-            instance_id: Uuid::from_slice(&key[32..]).ok()?,
-            level: Level::from_byte(value[0]),
-            message: String::from_utf8_lossy(&value[1..]).into_owned(),
-        })
+/// One encoded entry inside a block, borrowed.
+struct RawEntry<'a> {
+    micros: i64,
+    instance: &'a [u8],
+    level: u8,
+    message: &'a [u8],
+}
+
+/// The entries of a block value, oldest first (stops at the first malformed byte).
+fn block_entries(value: &[u8]) -> Vec<RawEntry<'_>> {
+    let mut out = Vec::new();
+    let mut at = 8;
+    while at + 29 <= value.len() {
+        let micros = i64::from_be_bytes(value[at..at + 8].try_into().unwrap_or([0; 8]));
+        let instance = &value[at + 8..at + 24];
+        let level = value[at + 24];
+        let len = u32::from_be_bytes(value[at + 25..at + 29].try_into().unwrap_or([0; 4])) as usize;
+        let Some(message) = value.get(at + 29..at + 29 + len) else {
+            break;
+        };
+        out.push(RawEntry {
+            micros,
+            instance,
+            level,
+            message,
+        });
+        at += 29 + len;
     }
+    out
 }
 
 fn prefix(project_id: u64, endpoint_id: Uuid) -> [u8; 24] {
     let mut k = [0u8; 24];
     k[..8].copy_from_slice(&project_id.to_be_bytes());
     k[8..].copy_from_slice(endpoint_id.as_bytes());
+    k
+}
+
+/// A timestamp as key bytes whose order is the numeric order (sign bit flipped).
+fn time_key(micros: i64) -> [u8; 8] {
+    ((micros as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of_key(bytes: &[u8]) -> i64 {
+    let raw = u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]));
+    (raw ^ (1 << 63)) as i64
+}
+
+fn block_key(prefix: &[u8; 24], newest: i64, block_id: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&time_key(newest));
+    k.extend_from_slice(&block_id.to_be_bytes());
     k
 }
 
@@ -144,75 +180,67 @@ impl LogReader {
         q: &LogQuery,
     ) -> Result<Vec<LogEntry>, StoreError> {
         let p = prefix(project_id, endpoint_id);
-        let bound = |t: DateTime<Utc>, extra: u8| {
-            let mut k = p.to_vec();
-            k.extend_from_slice(&t.timestamp_micros().to_be_bytes());
-            k.push(extra);
-            k
+        let after = q.after.map(|t| t.timestamp_micros());
+        let before = q.before.map(|t| t.timestamp_micros());
+        // A block whose newest entry is not after `after` holds nothing wanted.
+        let start = block_key(&p, after.map_or(i64::MIN, |a| a.saturating_add(1)), 0);
+        let end = block_key(&p, i64::MAX, u64::MAX);
+        let search = match &q.search {
+            Some(text) => Some(
+                regex::bytes::RegexBuilder::new(&regex::escape(text))
+                    .case_insensitive(true)
+                    .build()
+                    .map_err(|e| StoreError::Invalid {
+                        detail: format!("Invalid search: {e}"),
+                        attr: Some("search"),
+                    })?,
+            ),
+            None => None,
         };
-        // after: strictly later than `after` (skip all instances at that microsecond).
-        let start = match q.after {
-            Some(t) => {
-                let mut k = p.to_vec();
-                k.extend_from_slice(&(t.timestamp_micros() + 1).to_be_bytes());
-                k
-            }
-            None => p.to_vec(),
-        };
-        let end = match q.before {
-            Some(t) => bound(t, 0)[..32].to_vec(),
-            None => {
-                let mut k = p.to_vec();
-                k.extend_from_slice(&[0xff; 25]);
-                k
-            }
-        };
-        let needle = q.search.as_ref().map(|s| s.to_lowercase().into_bytes());
-        let mut out = Vec::new();
+        let limit = q.limit.max(1);
+        let mut found: Vec<LogEntry> = Vec::new();
         for item in self.tree.range(start..end).rev() {
-            let (k, v) = item?;
-            if v.is_empty() {
+            let (key, value) = item?;
+            let newest = time_of_key(&key[24..32]);
+            // Blocks come newest-first by their newest entry; once `limit` matches are held
+            // and this block is entirely older than all of them, nothing later can displace one.
+            if found.len() >= limit && found.iter().all(|e| e.micros() > newest) {
+                break;
+            }
+            let oldest = value
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(i64::MIN, i64::from_be_bytes);
+            if before.is_some_and(|b| oldest >= b) {
                 continue;
             }
-            if !q.levels.is_empty() && !q.levels.contains(&Level::from_byte(v[0])) {
-                continue;
-            }
-            if let Some(id) = q.instance_id {
-                if k.len() != 48 || &k[32..] != id.as_bytes() {
+            for e in block_entries(&value).iter().rev() {
+                if after.is_some_and(|a| e.micros <= a) || before.is_some_and(|b| e.micros >= b) {
                     continue;
                 }
-            }
-            if let Some(n) = &needle {
-                if !contains_ignore_case(&v[1..], n) {
+                if !q.levels.is_empty() && !q.levels.contains(&Level::from_byte(e.level)) {
                     continue;
                 }
-            }
-            if let Some(entry) = LogEntry::decode(&k, &v) {
-                out.push(entry);
-                if out.len() >= q.limit {
-                    break;
+                if q.instance_id.is_some_and(|id| id.as_bytes() != e.instance) {
+                    continue;
                 }
+                if search.as_ref().is_some_and(|r| !r.is_match(e.message)) {
+                    continue;
+                }
+                found.push(LogEntry {
+                    project_id,
+                    endpoint_id,
+                    instance_id: Uuid::from_slice(e.instance).unwrap_or_default(),
+                    timestamp: Utc.timestamp_micros(e.micros).single().unwrap_or_default(),
+                    level: Level::from_byte(e.level),
+                    message: String::from_utf8_lossy(e.message).into_owned(),
+                });
             }
         }
-        Ok(out)
+        found.sort_by(|a, b| b.timestamp.cmp(&a.timestamp));
+        found.truncate(limit);
+        Ok(found)
     }
-}
-
-/// Whether `hay` contains `needle` (already lower case), ignoring ASCII case.
-fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
-    if needle.is_empty() {
-        return true;
-    }
-    if needle.len() > hay.len() {
-        return false;
-    }
-    let first = needle[0];
-    hay.windows(needle.len()).any(|w| {
-        w[0].to_ascii_lowercase() == first
-            && w.iter()
-                .zip(needle)
-                .all(|(a, b)| a.to_ascii_lowercase() == *b)
-    })
 }
 
 /// The actor handlers send entries to. Batches go to the writer thread.
@@ -308,21 +336,91 @@ impl ExecutionLogHandle {
     }
 }
 
+/// The writer's open block of one endpoint.
+struct OpenBlock {
+    key: Vec<u8>,
+    oldest: i64,
+    entries: Vec<LogEntry>,
+    touched: Instant,
+}
+
+/// Appends batches to per-endpoint blocks; the writer thread's state.
+struct BlockWriter {
+    tree: sled::Tree,
+    open: HashMap<[u8; 24], OpenBlock>,
+    next_block: u64,
+}
+
+impl BlockWriter {
+    fn new(tree: sled::Tree) -> BlockWriter {
+        // Block ids only need to be unique per (endpoint, newest timestamp); seeding with the
+        // start time keeps them unique across restarts too.
+        let next_block = Utc::now().timestamp_micros().max(0) as u64;
+        BlockWriter {
+            tree,
+            open: HashMap::new(),
+            next_block,
+        }
+    }
+
+    /// Writes `entries` (any endpoints) in one sled batch.
+    fn write(&mut self, entries: Vec<LogEntry>) -> Result<(), sled::Error> {
+        let mut by_endpoint: HashMap<[u8; 24], Vec<LogEntry>> = HashMap::new();
+        for e in entries {
+            by_endpoint
+                .entry(prefix(e.project_id, e.endpoint_id))
+                .or_default()
+                .push(e);
+        }
+        let mut batch = sled::Batch::default();
+        for (p, mut new) in by_endpoint {
+            let mut block = match self.open.remove(&p) {
+                Some(b) if b.entries.len() < BLOCK_ENTRIES => {
+                    batch.remove(b.key.clone());
+                    b
+                }
+                _ => OpenBlock {
+                    key: Vec::new(),
+                    oldest: i64::MAX,
+                    entries: Vec::new(),
+                    touched: Instant::now(),
+                },
+            };
+            block.entries.append(&mut new);
+            block.entries.sort_by_key(LogEntry::micros);
+            block.oldest = block.entries.first().map_or(0, LogEntry::micros);
+            let newest = block.entries.last().map_or(0, LogEntry::micros);
+            self.next_block += 1;
+            block.key = block_key(&p, newest, self.next_block);
+            let mut value = block.oldest.to_be_bytes().to_vec();
+            for e in &block.entries {
+                e.encode_into(&mut value);
+            }
+            batch.insert(block.key.clone(), value);
+            block.touched = Instant::now();
+            if block.entries.len() < BLOCK_ENTRIES {
+                self.open.insert(p, block);
+            }
+        }
+        self.tree.apply_batch(batch)?;
+        self.tree.flush()?;
+        self.open.retain(|_, b| b.touched.elapsed() < BLOCK_IDLE);
+        Ok(())
+    }
+}
+
 fn write_loop(tree: sled::Tree, rx: Receiver<Vec<LogEntry>>, retention: Duration) {
+    let mut writer = BlockWriter::new(tree.clone());
     let mut last_prune = Instant::now() - Duration::from_secs(3600);
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(first) => {
-                let mut batch = sled::Batch::default();
-                let mut count = 0;
-                for entry in std::iter::once(first).chain(rx.try_iter()).flatten() {
-                    batch.insert(entry.key().to_vec(), entry.value());
-                    count += 1;
-                }
-                if let Err(e) = tree
-                    .apply_batch(batch)
-                    .and_then(|_| tree.flush().map(|_| ()))
-                {
+                let entries: Vec<LogEntry> = std::iter::once(first)
+                    .chain(rx.try_iter())
+                    .flatten()
+                    .collect();
+                let count = entries.len();
+                if let Err(e) = writer.write(entries) {
                     tracing::error!(error = %e, count, "could not write execution logs");
                 }
             }
@@ -337,7 +435,7 @@ fn write_loop(tree: sled::Tree, rx: Receiver<Vec<LogEntry>>, retention: Duration
     let _ = tree.flush();
 }
 
-/// Deletes entries older than `retention`.
+/// Deletes blocks whose newest entry is older than `retention`.
 pub fn prune(tree: &sled::Tree, retention: Duration) {
     let cutoff =
         Utc::now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(30));
@@ -346,9 +444,9 @@ pub fn prune(tree: &sled::Tree, retention: Duration) {
     let mut removed = 0usize;
     for item in tree.iter().keys() {
         let Ok(k) = item else { continue };
-        if k.len() == 48 {
-            let ts = i64::from_be_bytes(k[24..32].try_into().unwrap_or([0; 8]));
-            if ts < cutoff {
+        if k.len() == 40 {
+            let newest = time_of_key(&k[24..32]);
+            if newest < cutoff {
                 batch.remove(k);
                 removed += 1;
             }
@@ -358,19 +456,18 @@ pub fn prune(tree: &sled::Tree, retention: Duration) {
         if let Err(e) = tree.apply_batch(batch) {
             tracing::warn!(error = %e, "could not prune execution logs");
         } else {
-            tracing::info!(removed, "pruned execution logs past retention");
+            tracing::info!(removed, "pruned execution-log blocks past retention");
         }
     }
 }
 
-/// Test and bench access to the writer's format: writes entries synchronously.
+/// Writes entries synchronously in the writer's format (tests, benches, imports): blocks of
+/// [`BLOCK_ENTRIES`] as the writer makes them under steady load.
 pub fn write_now(db: &sled::Db, entries: &[LogEntry]) -> Result<(), StoreError> {
-    let tree = db.open_tree(TREE)?;
-    let mut batch = sled::Batch::default();
-    for e in entries {
-        batch.insert(e.key().to_vec(), e.value());
+    let mut writer = BlockWriter::new(db.open_tree(TREE)?);
+    for chunk in entries.chunks(BLOCK_ENTRIES) {
+        writer.write(chunk.to_vec())?;
     }
-    tree.apply_batch(batch)?;
     Ok(())
 }
 
@@ -481,13 +578,59 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_appends_to_an_open_block_until_it_is_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("sled");
+        let ep = Uuid::new_v4();
+        let tree = db.open_tree(TREE).expect("tree");
+        let mut writer = BlockWriter::new(tree.clone());
+        for i in 0..(BLOCK_ENTRIES as i64 + 3) {
+            writer
+                .write(vec![entry(ep, i, Level::Info, &format!("run {i}"))])
+                .expect("write");
+        }
+        assert_eq!(tree.len(), 2, "one full block and one open block");
+        let reader = LogReader::open(&db).expect("reader");
+        let all = reader
+            .search(
+                1,
+                ep,
+                &LogQuery {
+                    limit: 10_000,
+                    ..LogQuery::default()
+                },
+            )
+            .expect("search");
+        assert_eq!(all.len(), BLOCK_ENTRIES + 3);
+        assert_eq!(
+            all[0].message,
+            format!("run {}", BLOCK_ENTRIES + 2),
+            "newest first"
+        );
+        let page = reader
+            .search(
+                1,
+                ep,
+                &LogQuery {
+                    limit: 5,
+                    ..LogQuery::default()
+                },
+            )
+            .expect("search");
+        assert_eq!(page.len(), 5);
+        assert_eq!(page[4].message, format!("run {}", BLOCK_ENTRIES - 2));
+    }
+
+    #[test]
     fn pruning_drops_entries_past_retention() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("sled");
         let ep = Uuid::new_v4();
         let mut fresh = entry(ep, 0, Level::Info, "fresh");
         fresh.timestamp = Utc::now();
-        write_now(&db, &[entry(ep, 0, Level::Info, "old"), fresh]).expect("write");
+        // Separate writes: pruning drops whole blocks whose newest entry is past retention.
+        write_now(&db, &[entry(ep, 0, Level::Info, "old")]).expect("write");
+        write_now(&db, &[fresh]).expect("write");
         let tree = db.open_tree(TREE).expect("tree");
         prune(&tree, Duration::from_secs(86400));
         let reader = LogReader::open(&db).expect("reader");

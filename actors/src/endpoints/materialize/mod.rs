@@ -33,7 +33,7 @@ pub const ENDPOINT_BREAKDOWN_LIMIT: usize = 10_000;
 pub enum Loaded {
     Sql {
         table: SqlTable,
-        plan: SqlPlan,
+        plan: Box<SqlPlan>,
     },
     Insight {
         table: InsightTable,
@@ -72,7 +72,7 @@ impl Results {
         let loaded = Arc::new(match plan {
             Plan::Sql(plan) => Loaded::Sql {
                 table: SqlTable::from_arrow(&schema, &batches),
-                plan,
+                plan: Box::new(plan),
             },
             Plan::Insight { breakdowns } => Loaded::Insight {
                 table: InsightTable::from_arrow(&batches),

@@ -162,7 +162,12 @@ fn text(v: &Value) -> String {
 }
 
 fn parse_time(v: &Value) -> Option<NaiveDateTime> {
-    let s = v.as_str()?.trim();
+    parse_time_text(v.as_str()?)
+}
+
+/// A date or time as UTC wall-clock: RFC 3339, `YYYY-MM-DD[ T]HH:MM[:SS[.f]]` or `YYYY-MM-DD`.
+pub fn parse_time_text(s: &str) -> Option<NaiveDateTime> {
+    let s = s.trim();
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Some(t.naive_utc());
     }

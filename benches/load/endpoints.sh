@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Endpoint run load test: builds Corvid (release), seeds 100k events, creates a materialized SQL
+# endpoint with one variable and an inline one, then drives runs with wrk from this machine:
+#   1. materialized runs (refresh=force: every request filters the stored Arrow result);
+#   2. cached inline runs (refresh=cache: served from the results cache).
+# Rate limits are raised for the test (they are per key; one key drives all the load).
+# Usage: benches/load/endpoints.sh [seconds, default 20]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DURATION="${1:-20}"
+PORT="${PORT:-18003}"
+CONFIG_FILE="$(mktemp --suffix=.toml)"
+cat >"$CONFIG_FILE" <<'TOML'
+[endpoints]
+inline_per_minute = 1000000000
+inline_per_hour = 1000000000
+materialized_per_minute = 1000000000
+materialized_per_hour = 1000000000
+TOML
+. benches/load/lib.sh
+python3 benches/load/endpoints_setup.py "$BASE" "$KEY" "$TOKEN" "$DATA"
+MAT_PATH=$(sed -n 1p "$DATA/paths.txt")
+CACHED_PATH=$(sed -n 2p "$DATA/paths.txt")
+echo "== materialized endpoint, one variable (refresh=force)"
+wrk -t2 -c32 -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "$KEY"
+echo "== cached inline endpoint (refresh=cache)"
+wrk -t2 -c32 -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "$KEY"
+rm -f "$CONFIG_FILE"
