@@ -865,3 +865,82 @@ fn runs_are_rate_limited_per_key() {
     );
     assert_eq!(res.status(), 200, "another key has its own budget");
 }
+
+#[test]
+fn insight_variables_crud() {
+    let server = TestServer::new();
+    let path = format!("{}/insight_variables/", base(&server));
+    let err = error_body(server.post_json(
+        &path,
+        Some(server.admin_key()),
+        &json!({"name": "x", "type": "Colour"}),
+    ));
+    assert_eq!(err["code"], "invalid_input");
+    let err = error_body(server.post_json(
+        &path,
+        Some(server.admin_key()),
+        &json!({"name": "d", "type": "Date", "default_value": "not a date"}),
+    ));
+    assert_eq!(err["attr"], "default_value");
+    let created = variable(&server, "Start date", "Date", json!("2024-01-01"));
+    let id = created["id"].as_str().expect("id");
+    assert!(uuid::Uuid::parse_str(id).is_ok());
+    assert_eq!(created["code_name"], "start_date");
+    let dup = server.post_json(
+        &path,
+        Some(server.admin_key()),
+        &json!({"name": "start date", "type": "Date"}),
+    );
+    assert_eq!(dup.status(), 400, "code names are unique per project");
+    let item = format!("{path}{id}/");
+    let updated: Value = patch(&server, &item, &json!({"default_value": "2024-02-01"}))
+        .json()
+        .expect("json");
+    assert_eq!(updated["default_value"], "2024-02-01");
+    let list: Value = server
+        .get(&path, Some(server.admin_key()))
+        .json()
+        .expect("json");
+    assert_eq!(list["results"].as_array().map(Vec::len), Some(1));
+    assert_eq!(server.delete(&item, Some(server.admin_key())).status(), 204);
+    assert_eq!(server.get(&item, Some(server.admin_key())).status(), 404);
+}
+
+#[test]
+fn several_breakdown_variables_combine_with_and_and_retention_runs() {
+    let server = TestServer::new();
+    let events: Vec<Value> = [("a", "Chrome", "Mac"), ("b", "Chrome", "Windows"), ("c", "Safari", "Mac"), ("d", "Chrome", "Mac")]
+        .iter()
+        .map(|(d, b, os)| json!({"event": "$pageview", "distinct_id": d, "properties": {"$browser": b, "$os": os}}))
+        .collect();
+    assert_eq!(server.capture_batch(&events).status(), 200);
+    let trends = json!({"kind": "TrendsQuery", "series": [{"kind": "EventsNode", "event": "$pageview"}], "dateRange": {"date_from": "-3d"},
+        "breakdownFilter": {"breakdowns": [{"property": "$browser", "type": "event"}, {"property": "$os", "type": "event"}]}});
+    create(&server, json!({"name": "two", "query": trends}));
+    let out = run_ok(
+        &server,
+        "two",
+        json!({"variables": {"$browser": "Chrome", "$os": "Mac"}}),
+    );
+    let series = out["results"].as_array().expect("series");
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0]["breakdown_value"], json!(["Chrome", "Mac"]));
+    assert_eq!(series[0]["count"], 2.0);
+
+    let retention = json!({"kind": "RetentionQuery", "retentionFilter": {"period": "Day", "totalIntervals": 3,
+        "targetEntity": {"id": "$pageview", "type": "events"}, "returningEntity": {"id": "$pageview", "type": "events"}},
+        "breakdownFilter": {"breakdown": "$os", "breakdown_type": "event"}});
+    create(&server, json!({"name": "ret", "query": retention}));
+    let out = run_ok(&server, "ret", json!({"variables": {"$os": "Mac"}}));
+    let cohorts = out["results"].as_array().expect("cohorts");
+    assert!(!cohorts.is_empty());
+    assert!(
+        cohorts.iter().all(|c| c["breakdown_value"] == json!("Mac")),
+        "{out}"
+    );
+    let day0: f64 = cohorts
+        .iter()
+        .map(|c| c["values"][0]["count"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert_eq!(day0, 3.0, "three Mac users start a cohort");
+}
