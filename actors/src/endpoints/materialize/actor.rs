@@ -169,15 +169,20 @@ async fn run_job(
     let mark = {
         let store = Arc::clone(&store);
         let job = job.clone();
+        // Applies `change` to the version's materialization; false when the endpoint was
+        // re-created or the materialization disabled meanwhile.
         move |change: Box<dyn FnOnce(&mut crate::endpoints::model::Materialization) + Send>| {
+            let mut applied = false;
             store.update_by_id(job.project_id, &job.name, job.endpoint_id, |e| {
                 if let Some(m) = e
                     .version_mut(job.version)
                     .and_then(|v| v.materialization.as_mut())
                 {
                     change(m);
+                    applied = true;
                 }
-            })
+            })?;
+            Ok::<bool, crate::meta::StoreError>(applied)
         }
     };
     let mark_attempt = mark.clone();
