@@ -502,9 +502,8 @@ fn usable_materialization(
     }
     let at = m.last_run_at?;
     let fresh_until = at + chrono::Duration::seconds(version.data_freshness_seconds as i64);
-    (Utc::now() < fresh_until)
-        .then(|| (m.object_key.clone(), at))
-        .and_then(|(k, at)| Some((k?, at)))
+    let key = m.object_key.clone()?;
+    (Utc::now() < fresh_until).then_some((key, at))
 }
 
 fn paginate(
