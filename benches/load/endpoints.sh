@@ -4,10 +4,11 @@
 #   1. materialized runs (refresh=force: every request filters the stored Arrow result);
 #   2. cached inline runs (refresh=cache: served from the results cache).
 # Rate limits are raised for the test (they are per key; one key drives all the load).
-# Usage: benches/load/endpoints.sh [seconds, default 20]
+# Usage: [CONNS=32] benches/load/endpoints.sh [seconds, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION="${1:-20}"
+CONNS="${CONNS:-32}"
 PORT="${PORT:-18003}"
 CONFIG_FILE="$(mktemp --suffix=.toml)"
 cat >"$CONFIG_FILE" <<'TOML'
@@ -22,7 +23,7 @@ python3 benches/load/endpoints_setup.py "$BASE" "$KEY" "$TOKEN" "$DATA"
 MAT_PATH=$(sed -n 1p "$DATA/paths.txt")
 CACHED_PATH=$(sed -n 2p "$DATA/paths.txt")
 echo "== materialized endpoint, one variable (refresh=force)"
-wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "$KEY"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "$KEY"
 echo "== cached inline endpoint (refresh=cache)"
-wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "$KEY"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "$KEY"
 rm -f "$CONFIG_FILE"

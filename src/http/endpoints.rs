@@ -23,6 +23,9 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    // Runs first: the router tries routes in order.
+    project_route(cfg, "/endpoints/{name}/run", || web::post().to(run));
+    project_route(cfg, "/endpoints/{name}/run", || web::get().to(run));
     project_route(cfg, "/endpoints", || web::get().to(list));
     project_route(cfg, "/endpoints", || web::post().to(create));
     project_route(cfg, "/endpoints/{name}", || web::get().to(get));
@@ -32,8 +35,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     project_route(cfg, "/endpoints/{name}/versions", || {
         web::get().to(versions)
     });
-    project_route(cfg, "/endpoints/{name}/run", || web::post().to(run));
-    project_route(cfg, "/endpoints/{name}/run", || web::get().to(run));
     project_route(cfg, "/endpoints/{name}/openapi.json", || {
         web::get().to(spec)
     });

@@ -22,7 +22,10 @@ use actix_web::{web, HttpResponse};
 
 use crate::error::ApiError;
 
+/// Routes are tried in registration order, so the hottest dynamic paths (endpoint runs) come
+/// first; static paths (capture, flags) cost a string compare wherever they are.
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    endpoints::configure(cfg);
     health::configure(cfg);
     projects::configure(cfg);
     personal_api_keys::configure(cfg);
@@ -33,7 +36,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cohorts::configure(cfg);
     organizations::configure(cfg);
     query::configure(cfg);
-    endpoints::configure(cfg);
     insight_variables::configure(cfg);
 }
 

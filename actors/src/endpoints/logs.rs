@@ -1,6 +1,6 @@
 //! Execution logs: one entry per endpoint run (success INFO, failure ERROR), written off the
-//! request path. Handlers hand entries to the [`ExecutionLog`] actor, which batches them and
-//! passes each batch over a channel to the `corvid-exec-log` writer thread. The writer keeps
+//! request path. Handlers append entries to a pending list that the [`ExecutionLog`] actor
+//! takes every 20 ms and passes over a channel to the `corvid-exec-log` writer thread. The writer keeps
 //! one open *block* per endpoint and appends to it (one sled write and sync per batch) until it
 //! holds [`BLOCK_ENTRIES`] entries; then it starts a new one. Blocks make a search over a
 //! million entries a scan of a few thousand sled values rather than a million.
@@ -11,6 +11,7 @@
 //! message`, oldest first.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,8 @@ use crate::meta::StoreError;
 const TREE: &str = "endpoint_logs";
 /// How often buffered entries are handed to the writer.
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
-/// Entries buffered before a flush regardless of time.
-const FLUSH_AT: usize = 1024;
+/// Pending entries past which a recorder asks the actor to flush at once.
+const FLUSH_BACKLOG: usize = 65_536;
 /// Entries per block before the writer starts a new one.
 pub const BLOCK_ENTRIES: usize = 512;
 /// An open block not appended to for this long is closed (its memory released).
@@ -65,8 +66,7 @@ impl Level {
 }
 
 /// One execution's log line.
-#[derive(Debug, Clone, Serialize, Message)]
-#[rtype(result = "()")]
+#[derive(Debug, Clone, Serialize)]
 pub struct LogEntry {
     pub project_id: u64,
     #[serde(rename = "log_source_id")]
@@ -243,9 +243,15 @@ impl LogReader {
     }
 }
 
-/// The actor handlers send entries to. Batches go to the writer thread.
+/// Entries recorded since the last flush. Handlers push here (a short uncontended lock) rather
+/// than into the actor's mailbox: a mailbox send wakes the actor's thread once per run, which
+/// on two cores costs the request path its tail latency.
+type Pending = Arc<Mutex<Vec<LogEntry>>>;
+
+/// Owns the batching: every [`FLUSH_EVERY`] it takes what handlers recorded and hands it to
+/// the writer thread.
 pub struct ExecutionLog {
-    buffer: Vec<LogEntry>,
+    pending: Pending,
     to_writer: Sender<Vec<LogEntry>>,
 }
 
@@ -264,28 +270,22 @@ impl Actor for ExecutionLog {
 
 impl ExecutionLog {
     fn flush(&mut self) {
-        if self.buffer.is_empty() {
+        let batch = std::mem::take(&mut *lock(&self.pending));
+        if batch.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.buffer);
         if self.to_writer.send(batch).is_err() {
             tracing::warn!("execution log writer has stopped; entries dropped");
         }
     }
 }
 
-impl Handler<LogEntry> for ExecutionLog {
-    type Result = ();
-
-    fn handle(&mut self, entry: LogEntry, _: &mut Context<Self>) {
-        self.buffer.push(entry);
-        if self.buffer.len() >= FLUSH_AT {
-            self.flush();
-        }
-    }
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, Vec<LogEntry>> {
+    // A panic while holding the lock can only have left a Vec of whole entries.
+    pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Flushes what the actor holds (tests and shutdown).
+/// Flushes what is pending now (tests and shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Flush;
@@ -298,9 +298,10 @@ impl Handler<Flush> for ExecutionLog {
     }
 }
 
-/// The running log: the actor's address and the writer thread.
+/// The running log: where handlers record, the actor's address and the writer thread.
 pub struct ExecutionLogHandle {
     pub addr: Addr<ExecutionLog>,
+    pending: Pending,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -313,19 +314,28 @@ impl ExecutionLogHandle {
             .name("corvid-exec-log".into())
             .spawn(move || write_loop(tree, rx, retention))
             .map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
+        let pending: Pending = Arc::default();
         let addr = ExecutionLog {
-            buffer: Vec::new(),
+            pending: Arc::clone(&pending),
             to_writer: tx,
         }
         .start();
         Ok(ExecutionLogHandle {
             addr,
+            pending,
             writer: Some(writer),
         })
     }
 
+    /// Records one entry; it is written within [`FLUSH_EVERY`] (plus the writer's sync).
     pub fn record(&self, entry: LogEntry) {
-        self.addr.do_send(entry);
+        let mut pending = lock(&self.pending);
+        pending.push(entry);
+        // Far behind (the actor is not running): hand over directly rather than grow.
+        if pending.len() >= FLUSH_BACKLOG {
+            drop(pending);
+            self.addr.do_send(Flush);
+        }
     }
 
     /// Waits for the writer to drain once the actor has stopped (its sender dropped).
