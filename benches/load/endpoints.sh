@@ -4,7 +4,7 @@
 #   1. materialized runs (refresh=force: every request filters the stored Arrow result);
 #   2. cached inline runs (refresh=cache: served from the results cache).
 # Rate limits are raised for the test (they are per key; one key drives all the load).
-# Usage: [CONNS=32] benches/load/endpoints.sh [seconds, default 20]
+# Usage: [CONNS=32] [WORKERS=n] benches/load/endpoints.sh [seconds, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION="${1:-20}"
@@ -18,6 +18,8 @@ inline_per_hour = 1000000000
 materialized_per_minute = 1000000000
 materialized_per_hour = 1000000000
 TOML
+# WORKERS=n sets server.workers (default: one per core).
+if [ -n "${WORKERS:-}" ]; then printf '[server]\nworkers = %s\n' "$WORKERS" >>"$CONFIG_FILE"; fi
 . benches/load/lib.sh
 python3 benches/load/endpoints_setup.py "$BASE" "$KEY" "$TOKEN" "$DATA"
 MAT_PATH=$(sed -n 1p "$DATA/paths.txt")
