@@ -237,7 +237,7 @@ impl LogReader {
                 });
             }
         }
-        found.sort_by(|a, b| b.timestamp.cmp(&a.timestamp));
+        found.sort_by_key(|e| std::cmp::Reverse(e.timestamp));
         found.truncate(limit);
         Ok(found)
     }
