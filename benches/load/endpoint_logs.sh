@@ -24,7 +24,7 @@ curl -sf -XPOST "$RUN" -H "$AUTH" -H 'Content-Type: application/json' -d '{}' >/
 # Runs until the log holds ENTRIES (wrk reports how many requests it made).
 total=0
 while [ "$total" -lt "$ENTRIES" ]; do
-  n=$(wrk -t1 -c32 -d10s -s benches/load/post_auth.lua "$RUN" -- "$DATA/run.json" "$KEY" | awk '/requests in/ {print $1}')
+  n=$(wrk -t1 -c32 -d10s -s benches/load/post.lua "$RUN" -- "$DATA/run.json" "bearer=$KEY" | awk '/requests in/ {print $1}')
   total=$((total + n))
   echo "runs so far: $total"
 done

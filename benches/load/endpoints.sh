@@ -25,7 +25,7 @@ python3 benches/load/endpoints_setup.py "$BASE" "$KEY" "$TOKEN" "$DATA"
 MAT_PATH=$(sed -n 1p "$DATA/paths.txt")
 CACHED_PATH=$(sed -n 2p "$DATA/paths.txt")
 echo "== materialized endpoint, one variable (refresh=force)"
-wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "$KEY"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "bearer=$KEY"
 echo "== cached inline endpoint (refresh=cache)"
-wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post_auth.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "$KEY"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "bearer=$KEY"
 rm -f "$CONFIG_FILE"
