@@ -234,6 +234,11 @@ impl Running {
         self.compactor_stop.store(true, Ordering::SeqCst);
         self.handle.stop(true).await;
         let served = self.server.await;
+        // Runs have been answered: write their last execution-log entries.
+        let endpoints = Arc::clone(&self.state.endpoints);
+        if !tokio::task::spawn_blocking(move || endpoints.sync_logs()).await? {
+            tracing::warn!("the last execution-log entries could not be written");
+        }
         // In-flight captures have been answered; make everything buffered durable.
         if let Err(err) = self.state.ingest.shutdown().await {
             tracing::error!(error = %err, "ingest did not flush cleanly; the WAL will be replayed on start");

@@ -944,3 +944,20 @@ fn several_breakdown_variables_combine_with_and_and_retention_runs() {
         .sum();
     assert_eq!(day0, 3.0, "three Mac users start a cohort");
 }
+
+#[test]
+fn a_clean_shutdown_keeps_the_last_runs_log_entries() {
+    let (_dir, config) = fresh();
+    let server = TestServer::start(config.clone());
+    create(
+        &server,
+        json!({"name": "quick", "is_materialized": false, "query": hogql("SELECT 1")}),
+    );
+    for _ in 0..30 {
+        run_ok(&server, "quick", json!({}));
+    }
+    // Stop at once: entries recorded in the last flush interval must still be written.
+    server.stop();
+    let server = TestServer::start(config);
+    assert_eq!(logs(&server, "quick", "limit=500").len(), 30);
+}

@@ -252,7 +252,14 @@ type Pending = Arc<Mutex<Vec<LogEntry>>>;
 /// the writer thread.
 pub struct ExecutionLog {
     pending: Pending,
-    to_writer: Sender<Vec<LogEntry>>,
+    to_writer: Sender<ToWriter>,
+}
+
+/// What the writer thread receives.
+enum ToWriter {
+    Batch(Vec<LogEntry>),
+    /// Answer once everything sent before is written and synced.
+    Sync(Sender<()>),
 }
 
 impl Actor for ExecutionLog {
@@ -274,7 +281,7 @@ impl ExecutionLog {
         if batch.is_empty() {
             return;
         }
-        if self.to_writer.send(batch).is_err() {
+        if self.to_writer.send(ToWriter::Batch(batch)).is_err() {
             tracing::warn!("execution log writer has stopped; entries dropped");
         }
     }
@@ -302,7 +309,8 @@ impl Handler<Flush> for ExecutionLog {
 pub struct ExecutionLogHandle {
     pub addr: Addr<ExecutionLog>,
     pending: Pending,
-    writer: Option<JoinHandle<()>>,
+    to_writer: Sender<ToWriter>,
+    _writer: JoinHandle<()>,
 }
 
 impl ExecutionLogHandle {
@@ -317,13 +325,14 @@ impl ExecutionLogHandle {
         let pending: Pending = Arc::default();
         let addr = ExecutionLog {
             pending: Arc::clone(&pending),
-            to_writer: tx,
+            to_writer: tx.clone(),
         }
         .start();
         Ok(ExecutionLogHandle {
             addr,
             pending,
-            writer: Some(writer),
+            to_writer: tx,
+            _writer: writer,
         })
     }
 
@@ -338,11 +347,15 @@ impl ExecutionLogHandle {
         }
     }
 
-    /// Waits for the writer to drain once the actor has stopped (its sender dropped).
-    pub fn join(&mut self) {
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
+    /// Writes everything recorded so far and waits (up to `timeout`) until it is synced:
+    /// shutdown calls this so the last runs' entries survive a restart.
+    pub fn sync(&self, timeout: Duration) -> bool {
+        let batch = std::mem::take(&mut *lock(&self.pending));
+        if !batch.is_empty() && self.to_writer.send(ToWriter::Batch(batch)).is_err() {
+            return false;
         }
+        let (ack, done) = crossbeam_channel::bounded(1);
+        self.to_writer.send(ToWriter::Sync(ack)).is_ok() && done.recv_timeout(timeout).is_ok()
     }
 }
 
@@ -419,19 +432,28 @@ impl BlockWriter {
     }
 }
 
-fn write_loop(tree: sled::Tree, rx: Receiver<Vec<LogEntry>>, retention: Duration) {
+fn write_loop(tree: sled::Tree, rx: Receiver<ToWriter>, retention: Duration) {
     let mut writer = BlockWriter::new(tree.clone());
     let mut last_prune = Instant::now() - Duration::from_secs(3600);
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(first) => {
-                let entries: Vec<LogEntry> = std::iter::once(first)
-                    .chain(rx.try_iter())
-                    .flatten()
-                    .collect();
+                let mut entries = Vec::new();
+                let mut acks = Vec::new();
+                for msg in std::iter::once(first).chain(rx.try_iter()) {
+                    match msg {
+                        ToWriter::Batch(mut batch) => entries.append(&mut batch),
+                        ToWriter::Sync(ack) => acks.push(ack),
+                    }
+                }
                 let count = entries.len();
-                if let Err(e) = writer.write(entries) {
-                    tracing::error!(error = %e, count, "could not write execution logs");
+                if count > 0 {
+                    if let Err(e) = writer.write(entries) {
+                        tracing::error!(error = %e, count, "could not write execution logs");
+                    }
+                }
+                for ack in acks {
+                    let _ = ack.send(());
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

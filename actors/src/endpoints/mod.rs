@@ -130,10 +130,10 @@ impl Endpoints {
         self.cache.forget_endpoint(endpoint);
     }
 
-    /// Stops the log actor and waits until its last entries are written.
-    pub fn shutdown(&mut self) {
-        self.log.addr.do_send(logs::Flush);
-        // The actor stops with its system; the writer drains what it was sent.
+    /// Writes the execution log's pending entries and waits until they are synced (blocking;
+    /// call at shutdown from a blocking thread).
+    pub fn sync_logs(&self) -> bool {
+        self.log.sync(Duration::from_secs(5))
     }
 
     /// The endpoint (active or not), from memory when possible.
