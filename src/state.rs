@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use actix_web::web;
 use corvid_actors::endpoints::materialize::storage::ResultStorage;
+use corvid_actors::endpoints::store::EndpointStore;
 use corvid_actors::endpoints::Endpoints;
 use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
@@ -61,6 +62,17 @@ impl AppState {
     {
         let store = Arc::clone(&self.flags);
         Ok(web::block(move || op(&store)).await??)
+    }
+
+    /// Runs an endpoint-store operation (endpoints, versions, variables) on the blocking pool.
+    pub async fn endpoint_store<T, E, F>(&self, op: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&EndpointStore) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Into<ApiError> + Send + 'static,
+    {
+        let store = Arc::clone(&self.endpoints.store);
+        web::block(move || op(&store)).await?.map_err(Into::into)
     }
 
     /// Runs a person-store read on the blocking pool.

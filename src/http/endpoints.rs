@@ -111,8 +111,9 @@ async fn list(
     let filter_active = query_map(&req)
         .get("is_active")
         .map(|v| v == "true" || v == "1");
-    let store = std::sync::Arc::clone(&state.endpoints.store);
-    let all = web::block(move || store.endpoints(project)).await??;
+    let all = state
+        .endpoint_store(move |store| store.endpoints(project))
+        .await?;
     let results: Vec<Value> = all
         .iter()
         .filter(|e| filter_active.is_none_or(|a| e.is_active == a))
@@ -134,14 +135,14 @@ async fn create(
     let request = crud::parse_request(body)?;
     let project = access.project.id;
     let created_by = Some(access.credential.user.email.clone());
-    let store = std::sync::Arc::clone(&state.endpoints.store);
-    let endpoint = web::block(move || -> Result<Endpoint, EndpointError> {
-        let variables = store.variables(project)?;
-        let endpoint = crud::create(project, request, &variables, created_by)?;
-        store.create(&endpoint)?;
-        Ok(endpoint)
-    })
-    .await??;
+    let endpoint = state
+        .endpoint_store(move |store| -> Result<Endpoint, EndpointError> {
+            let variables = store.variables(project)?;
+            let endpoint = crud::create(project, request, &variables, created_by)?;
+            store.create(&endpoint)?;
+            Ok(endpoint)
+        })
+        .await?;
     if endpoint.versions.iter().any(|v| v.is_materialized()) {
         state.endpoints.kick_materializer();
     }
@@ -180,20 +181,21 @@ async fn update(
     let request = crud::parse_request(body)?;
     let project = access.project.id;
     if request.deleted == Some(true) {
-        let store = std::sync::Arc::clone(&state.endpoints.store);
-        let deleted = web::block(move || store.delete(project, &name)).await??;
+        let deleted = state
+            .endpoint_store(move |store| store.delete(project, &name))
+            .await?;
         let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
         state.endpoints.forget(deleted.id);
         return Ok(HttpResponse::Ok().json(json!({"success": true})));
     }
-    let store = std::sync::Arc::clone(&state.endpoints.store);
-    let updated = web::block(move || {
-        let variables = store.variables(project)?;
-        store.update(project, &name, |e| {
-            crud::update(e, request, target, &variables)
+    let updated = state
+        .endpoint_store(move |store| {
+            let variables = store.variables(project)?;
+            store.update(project, &name, |e| {
+                crud::update(e, request, target, &variables)
+            })
         })
-    })
-    .await??;
+        .await?;
     let (endpoint, outcome) = updated.ok_or_else(|| ApiError::not_found("Endpoint"))?;
     state.endpoints.forget(endpoint.id);
     if outcome.kick_materializer {
@@ -213,8 +215,9 @@ async fn delete(
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
     let project = access.project.id;
-    let store = std::sync::Arc::clone(&state.endpoints.store);
-    let deleted = web::block(move || store.delete(project, &name)).await??;
+    let deleted = state
+        .endpoint_store(move |store| store.delete(project, &name))
+        .await?;
     let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
     state.endpoints.forget(deleted.id);
     Ok(HttpResponse::NoContent().finish())
@@ -287,8 +290,9 @@ async fn spec(
     let project = access.project.id;
     let endpoint = load(&state, project, &name).await?;
     let version = pick_version(&endpoint, version_param(&req)?)?;
-    let store = std::sync::Arc::clone(&state.endpoints.store);
-    let variables = web::block(move || store.variables(project)).await??;
+    let variables = state
+        .endpoint_store(move |store| store.variables(project))
+        .await?;
     Ok(HttpResponse::Ok().json(openapi::document(
         &endpoint,
         version,

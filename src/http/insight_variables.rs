@@ -1,8 +1,6 @@
 //! `/api/{projects|environments}/{id}/insight_variables/`: the variables SQL endpoints
 //! reference as `{variables.<code_name>}`.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
 use corvid_actors::endpoints::model::{code_name_from, InsightVariable, VariableType};
@@ -101,8 +99,9 @@ async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let project = access.project.id;
-    let store = Arc::clone(&state.endpoints.store);
-    let all = web::block(move || store.variables(project)).await??;
+    let all = state
+        .endpoint_store(move |store| store.variables(project))
+        .await?;
     let results: Vec<Value> = all.iter().map(variable_json).collect();
     Ok(HttpResponse::Ok()
         .json(json!({"count": results.len(), "next": null, "previous": null, "results": results})))
@@ -136,16 +135,17 @@ async fn create(
         created_at: now,
         updated_at: now,
     };
-    let store = Arc::clone(&state.endpoints.store);
     let saved = variable.clone();
-    web::block(move || store.save_variable(&saved)).await??;
+    state
+        .endpoint_store(move |store| store.save_variable(&saved))
+        .await?;
     Ok(HttpResponse::Created().json(variable_json(&variable)))
 }
 
 async fn load(state: &AppState, project: u64, id: Uuid) -> Result<InsightVariable, ApiError> {
-    let store = Arc::clone(&state.endpoints.store);
-    web::block(move || store.variable(project, id))
-        .await??
+    state
+        .endpoint_store(move |store| store.variable(project, id))
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("Variable {id}")))
 }
 
@@ -182,9 +182,10 @@ async fn update(
     }
     check_default(v.kind, &v.default_value)?;
     v.updated_at = Utc::now();
-    let store = Arc::clone(&state.endpoints.store);
     let saved = v.clone();
-    web::block(move || store.save_variable(&saved)).await??;
+    state
+        .endpoint_store(move |store| store.save_variable(&saved))
+        .await?;
     Ok(HttpResponse::Ok().json(variable_json(&v)))
 }
 
@@ -195,8 +196,9 @@ async fn delete(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path.into_inner().1)?;
     let project = access.project.id;
-    let store = Arc::clone(&state.endpoints.store);
-    let removed = web::block(move || store.delete_variable(project, id)).await??;
+    let removed = state
+        .endpoint_store(move |store| store.delete_variable(project, id))
+        .await?;
     if !removed {
         return Err(ApiError::not_found(format!("Variable {id}")));
     }
