@@ -12,5 +12,6 @@ pub mod endpoints;
 pub mod flags;
 pub mod ingest;
 pub mod meta;
+pub mod oauth;
 pub mod persons;
 pub mod query;

@@ -1,0 +1,320 @@
+//! OAuth state in sled: authorization codes, tokens and their grant families, login sessions,
+//! and the clients an administrator marked verified.
+//!
+//! Secrets (codes, tokens, session ids) are stored only as SHA-256 hex keys. The two races that
+//! break OAuth servers are settled here with sled compare-and-swap, before any token exists:
+//! a code is marked used, and a refresh token marked rotated, by exactly one request.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::meta::codec::{decode, encode};
+use crate::meta::StoreError;
+
+const CODES: &str = "oauth_codes";
+const TOKENS: &str = "oauth_tokens";
+const FAMILIES: &str = "oauth_families";
+const SESSIONS: &str = "oauth_sessions";
+const VERIFIED: &str = "oauth_verified_clients";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodeRecord {
+    pub user_id: u64,
+    pub client_id: String,
+    pub redirect_uri: String,
+    pub scopes: Vec<String>,
+    pub code_challenge: String,
+    pub resource: Option<String>,
+    pub expires_at: DateTime<Utc>,
+    pub used: bool,
+    /// The grant family the code's tokens belong to, chosen up front so a replay can revoke
+    /// whatever the first redemption issued (even if it is still being issued).
+    pub family_id: Uuid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenKind {
+    Access,
+    Refresh,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub kind: TokenKind,
+    pub family_id: Uuid,
+    pub user_id: u64,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+    pub resource: Option<String>,
+    pub issued_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// Revoked on its own (RFC 7009) or, for refresh tokens, rotated (used once).
+    pub revoked: bool,
+}
+
+/// One authorization grant: every token descending from one code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FamilyRecord {
+    pub user_id: u64,
+    pub client_id: String,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Hashes of every token issued in the family, so revocation can evict them from caches.
+    pub token_hashes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub user_id: u64,
+    /// The session's CSRF token, required on every form it submits.
+    pub csrf: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifiedClient {
+    pub client_id: String,
+    pub verified_by: u64,
+    pub verified_at: DateTime<Utc>,
+}
+
+/// What redeeming a one-time secret (code or refresh token) found.
+#[derive(Debug)]
+pub enum Redeemed<T> {
+    /// This request redeemed it; nobody else can.
+    Fresh(T),
+    /// It had been redeemed before: a replay.
+    Replayed(T),
+    Missing,
+}
+
+/// A token together with its family, for validity checks.
+#[derive(Debug, Clone)]
+pub struct TokenState {
+    pub token: TokenRecord,
+    pub family_revoked: bool,
+}
+
+impl TokenState {
+    pub fn is_active(&self, now: DateTime<Utc>) -> bool {
+        !self.token.revoked && !self.family_revoked && self.token.expires_at > now
+    }
+}
+
+pub struct OAuthStore {
+    db: sled::Db,
+    codes: sled::Tree,
+    tokens: sled::Tree,
+    families: sled::Tree,
+    sessions: sled::Tree,
+    verified: sled::Tree,
+}
+
+impl OAuthStore {
+    pub fn open(db: &sled::Db) -> Result<OAuthStore, StoreError> {
+        Ok(OAuthStore {
+            db: db.clone(),
+            codes: db.open_tree(CODES)?,
+            tokens: db.open_tree(TOKENS)?,
+            families: db.open_tree(FAMILIES)?,
+            sessions: db.open_tree(SESSIONS)?,
+            verified: db.open_tree(VERIFIED)?,
+        })
+    }
+
+    /// Makes everything written so far durable (one fsync shared by concurrent callers).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
+        self.codes.insert(hash, encode(code))?;
+        Ok(())
+    }
+
+    /// Marks a code used, atomically: of two concurrent redemptions exactly one is `Fresh`.
+    pub fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError> {
+        loop {
+            let Some(old) = self.codes.get(hash)? else {
+                return Ok(Redeemed::Missing);
+            };
+            let mut code: CodeRecord = decode(CODES, hash.as_bytes(), &old)?;
+            if code.used {
+                return Ok(Redeemed::Replayed(code));
+            }
+            code.used = true;
+            if self
+                .codes
+                .compare_and_swap(hash, Some(&old), Some(encode(&code)))?
+                .is_ok()
+            {
+                return Ok(Redeemed::Fresh(code));
+            }
+        }
+    }
+
+    /// Marks a refresh token rotated, atomically, like [`OAuthStore::redeem_code`].
+    pub fn redeem_refresh(&self, hash: &str) -> Result<Redeemed<TokenRecord>, StoreError> {
+        loop {
+            let Some(old) = self.tokens.get(hash)? else {
+                return Ok(Redeemed::Missing);
+            };
+            let mut token: TokenRecord = decode(TOKENS, hash.as_bytes(), &old)?;
+            if token.revoked {
+                return Ok(Redeemed::Replayed(token));
+            }
+            token.revoked = true;
+            if self
+                .tokens
+                .compare_and_swap(hash, Some(&old), Some(encode(&token)))?
+                .is_ok()
+            {
+                return Ok(Redeemed::Fresh(token));
+            }
+        }
+    }
+
+    /// Stores new tokens in `family`, creating the family on first use. Fails with `Conflict`
+    /// when the family was revoked first (a replayed code won the race): no token survives.
+    pub fn issue(
+        &self,
+        family_id: Uuid,
+        template: &FamilyRecord,
+        tokens: &[(String, TokenRecord)],
+    ) -> Result<(), StoreError> {
+        let key = family_id.as_bytes();
+        loop {
+            let old = self.families.get(key)?;
+            let mut family = match &old {
+                Some(bytes) => decode::<FamilyRecord>(FAMILIES, key, bytes)?,
+                None => template.clone(),
+            };
+            if family.revoked_at.is_some() {
+                return Err(StoreError::Conflict {
+                    what: "the grant was revoked".into(),
+                });
+            }
+            family
+                .token_hashes
+                .extend(tokens.iter().map(|(h, _)| h.clone()));
+            if self
+                .families
+                .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
+                .is_ok()
+            {
+                break;
+            }
+        }
+        for (hash, token) in tokens {
+            self.tokens.insert(hash.as_bytes(), encode(token))?;
+        }
+        Ok(())
+    }
+
+    /// Revokes a whole grant; returns the hashes of its tokens (for cache eviction).
+    pub fn revoke_family(
+        &self,
+        family_id: Uuid,
+        template: &FamilyRecord,
+    ) -> Result<Vec<String>, StoreError> {
+        let key = family_id.as_bytes();
+        loop {
+            let old = self.families.get(key)?;
+            let mut family = match &old {
+                Some(bytes) => decode::<FamilyRecord>(FAMILIES, key, bytes)?,
+                None => template.clone(),
+            };
+            if family.revoked_at.is_none() {
+                family.revoked_at = Some(Utc::now());
+            }
+            if self
+                .families
+                .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
+                .is_ok()
+            {
+                return Ok(family.token_hashes);
+            }
+        }
+    }
+
+    /// Revokes one token; returns whether it was active.
+    pub fn revoke_token(&self, hash: &str) -> Result<bool, StoreError> {
+        let Some(state) = self.token(hash)? else {
+            return Ok(false);
+        };
+        let active = state.is_active(Utc::now());
+        if !state.token.revoked {
+            let mut token = state.token;
+            token.revoked = true;
+            self.tokens.insert(hash, encode(&token))?;
+        }
+        Ok(active)
+    }
+
+    pub fn token(&self, hash: &str) -> Result<Option<TokenState>, StoreError> {
+        let Some(bytes) = self.tokens.get(hash)? else {
+            return Ok(None);
+        };
+        let token: TokenRecord = decode(TOKENS, hash.as_bytes(), &bytes)?;
+        let key = token.family_id.as_bytes();
+        let family_revoked = match self.families.get(key)? {
+            Some(f) => decode::<FamilyRecord>(FAMILIES, key, &f)?
+                .revoked_at
+                .is_some(),
+            None => true,
+        };
+        Ok(Some(TokenState {
+            token,
+            family_revoked,
+        }))
+    }
+
+    pub fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError> {
+        self.sessions.insert(hash, encode(session))?;
+        Ok(())
+    }
+
+    /// A live session; expired ones are deleted on sight.
+    pub fn session(&self, hash: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let Some(bytes) = self.sessions.get(hash)? else {
+            return Ok(None);
+        };
+        let session: SessionRecord = decode(SESSIONS, hash.as_bytes(), &bytes)?;
+        if session.expires_at <= Utc::now() {
+            self.sessions.remove(hash)?;
+            return Ok(None);
+        }
+        Ok(Some(session))
+    }
+
+    pub fn delete_session(&self, hash: &str) -> Result<(), StoreError> {
+        self.sessions.remove(hash)?;
+        Ok(())
+    }
+
+    pub fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError> {
+        self.verified
+            .insert(client.client_id.as_bytes(), encode(client))?;
+        Ok(())
+    }
+
+    pub fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError> {
+        Ok(self.verified.remove(client_id.as_bytes())?.is_some())
+    }
+
+    pub fn is_verified(&self, client_id: &str) -> Result<bool, StoreError> {
+        Ok(self.verified.contains_key(client_id.as_bytes())?)
+    }
+
+    pub fn verified_clients(&self) -> Result<Vec<VerifiedClient>, StoreError> {
+        self.verified
+            .iter()
+            .map(|item| {
+                let (k, v) = item?;
+                decode(VERIFIED, &k, &v)
+            })
+            .collect()
+    }
+}
