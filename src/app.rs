@@ -90,6 +90,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let endpoints = Arc::new(
         state::endpoints(&config, &meta, &query).context("cannot start the endpoints engine")?,
     );
+    let (oauth, secret_scanning_keys) =
+        state::oauth(&config, &meta).context("cannot start the OAuth server")?;
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
     let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
@@ -112,6 +114,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         geoip,
         query,
         endpoints,
+        oauth: Arc::new(oauth),
+        secret_scanning_keys,
         lifecycle,
         metrics,
     });

@@ -13,6 +13,9 @@ use corvid_actors::endpoints::throttle::Rates;
 use corvid_actors::endpoints::EndpointSettings;
 use corvid_actors::ingest::columns::CompactionConfig;
 use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
+use corvid_actors::oauth::cimd::ClientSettings;
+use corvid_actors::oauth::fetch::FetchSettings;
+use corvid_actors::oauth::Lifetimes;
 use corvid_actors::query::QuerySettings;
 use serde::Deserialize;
 
@@ -55,6 +58,7 @@ pub struct Config {
     #[serde(default)]
     pub geoip: GeoIpConfig,
     pub auth: AuthConfig,
+    pub oauth: OAuthConfig,
     pub log: LogConfig,
 }
 
@@ -158,6 +162,49 @@ pub struct AuthConfig {
     pub credential_cache_ttl: Duration,
     #[serde(with = "humantime_serde")]
     pub last_used_resolution: Duration,
+}
+
+/// `[oauth]`: the authorization server, its client-metadata fetcher and secret scanning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// Other base URLs this server answers on (e.g. US, EU, region-agnostic hosts).
+    pub region_urls: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub access_token_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub refresh_token_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub code_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_fetch_timeout: Duration,
+    pub cimd_max_document_bytes: usize,
+    pub cimd_max_logo_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_default: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_max: Duration,
+    /// DEVELOPMENT ONLY: fetch client metadata from loopback addresses.
+    pub dev_allow_loopback_fetch: bool,
+    /// DEVELOPMENT ONLY: a PEM CA certificate trusted for client metadata, beside the public roots.
+    #[serde(default)]
+    pub dev_extra_ca_file: Option<PathBuf>,
+    /// Public keys that sign secret-scanning reports.
+    #[serde(default)]
+    pub secret_scanning_keys: Vec<SecretScanningKey>,
+}
+
+/// One secret-scanning signing key: its identifier (sent in the report's key-id header) and
+/// the PEM ECDSA P-256 public key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretScanningKey {
+    pub id: String,
+    pub pem: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -267,7 +314,60 @@ impl Config {
                 ));
             }
         }
+        for url in &self.oauth.region_urls {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "oauth.region_urls entry `{url}` must be an http(s) URL without a trailing slash"
+                )));
+            }
+        }
+        let o = &self.oauth;
+        if o.cimd_cache_min > o.cimd_cache_max {
+            return Err(ConfigError::Invalid(
+                "oauth.cimd_cache_min must not exceed oauth.cimd_cache_max".into(),
+            ));
+        }
+        if o.access_token_ttl.is_zero() || o.refresh_token_ttl.is_zero() || o.code_ttl.is_zero() {
+            return Err(ConfigError::Invalid(
+                "oauth token and code lifetimes must be > 0".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The OAuth engine's client-resolution settings (reads the dev CA file, if any).
+    pub fn oauth_client_settings(&self) -> Result<ClientSettings, ConfigError> {
+        let o = &self.oauth;
+        let extra_ca_pem = match &o.dev_extra_ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        Ok(ClientSettings {
+            fetch: FetchSettings {
+                timeout: o.cimd_fetch_timeout,
+                allow_loopback: o.dev_allow_loopback_fetch,
+                extra_ca_pem,
+            },
+            max_document_bytes: o.cimd_max_document_bytes,
+            max_logo_bytes: o.cimd_max_logo_bytes,
+            cache_default: o.cimd_cache_default,
+            cache_min: o.cimd_cache_min,
+            cache_max: o.cimd_cache_max,
+        })
+    }
+
+    /// Lifetimes of OAuth codes, tokens and login sessions.
+    pub fn oauth_lifetimes(&self) -> Lifetimes {
+        let o = &self.oauth;
+        Lifetimes {
+            code: o.code_ttl,
+            access_token: o.access_token_ttl,
+            refresh_token: o.refresh_token_ttl,
+            session: o.session_ttl,
+        }
     }
 
     /// The public base URL for a server bound to `bound` (the real port when bind used port 0).

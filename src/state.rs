@@ -11,6 +11,8 @@ use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore, StoreError};
+use corvid_actors::oauth::secret_scanning::VerifyingKey;
+use corvid_actors::oauth::OAuth;
 use corvid_actors::persons::PersonStore;
 use corvid_actors::query::{QueryEngine, Sources};
 use tokio::sync::Notify;
@@ -39,6 +41,10 @@ pub struct AppState {
     pub query: Arc<QueryEngine>,
     /// Saved-query endpoints: runs, materializer and execution log.
     pub endpoints: Arc<Endpoints>,
+    /// The OAuth authorization server: grants, sessions and resolved CIMD clients.
+    pub oauth: Arc<OAuth>,
+    /// Keys that sign secret-scanning reports.
+    pub secret_scanning_keys: Arc<[VerifyingKey]>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
 }
@@ -84,6 +90,48 @@ impl AppState {
         let store = Arc::clone(&self.persons);
         Ok(web::block(move || op(&store)).await??)
     }
+}
+
+impl AppState {
+    /// Whether `resource` (RFC 8707) names something this server serves: the public URL or a
+    /// region URL, or a path under one. Tokens are only ever issued for such resources.
+    pub fn is_our_resource(&self, resource: &str) -> bool {
+        let Ok(url) = url::Url::parse(resource) else {
+            return false;
+        };
+        if url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+            return false;
+        }
+        let wanted = url.as_str().trim_end_matches('/');
+        std::iter::once(self.public_url.as_ref())
+            .chain(self.config.oauth.region_urls.iter().map(String::as_str))
+            .filter_map(|base| url::Url::parse(base).ok())
+            .any(|base| {
+                let base = base.as_str().trim_end_matches('/');
+                wanted == base
+                    || wanted
+                        .strip_prefix(base)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+    }
+}
+
+/// The OAuth engine over `meta`'s database, and the secret-scanning keys.
+pub fn oauth(config: &Config, meta: &MetaStore) -> anyhow::Result<(OAuth, Arc<[VerifyingKey]>)> {
+    let oauth = OAuth::new(
+        meta.db(),
+        config.oauth_client_settings()?,
+        config.oauth_lifetimes(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let keys = config
+        .oauth
+        .secret_scanning_keys
+        .iter()
+        .map(|k| VerifyingKey::from_pem(&k.id, &k.pem))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok((oauth, keys.into()))
 }
 
 /// The query engine over what `ingest` and `persons` store.
@@ -171,7 +219,10 @@ impl AppState {
         let query = Arc::new(query_engine(&config, &ingest, &persons).expect("query engine"));
         let meta = Arc::new(meta);
         let endpoints = Arc::new(endpoints(&config, &meta, &query).expect("endpoints start"));
+        let (oauth, secret_scanning_keys) = oauth(&config, &meta).expect("oauth opens");
         AppState {
+            oauth: Arc::new(oauth),
+            secret_scanning_keys,
             endpoints,
             query,
             geoip: None,

@@ -6,6 +6,8 @@ use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest};
 use chrono::Utc;
 use corvid_actors::meta::{secrets, Credential, CredentialSource, Scope};
+use corvid_actors::oauth::store::TokenKind;
+use corvid_actors::oauth::ACCESS_TOKEN_PREFIX;
 use futures_util::future::LocalBoxFuture;
 
 use super::scope::RequiredScope;
@@ -74,7 +76,8 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
             "authentication_failed",
         ));
     };
-    if !token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
+    let oauth = token.starts_with(ACCESS_TOKEN_PREFIX);
+    if !oauth && !token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
         return Err(unauthenticated(
             state,
             "Invalid or expired access token.",
@@ -82,17 +85,32 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
         ));
     }
     let hash = secrets::sha256_hex(token);
-    let credential = match state.cache.credential(&hash) {
+    let cached = state.cache.credential(&hash).filter(|c| {
+        let live = !c.expired(Utc::now());
+        if !live {
+            state.cache.forget_credential(&hash);
+        }
+        live
+    });
+    let credential = match cached {
         Some(credential) => credential,
         None => {
             let lookup = hash.clone();
-            let found = state
-                .meta(move |store| store.credential_for_key_hash(&lookup))
-                .await?;
+            let found = if oauth {
+                access_token_credential(state, lookup).await?
+            } else {
+                state
+                    .meta(move |store| store.credential_for_key_hash(&lookup))
+                    .await?
+            };
             let Some(credential) = found else {
                 return Err(unauthenticated(
                     state,
-                    "Personal API key is invalid.",
+                    if oauth {
+                        "Invalid or expired access token."
+                    } else {
+                        "Personal API key is invalid."
+                    },
                     "authentication_failed",
                 ));
             };
@@ -105,13 +123,38 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
     Ok(credential)
 }
 
+/// The credential of an active OAuth access token, read from sled on the blocking pool.
+async fn access_token_credential(
+    state: &AppState,
+    hash: String,
+) -> Result<Option<Credential>, ApiError> {
+    let oauth = Arc::clone(&state.oauth);
+    state
+        .meta(move |meta| {
+            let Some(found) = oauth.store.token(&hash)? else {
+                return Ok(None);
+            };
+            if found.token.kind != TokenKind::Access || !found.is_active(Utc::now()) {
+                return Ok(None);
+            }
+            let Some(user) = meta.user(found.token.user_id)? else {
+                return Ok(None);
+            };
+            Ok(Credential::from_access_token(hash, &found.token, user))
+        })
+        .await
+}
+
 /// Updates `last_used_at` off the request path, at most once per configured resolution.
 fn note_use(state: &AppState, credential: &Arc<Credential>) {
     let CredentialSource::PersonalApiKey {
         id,
         sha256_hex,
         last_used_at,
-    } = &credential.source;
+    } = &credential.source
+    else {
+        return;
+    };
     let resolution = chrono::Duration::from_std(state.config.auth.last_used_resolution)
         .unwrap_or(chrono::Duration::hours(1));
     let stale = last_used_at.is_none_or(|at| Utc::now() - at >= resolution);

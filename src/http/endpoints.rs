@@ -252,10 +252,14 @@ async fn materialization_status(
     Ok(HttpResponse::Ok().json(crud::materialization_json(v)))
 }
 
-/// The rate-limit bucket of a credential.
+/// The rate-limit bucket of a credential (the "per-key" limit).
 fn caller_key(credential: &Credential) -> String {
     match &credential.source {
         CredentialSource::PersonalApiKey { id, .. } => format!("key:{id}"),
+        // Per user and application, so refreshing tokens does not reset the budget.
+        CredentialSource::OAuthAccessToken { client_id, .. } => {
+            format!("oauth:{}:{client_id}", credential.user.id)
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod endpoints;
 mod flags;
 mod health;
 mod insight_variables;
+mod oauth;
 mod organizations;
 mod personal_api_keys;
 mod persons;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     organizations::configure(cfg);
     query::configure(cfg);
     insight_variables::configure(cfg);
+    oauth::configure(cfg);
 }
 
 /// Registers a project-scoped route under both of PostHog's prefixes,

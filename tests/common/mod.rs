@@ -233,6 +233,7 @@ pub fn error_body(res: Response) -> Value {
     body
 }
 
+pub mod oauth;
 pub mod sdk;
 
 // ---- capture helpers ----

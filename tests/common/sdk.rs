@@ -101,6 +101,11 @@ pub fn node_dir() -> PathBuf {
     })
 }
 
+/// The path of a script in `tests/sdk/python/`.
+pub fn python_script(name: &str) -> PathBuf {
+    repo().join("tests/sdk/python").join(name)
+}
+
 /// Runs a script from `tests/sdk/` with `args`; panics with its output if it fails.
 pub fn run_python(script: &str, args: &[&str]) -> String {
     run(

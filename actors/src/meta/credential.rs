@@ -1,5 +1,5 @@
 //! A verified credential: who is calling and what they may touch. Personal API keys produce one
-//! today; OAuth access tokens will produce the same type, so every route checks both alike.
+//! and OAuth access tokens produce the same type, so every route checks both alike.
 
 use chrono::{DateTime, Utc};
 
@@ -12,6 +12,12 @@ pub enum CredentialSource {
         id: String,
         sha256_hex: String,
         last_used_at: Option<DateTime<Utc>>,
+    },
+    /// An OAuth access token (`pha_…`) issued to `client_id`.
+    OAuthAccessToken {
+        sha256_hex: String,
+        client_id: String,
+        expires_at: DateTime<Utc>,
     },
 }
 
@@ -40,6 +46,35 @@ impl Credential {
                 last_used_at: key.last_used_at,
             },
         })
+    }
+
+    /// The credential an active OAuth access token grants: its scopes, for its user, with no
+    /// project restriction beyond the user's own organization. `None` when its stored scopes
+    /// no longer parse.
+    pub fn from_access_token(
+        sha256_hex: String,
+        token: &crate::oauth::store::TokenRecord,
+        user: User,
+    ) -> Option<Credential> {
+        Some(Credential {
+            user,
+            scopes: ScopeSet::parse(&token.scopes).ok()?,
+            scoped_teams: None,
+            scoped_organizations: None,
+            source: CredentialSource::OAuthAccessToken {
+                sha256_hex,
+                client_id: token.client_id.clone(),
+                expires_at: token.expires_at,
+            },
+        })
+    }
+
+    /// Whether the credential has run out (only OAuth access tokens expire).
+    pub fn expired(&self, now: DateTime<Utc>) -> bool {
+        match &self.source {
+            CredentialSource::OAuthAccessToken { expires_at, .. } => *expires_at <= now,
+            CredentialSource::PersonalApiKey { .. } => false,
+        }
     }
 
     pub fn grants(&self, scope: &Scope) -> bool {

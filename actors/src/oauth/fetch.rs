@@ -196,15 +196,11 @@ impl Fetcher {
         })
     }
 
+    /// Names that only exist inside private networks are refused before any lookup; every
+    /// other name (`localhost` included) is judged by the addresses it resolves to.
     fn check_name(&self, name: &str) -> Result<(), FetchError> {
         let name = name.trim_end_matches('.');
-        let loopback_name = name == "localhost" || name.ends_with(".localhost");
-        if loopback_name && !self.settings.allow_loopback {
-            return Err(FetchError::Refused(format!("{name} is a loopback name")));
-        }
-        if INTERNAL_SUFFIXES.iter().any(|s| name.ends_with(s))
-            || !name.contains('.') && !loopback_name
-        {
+        if INTERNAL_SUFFIXES.iter().any(|s| name.ends_with(s)) {
             return Err(FetchError::Refused(format!(
                 "{name} is an internal host name"
             )));

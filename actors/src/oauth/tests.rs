@@ -231,5 +231,5 @@ fn revoking_a_refresh_token_ends_the_grant() {
     assert!(was_active);
     assert!(evict.contains(&sha256_hex(&issued.access_token)));
     assert!(!active(&oauth, &issued.access_token));
-    assert_eq!(oauth.revoke("pha_unknown", None).expect("revoke").0, false);
+    assert!(!oauth.revoke("pha_unknown", None).expect("revoke").0);
 }

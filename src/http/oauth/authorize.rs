@@ -1,0 +1,288 @@
+//! `/oauth/authorize`: the authorization request (GET, shows consent) and the decision (POST).
+//!
+//! Order of checks (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2): the client and its redirect URI are
+//! settled first, and a problem with either is shown on a page, never redirected; then the
+//! user signs in; only then do other errors redirect back to the (validated) redirect URI with
+//! `error` and `state`. The POST re-checks everything, so a forged or edited form cannot send a
+//! code anywhere the client did not register.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use corvid_actors::oauth::cimd::Client;
+use corvid_actors::oauth::{pkce, redirect, scopes, Approval};
+
+use super::pages::{self, Consent};
+use super::session::{self, Session};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Request parameters; a repeated parameter is an error (RFC 6749 §3.1).
+fn params(raw: &[u8]) -> Result<HashMap<String, String>, String> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
+        .map_err(|_| "The request parameters are malformed.".to_string())?;
+    let mut out = HashMap::new();
+    for (k, v) in pairs {
+        if out.insert(k.clone(), v).is_some() {
+            return Err(format!("The parameter `{k}` was given more than once."));
+        }
+    }
+    Ok(out)
+}
+
+fn bad_request(title: &str, detail: &str) -> HttpResponse {
+    pages::error(StatusCode::BAD_REQUEST, title, detail)
+}
+
+/// Why a request cannot even be answered by redirect: (page title, detail).
+type PageError = (&'static str, String);
+
+/// The client and the redirect URI it registered, or what the error page says.
+async fn check_client(
+    state: &AppState,
+    p: &HashMap<String, String>,
+) -> Result<(Arc<Client>, String), PageError> {
+    let Some(client_id) = p.get("client_id").filter(|c| !c.is_empty()) else {
+        return Err(("Invalid request", "The request has no client_id.".into()));
+    };
+    let client = state.oauth.clients.resolve(client_id).await.map_err(|err| {
+        tracing::info!(%client_id, error = %err, "authorization request from an unusable client");
+        ("Unknown application", err.to_string())
+    })?;
+    let Some(redirect_uri) = p.get("redirect_uri").filter(|r| !r.is_empty()) else {
+        return Err(("Invalid request", "The request has no redirect_uri.".into()));
+    };
+    if !redirect::matches(&client.metadata.redirect_uris, redirect_uri) {
+        return Err((
+            "Invalid redirect",
+            "The redirect_uri is not one this application registered in its metadata document."
+                .into(),
+        ));
+    }
+    Ok((client, redirect_uri.clone()))
+}
+
+/// What a valid request asks for.
+struct Asked {
+    scopes: Vec<String>,
+    code_challenge: String,
+    resource: Option<String>,
+}
+
+/// RFC 6749 / 7636 / 8707 checks that end in an error redirect.
+fn check_request(
+    state: &AppState,
+    p: &HashMap<String, String>,
+    client: &Client,
+) -> Result<Asked, (&'static str, &'static str)> {
+    if p.get("response_type").map(String::as_str) != Some("code") {
+        return Err(("unsupported_response_type", "response_type must be code"));
+    }
+    let Some(challenge) = p.get("code_challenge").filter(|c| !c.is_empty()) else {
+        return Err((
+            "invalid_request",
+            "code_challenge is required (PKCE with S256)",
+        ));
+    };
+    if p.get("code_challenge_method").map(String::as_str) != Some("S256") {
+        return Err(("invalid_request", "code_challenge_method must be S256"));
+    }
+    if !pkce::challenge_well_formed(challenge) {
+        return Err((
+            "invalid_request",
+            "code_challenge must be 43 base64url characters",
+        ));
+    }
+    let resource = p.get("resource").filter(|r| !r.is_empty()).cloned();
+    if let Some(r) = &resource {
+        if !state.is_our_resource(r) {
+            return Err(("invalid_target", "resource is not served by this server"));
+        }
+    }
+    if p.get("prompt").map(String::as_str) == Some("none") {
+        return Err(("consent_required", "this server always asks for consent"));
+    }
+    Ok(Asked {
+        scopes: scopes::grant(
+            p.get("scope").map(String::as_str),
+            client.metadata.scope_ceiling.as_deref(),
+        ),
+        code_challenge: challenge.clone(),
+        resource,
+    })
+}
+
+/// `redirect_uri` with `extra` appended to its query, as a 303.
+fn redirect_to(redirect_uri: &str, extra: &[(&str, &str)]) -> HttpResponse {
+    let location = match url::Url::parse(redirect_uri) {
+        Ok(mut url) => {
+            {
+                let mut q = url.query_pairs_mut();
+                for (k, v) in extra {
+                    q.append_pair(k, v);
+                }
+            }
+            url.to_string()
+        }
+        Err(_) => return bad_request("Invalid redirect", "The redirect_uri is not a URL."),
+    };
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .finish()
+}
+
+fn error_redirect(
+    state: &AppState,
+    redirect_uri: &str,
+    p: &HashMap<String, String>,
+    (code, description): (&str, &str),
+) -> HttpResponse {
+    let mut extra = vec![("error", code), ("error_description", description)];
+    if let Some(s) = p.get("state") {
+        extra.push(("state", s));
+    }
+    extra.push(("iss", &state.public_url));
+    redirect_to(redirect_uri, &extra)
+}
+
+/// GET: validate, make sure someone is signed in, and show the consent screen.
+pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let p = match params(req.query_string().as_bytes()) {
+        Ok(p) => p,
+        Err(detail) => return Ok(bad_request("Invalid request", &detail)),
+    };
+    let (client, redirect_uri) = match check_client(&state, &p).await {
+        Ok(found) => found,
+        Err((title, detail)) => return Ok(bad_request(title, &detail)),
+    };
+    let Some(session) = session::current(&req, &state).await? else {
+        let here = format!("/oauth/authorize?{}", req.query_string());
+        let next: String = url::form_urlencoded::byte_serialize(here.as_bytes()).collect();
+        return Ok(HttpResponse::SeeOther()
+            .insert_header((header::LOCATION, format!("/login?next={next}")))
+            .finish());
+    };
+    let asked = match check_request(&state, &p, &client) {
+        Ok(a) => a,
+        Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
+    };
+    let oauth = Arc::clone(&state.oauth);
+    let id = client.metadata.client_id.clone();
+    let verified = web::block(move || oauth.store.is_verified(&id))
+        .await?
+        .map_err(ApiError::Store)?;
+    let mut fields: Vec<(&'static str, String)> = vec![
+        ("response_type", "code".into()),
+        ("client_id", client.metadata.client_id.clone()),
+        ("redirect_uri", redirect_uri.clone()),
+        ("scope", asked.scopes.join(" ")),
+        ("code_challenge", asked.code_challenge.clone()),
+        ("code_challenge_method", "S256".into()),
+        ("csrf_token", session.record.csrf.clone()),
+    ];
+    if let Some(s) = p.get("state") {
+        fields.push(("state", s.clone()));
+    }
+    if let Some(r) = &asked.resource {
+        fields.push(("resource", r.clone()));
+    }
+    let redirect_host = redirect::display_host(&redirect_uri);
+    let body = pages::consent(&Consent {
+        client_name: &client.metadata.client_name,
+        client_host: &client.host,
+        client_id: &client.metadata.client_id,
+        logo_url: client.logo_key.as_ref().map(|k| format!("/oauth/logo/{k}")),
+        verified,
+        redirect_host: &redirect_host,
+        redirect_is_loopback: redirect::is_loopback_uri(&redirect_uri),
+        user_email: &session.user.email,
+        scopes: asked.scopes,
+        fields,
+    });
+    let title = format!("Authorize {}", client.metadata.client_name);
+    Ok(pages::page(StatusCode::OK, &title, &body))
+}
+
+/// POST: the user's decision. Everything is checked again before a code is issued.
+pub async fn decide(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let p = match params(&body) {
+        Ok(p) => p,
+        Err(detail) => return Ok(bad_request("Invalid request", &detail)),
+    };
+    let Some(Session { record, user, .. }) = session::current(&req, &state).await? else {
+        return Ok(pages::error(
+            StatusCode::UNAUTHORIZED,
+            "Not signed in",
+            "Your session has expired. Start again from the application.",
+        ));
+    };
+    if !session::csrf_matches(&record.csrf, p.get("csrf_token").map(String::as_str)) {
+        tracing::warn!(
+            user_id = user.id,
+            "consent POST without a matching CSRF token"
+        );
+        return Ok(pages::error(
+            StatusCode::FORBIDDEN,
+            "Request refused",
+            "The consent form's security token did not match your session.",
+        ));
+    }
+    let (client, redirect_uri) = match check_client(&state, &p).await {
+        Ok(found) => found,
+        Err((title, detail)) => return Ok(bad_request(title, &detail)),
+    };
+    let asked = match check_request(&state, &p, &client) {
+        Ok(a) => a,
+        Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
+    };
+    if p.get("decision").map(String::as_str) != Some("approve") {
+        return Ok(error_redirect(
+            &state,
+            &redirect_uri,
+            &p,
+            ("access_denied", "the user denied the request"),
+        ));
+    }
+    let approval = Approval {
+        user_id: user.id,
+        client_id: client.metadata.client_id.clone(),
+        redirect_uri: redirect_uri.clone(),
+        scopes: asked.scopes,
+        code_challenge: asked.code_challenge,
+        resource: asked.resource,
+    };
+    let oauth = Arc::clone(&state.oauth);
+    let code = web::block(move || oauth.create_code(approval))
+        .await?
+        .map_err(ApiError::Store)?;
+    tracing::info!(user_id = user.id, client_id = %client.metadata.client_id, "authorization code issued");
+    let mut extra = vec![("code", code.as_str())];
+    if let Some(s) = p.get("state") {
+        extra.push(("state", s));
+    }
+    extra.push(("iss", &state.public_url));
+    Ok(redirect_to(&redirect_uri, &extra))
+}
+
+/// `GET /oauth/logo/{key}`: a client's logo from our cache (never hot-linked).
+pub async fn logo(state: web::Data<AppState>, key: web::Path<String>) -> HttpResponse {
+    match state.oauth.clients.logo(&key) {
+        Some(logo) => HttpResponse::Ok()
+            .content_type(logo.content_type)
+            .insert_header((header::CACHE_CONTROL, "private, max-age=300"))
+            .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+            .insert_header((
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; sandbox",
+            ))
+            .body(logo.bytes.to_vec()),
+        None => HttpResponse::NotFound().finish(),
+    }
+}
