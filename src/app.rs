@@ -6,6 +6,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
 use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
@@ -132,6 +133,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     .context("cannot start the compactor thread")?;
     watch_critical_components(&state);
     flush_usage_periodically(&state);
+    prune_oauth_hourly(&state);
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -191,6 +193,26 @@ fn flush_usage_periodically(state: &web::Data<AppState>) {
             tracing::warn!("could not write usage counts; will retry");
         }
         true
+    });
+}
+
+/// Deletes expired OAuth codes, tokens and sessions once an hour (on the blocking pool).
+fn prune_oauth_hourly(state: &web::Data<AppState>) {
+    let state = state.clone();
+    actix_web::rt::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tick.tick().await;
+            if !state.lifecycle.is_ready() {
+                return;
+            }
+            let oauth = Arc::clone(&state.oauth);
+            match web::block(move || oauth.prune()).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!(removed = n, "pruned expired OAuth records"),
+                _ => tracing::warn!("could not prune expired OAuth records; will retry"),
+            }
+        }
     });
 }
 

@@ -32,6 +32,14 @@ pub enum ApiError {
     InvalidProjectToken { detail: &'static str },
     #[error("{detail}")]
     PermissionDenied { detail: String },
+    /// A bearer credential without the scope a route needs: 403 whose `WWW-Authenticate`
+    /// names the scope (RFC 6750 §3.1), so OAuth clients can ask the user for it.
+    #[error("{detail}")]
+    InsufficientScope {
+        detail: String,
+        scope: &'static str,
+        resource_metadata: Arc<str>,
+    },
     #[error("{what} not found.")]
     NotFound { what: String },
     #[error("{detail}")]
@@ -121,7 +129,7 @@ impl ApiError {
                 "invalid_api_key",
                 None,
             ),
-            ApiError::PermissionDenied { .. } => (
+            ApiError::PermissionDenied { .. } | ApiError::InsufficientScope { .. } => (
                 StatusCode::FORBIDDEN,
                 "authentication_error",
                 "permission_denied",
@@ -373,6 +381,18 @@ impl ResponseError for ApiError {
                 resource_metadata, ..
             } => {
                 let value = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.insert_header((header::WWW_AUTHENTICATE, value));
+                }
+            }
+            ApiError::InsufficientScope {
+                scope,
+                resource_metadata,
+                ..
+            } => {
+                let value = format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{resource_metadata}\""
+                );
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     response.insert_header((header::WWW_AUTHENTICATE, value));
                 }

@@ -219,14 +219,18 @@ fn the_whole_flow_issues_tokens_that_work_as_bearer_credentials() {
             .status(),
         200
     );
-    assert_eq!(
-        server
-            .get(
-                &format!("/api/projects/{project}/feature_flags/"),
-                Some(access)
-            )
-            .status(),
-        403
+    let denied = server.get(
+        &format!("/api/projects/{project}/feature_flags/"),
+        Some(access),
+    );
+    assert_eq!(denied.status(), 403);
+    let challenge = denied.headers()["www-authenticate"]
+        .to_str()
+        .expect("header")
+        .to_string();
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"feature_flag:read\""),
+        "{challenge}"
     );
 
     // Introspection: the token may look at itself; an anonymous caller may not look at all.
@@ -1007,4 +1011,37 @@ fn a_real_browser_signs_in_consents_and_the_code_is_exchanged() {
     assert_eq!(result["me_status"], 200, "{out}");
     let png = std::fs::read(&screenshot).expect("screenshot saved");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+}
+
+#[test]
+fn access_tokens_expire_even_when_cached() {
+    let cimd = CimdServer::start();
+    let (_dir, server) = oauth_server(&cimd, true, |c| {
+        c.oauth.access_token_ttl = Duration::from_secs(1);
+    });
+    let client_id = cimd.client("client.json", "Short-lived", &["http://127.0.0.1/callback"]);
+    let tokens = full_flow(&server, &client_id, CALLBACK);
+    assert_eq!(tokens["expires_in"], 1);
+    let access = tokens["access_token"].as_str().expect("at");
+    assert_eq!(user_me(&server, access).status(), 200, "now cached");
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(user_me(&server, access).status(), 401);
+    // The refresh token still gets a new access token.
+    let (status, body, _) = post_token(
+        &server,
+        "/oauth/token",
+        &[
+            ("grant_type", "refresh_token"),
+            (
+                "refresh_token",
+                tokens["refresh_token"].as_str().expect("rt"),
+            ),
+            ("client_id", &client_id),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        user_me(&server, body["access_token"].as_str().expect("at")).status(),
+        200
+    );
 }

@@ -29,7 +29,7 @@ impl<S: RequiredScope> FromRequest for Authed<S> {
         Box::pin(async move {
             let state = app_state(&req)?;
             let credential = authenticate(&req, &state).await?;
-            require_scope(&credential, S::SCOPE)?;
+            require_scope(&state, &credential, S::SCOPE)?;
             Ok(Authed {
                 credential,
                 _scope: PhantomData,
@@ -182,15 +182,21 @@ fn note_use(state: &AppState, credential: &Arc<Credential>) {
     });
 }
 
-pub(super) fn require_scope(credential: &Credential, scope: &'static str) -> Result<(), ApiError> {
+pub(super) fn require_scope(
+    state: &AppState,
+    credential: &Credential,
+    scope: &'static str,
+) -> Result<(), ApiError> {
     let wanted = Scope::parse(scope).ok_or_else(|| {
         ApiError::Internal(anyhow::anyhow!("route requires unknown scope {scope}"))
     })?;
     if credential.grants(&wanted) {
         Ok(())
     } else {
-        Err(ApiError::PermissionDenied {
+        Err(ApiError::InsufficientScope {
             detail: format!("API key missing required scope '{scope}'"),
+            scope,
+            resource_metadata: Arc::clone(&state.resource_metadata_url),
         })
     }
 }

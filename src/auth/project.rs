@@ -45,7 +45,7 @@ impl<S: RequiredScope> FromRequest for ProjectAccess<S> {
                     detail: format!("This API key does not have access to project {id}."),
                 });
             }
-            require_scope(&credential, S::SCOPE)?;
+            require_scope(&state, &credential, S::SCOPE)?;
             req.extensions_mut().insert(RequestProject(project.id));
             Ok(ProjectAccess {
                 credential,

@@ -296,6 +296,7 @@ impl OAuth {
                             client_id: token.client_id.clone(),
                             revoked_at: None,
                             token_hashes: Vec::new(),
+                            created_at: Some(Utc::now()),
                         },
                     )
                     .map_err(|e| plain(e.into()))?;
@@ -313,6 +314,7 @@ impl OAuth {
             client_id: token.client_id.clone(),
             revoked_at: None,
             token_hashes: Vec::new(),
+            created_at: Some(Utc::now()),
         };
         match self.issue_pair(
             token.family_id,
@@ -396,11 +398,19 @@ impl OAuth {
                     client_id: state.token.client_id.clone(),
                     revoked_at: None,
                     token_hashes: Vec::new(),
+                    created_at: Some(Utc::now()),
                 },
             )?);
         }
         self.store.flush()?;
         Ok((active, evict))
+    }
+
+    /// Deletes expired codes, tokens and sessions (see [`OAuthStore::prune`]).
+    pub fn prune(&self) -> Result<usize, StoreError> {
+        let removed = self.store.prune(Utc::now())?;
+        self.store.flush()?;
+        Ok(removed)
     }
 
     /// A token's state by its secret, active or not (for introspection and bearer checks).
@@ -415,6 +425,7 @@ fn family_of(code: &CodeRecord) -> FamilyRecord {
         client_id: code.client_id.clone(),
         revoked_at: None,
         token_hashes: Vec::new(),
+        created_at: Some(Utc::now()),
     }
 }
 

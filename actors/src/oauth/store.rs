@@ -62,6 +62,10 @@ pub struct FamilyRecord {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Hashes of every token issued in the family, so revocation can evict them from caches.
     pub token_hashes: Vec<String>,
+    /// When the family was created; pruning leaves young families alone, since a family is
+    /// written just before its first tokens.
+    #[serde(default)]
+    pub created_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -269,6 +273,52 @@ impl OAuthStore {
             token,
             family_revoked,
         }))
+    }
+
+    /// Deletes what can no longer be used: codes a day past expiry (kept that long so a late
+    /// replay still revokes what the code issued), expired tokens and sessions, and grant
+    /// families without tokens. Returns how many records went.
+    pub fn prune(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        let code_grace = chrono::Duration::days(1);
+        for item in self.codes.iter() {
+            let (k, v) = item?;
+            let code: CodeRecord = decode(CODES, &k, &v)?;
+            if code.expires_at + code_grace < now {
+                self.codes.remove(k)?;
+                removed += 1;
+            }
+        }
+        let mut live_families = std::collections::HashSet::new();
+        for item in self.tokens.iter() {
+            let (k, v) = item?;
+            let token: TokenRecord = decode(TOKENS, &k, &v)?;
+            if token.expires_at < now {
+                self.tokens.remove(k)?;
+                removed += 1;
+            } else {
+                live_families.insert(token.family_id);
+            }
+        }
+        for item in self.families.iter() {
+            let (k, v) = item?;
+            let id = Uuid::from_slice(&k).unwrap_or_default();
+            let family: FamilyRecord = decode(FAMILIES, &k, &v)?;
+            let old = family.created_at.is_none_or(|at| at + code_grace < now);
+            if old && !live_families.contains(&id) {
+                self.families.remove(k)?;
+                removed += 1;
+            }
+        }
+        for item in self.sessions.iter() {
+            let (k, v) = item?;
+            let session: SessionRecord = decode(SESSIONS, &k, &v)?;
+            if session.expires_at < now {
+                self.sessions.remove(k)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     pub fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError> {

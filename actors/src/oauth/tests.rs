@@ -15,6 +15,10 @@ const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 
 fn oauth() -> (tempfile::TempDir, OAuth) {
+    oauth_with(Duration::from_secs(300), Duration::from_secs(3600))
+}
+
+fn oauth_with(code_ttl: Duration, access_ttl: Duration) -> (tempfile::TempDir, OAuth) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("sled opens");
     let clients = ClientSettings {
@@ -30,8 +34,8 @@ fn oauth() -> (tempfile::TempDir, OAuth) {
         cache_max: Duration::from_secs(600),
     };
     let lifetimes = Lifetimes {
-        code: Duration::from_secs(300),
-        access_token: Duration::from_secs(3600),
+        code: code_ttl,
+        access_token: access_ttl,
         refresh_token: Duration::from_secs(86400),
         session: Duration::from_secs(3600),
     };
@@ -232,4 +236,43 @@ fn revoking_a_refresh_token_ends_the_grant() {
     assert!(evict.contains(&sha256_hex(&issued.access_token)));
     assert!(!active(&oauth, &issued.access_token));
     assert!(!oauth.revoke("pha_unknown", None).expect("revoke").0);
+}
+
+#[test]
+fn codes_expire() {
+    let (_dir, oauth) = oauth_with(Duration::from_millis(1), Duration::from_secs(3600));
+    let c = code(&oauth);
+    std::thread::sleep(Duration::from_millis(20));
+    let (err, _) = oauth
+        .exchange_code(exchange(&c, VERIFIER))
+        .expect_err("expired");
+    assert_eq!(err.code(), "invalid_grant");
+    assert!(err.to_string().contains("expired"));
+}
+
+#[test]
+fn pruning_removes_only_what_is_dead() {
+    let (_dir, oauth) = oauth_with(Duration::from_secs(300), Duration::from_millis(1));
+    let issued = oauth
+        .exchange_code(exchange(&code(&oauth), VERIFIER))
+        .expect("exchanged");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !active(&oauth, &issued.access_token),
+        "the access token expired"
+    );
+    let removed = oauth.prune().expect("prune");
+    assert_eq!(removed, 1, "only the expired access token goes");
+    assert!(oauth
+        .lookup(&issued.access_token)
+        .expect("lookup")
+        .is_none());
+    // The family and its refresh token live on.
+    let refreshed = oauth
+        .refresh(&issued.refresh_token, Some(CLIENT), None, None)
+        .expect("refresh still works");
+    assert!(oauth
+        .lookup(&refreshed.refresh_token)
+        .expect("lookup")
+        .is_some());
 }
