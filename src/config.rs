@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use corvid_actors::endpoints::materialize::storage::{ResultStorage, S3Settings};
 use corvid_actors::endpoints::throttle::Rates;
 use corvid_actors::endpoints::EndpointSettings;
 use corvid_actors::ingest::columns::CompactionConfig;
@@ -142,6 +143,9 @@ pub struct QueryConfig {
 pub struct EndpointsConfig {
     pub cache_entries: NonZeroUsize,
     pub materialized_dir: PathBuf,
+    /// When set, materialized results go to this S3-compatible bucket instead.
+    #[serde(default)]
+    pub s3: Option<S3Config>,
     #[serde(with = "humantime_serde")]
     pub materialize_check_interval: Duration,
     #[serde(with = "humantime_serde")]
@@ -162,6 +166,25 @@ pub struct AuthConfig {
     pub credential_cache_ttl: Duration,
     #[serde(with = "humantime_serde")]
     pub last_used_resolution: Duration,
+}
+
+/// `[endpoints.s3]`: an S3-compatible bucket for materialized results.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    pub bucket: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub allow_http: bool,
 }
 
 /// `[oauth]`: the authorization server, its client-metadata fetcher and secret scanning.
@@ -453,9 +476,27 @@ impl Config {
         }
     }
 
-    /// Where materialized endpoint results are stored.
+    /// Where materialized endpoint results are stored (when no bucket is configured).
     pub fn materialized_dir(&self) -> PathBuf {
         self.data_dir.join(&self.endpoints.materialized_dir)
+    }
+
+    /// The object store for materialized results: the `[endpoints.s3]` bucket when set, else
+    /// the local directory.
+    pub fn result_storage(&self) -> anyhow::Result<ResultStorage> {
+        match &self.endpoints.s3 {
+            Some(s3) => Ok(ResultStorage::s3(&S3Settings {
+                bucket: s3.bucket.clone(),
+                region: s3.region.clone(),
+                endpoint: s3.endpoint.clone(),
+                access_key_id: s3.access_key_id.clone(),
+                secret_access_key: s3.secret_access_key.clone(),
+                prefix: s3.prefix.clone(),
+                allow_http: s3.allow_http,
+            })
+            .map_err(|e| anyhow::anyhow!(e))?),
+            None => Ok(ResultStorage::local(&self.materialized_dir())?),
+        }
     }
 
     /// Where first-run credentials are written.

@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
-use corvid_actors::endpoints::materialize::storage::ResultStorage;
 use corvid_actors::endpoints::store::EndpointStore;
 use corvid_actors::endpoints::Endpoints;
 use corvid_actors::flags::geoip::GeoIp;
@@ -158,7 +157,7 @@ pub fn endpoints(
     meta: &Arc<MetaStore>,
     query: &Arc<QueryEngine>,
 ) -> anyhow::Result<Endpoints> {
-    let storage = ResultStorage::local(&config.materialized_dir())?;
+    let storage = config.result_storage()?;
     Ok(Endpoints::start(
         meta.db(),
         Arc::clone(meta),
