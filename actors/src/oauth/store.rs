@@ -6,6 +6,7 @@
 //! a code is marked used, and a refresh token marked rotated, by exactly one request.
 
 use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -140,44 +141,16 @@ impl OAuthStore {
 
     /// Marks a code used, atomically: of two concurrent redemptions exactly one is `Fresh`.
     pub fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError> {
-        loop {
-            let Some(old) = self.codes.get(hash)? else {
-                return Ok(Redeemed::Missing);
-            };
-            let mut code: CodeRecord = decode(CODES, hash.as_bytes(), &old)?;
-            if code.used {
-                return Ok(Redeemed::Replayed(code));
-            }
-            code.used = true;
-            if self
-                .codes
-                .compare_and_swap(hash, Some(&old), Some(encode(&code)))?
-                .is_ok()
-            {
-                return Ok(Redeemed::Fresh(code));
-            }
-        }
+        redeem(&self.codes, CODES, hash, |c: &mut CodeRecord| {
+            std::mem::replace(&mut c.used, true)
+        })
     }
 
     /// Marks a refresh token rotated, atomically, like [`OAuthStore::redeem_code`].
     pub fn redeem_refresh(&self, hash: &str) -> Result<Redeemed<TokenRecord>, StoreError> {
-        loop {
-            let Some(old) = self.tokens.get(hash)? else {
-                return Ok(Redeemed::Missing);
-            };
-            let mut token: TokenRecord = decode(TOKENS, hash.as_bytes(), &old)?;
-            if token.revoked {
-                return Ok(Redeemed::Replayed(token));
-            }
-            token.revoked = true;
-            if self
-                .tokens
-                .compare_and_swap(hash, Some(&old), Some(encode(&token)))?
-                .is_ok()
-            {
-                return Ok(Redeemed::Fresh(token));
-            }
-        }
+        redeem(&self.tokens, TOKENS, hash, |t: &mut TokenRecord| {
+            std::mem::replace(&mut t.revoked, true)
+        })
     }
 
     /// Stores new tokens in `family`, creating the family on first use. Fails with `Conflict`
@@ -188,13 +161,7 @@ impl OAuthStore {
         template: &FamilyRecord,
         tokens: &[(String, TokenRecord)],
     ) -> Result<(), StoreError> {
-        let key = family_id.as_bytes();
-        loop {
-            let old = self.families.get(key)?;
-            let mut family = match &old {
-                Some(bytes) => decode::<FamilyRecord>(FAMILIES, key, bytes)?,
-                None => template.clone(),
-            };
+        self.update_family(family_id, template, |family| {
             if family.revoked_at.is_some() {
                 return Err(StoreError::Conflict {
                     what: "the grant was revoked".into(),
@@ -203,14 +170,8 @@ impl OAuthStore {
             family
                 .token_hashes
                 .extend(tokens.iter().map(|(h, _)| h.clone()));
-            if self
-                .families
-                .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
-                .is_ok()
-            {
-                break;
-            }
-        }
+            Ok(())
+        })?;
         for (hash, token) in tokens {
             self.tokens.insert(hash.as_bytes(), encode(token))?;
         }
@@ -223,6 +184,21 @@ impl OAuthStore {
         family_id: Uuid,
         template: &FamilyRecord,
     ) -> Result<Vec<String>, StoreError> {
+        let family = self.update_family(family_id, template, |family| {
+            family.revoked_at.get_or_insert_with(Utc::now);
+            Ok(())
+        })?;
+        Ok(family.token_hashes)
+    }
+
+    /// Read-modify-write of a family with compare-and-swap (`template` when it does not exist
+    /// yet), retried until no concurrent writer got in between. Returns what was written.
+    fn update_family(
+        &self,
+        family_id: Uuid,
+        template: &FamilyRecord,
+        mut change: impl FnMut(&mut FamilyRecord) -> Result<(), StoreError>,
+    ) -> Result<FamilyRecord, StoreError> {
         let key = family_id.as_bytes();
         loop {
             let old = self.families.get(key)?;
@@ -230,15 +206,13 @@ impl OAuthStore {
                 Some(bytes) => decode::<FamilyRecord>(FAMILIES, key, bytes)?,
                 None => template.clone(),
             };
-            if family.revoked_at.is_none() {
-                family.revoked_at = Some(Utc::now());
-            }
+            change(&mut family)?;
             if self
                 .families
                 .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
                 .is_ok()
             {
-                return Ok(family.token_hashes);
+                return Ok(family);
             }
         }
     }
@@ -366,5 +340,30 @@ impl OAuthStore {
                 decode(VERIFIED, &k, &v)
             })
             .collect()
+    }
+}
+
+/// Redeems a one-time record with compare-and-swap: `mark` sets its used flag and returns the
+/// flag's previous value. Exactly one of any number of concurrent callers gets `Fresh`.
+fn redeem<T: Serialize + DeserializeOwned>(
+    tree: &sled::Tree,
+    name: &'static str,
+    hash: &str,
+    mark: impl Fn(&mut T) -> bool,
+) -> Result<Redeemed<T>, StoreError> {
+    loop {
+        let Some(old) = tree.get(hash)? else {
+            return Ok(Redeemed::Missing);
+        };
+        let mut record: T = decode(name, hash.as_bytes(), &old)?;
+        if mark(&mut record) {
+            return Ok(Redeemed::Replayed(record));
+        }
+        if tree
+            .compare_and_swap(hash, Some(&old), Some(encode(&record)))?
+            .is_ok()
+        {
+            return Ok(Redeemed::Fresh(record));
+        }
     }
 }
