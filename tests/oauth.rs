@@ -219,6 +219,24 @@ fn the_whole_flow_issues_tokens_that_work_as_bearer_credentials() {
             .status(),
         200
     );
+    // Endpoints run with an OAuth token exactly as with a personal API key.
+    let created = server.post_json(
+        &format!("/api/environments/{project}/endpoints/"),
+        Some(server.admin_key()),
+        &serde_json::json!({"name": "one", "is_materialized": false,
+            "query": {"kind": "HogQLQuery", "query": "SELECT 1 AS one"}}),
+    );
+    assert_eq!(created.status(), 201);
+    let ran = server.post_json(
+        &format!("/api/environments/{project}/endpoints/one/run"),
+        Some(access),
+        &serde_json::json!({}),
+    );
+    assert_eq!(ran.status(), 200);
+    assert_eq!(
+        ran.json::<Value>().expect("json")["results"],
+        serde_json::json!([[1]])
+    );
     let denied = server.get(
         &format!("/api/projects/{project}/feature_flags/"),
         Some(access),
