@@ -4,7 +4,8 @@
 #   1. materialized runs (refresh=force: every request filters the stored Arrow result);
 #   2. cached inline runs (refresh=cache: served from the results cache).
 # Rate limits are raised for the test (they are per key; one key drives all the load).
-# Usage: [CONNS=32] [WORKERS=n] benches/load/endpoints.sh [seconds, default 20]
+# Usage: [CONNS=32] [WORKERS=n] [PACE_MS=ms] benches/load/endpoints.sh [seconds, default 20]
+# PACE_MS adds a run at a held rate below saturation (see post_paced.lua).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION="${1:-20}"
@@ -26,6 +27,10 @@ MAT_PATH=$(sed -n 1p "$DATA/paths.txt")
 CACHED_PATH=$(sed -n 2p "$DATA/paths.txt")
 echo "== materialized endpoint, one variable (refresh=force)"
 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE$MAT_PATH" -- "$DATA/materialized.json" "bearer=$KEY"
+if [ -n "${PACE_MS:-}" ]; then
+  echo "== materialized endpoint at a held rate (each connection pauses ${PACE_MS} ms between runs)"
+  wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post_paced.lua "$BASE$MAT_PATH" -- "$PACE_MS" "$DATA/materialized.json" "bearer=$KEY"
+fi
 echo "== cached inline endpoint (refresh=cache)"
 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE$CACHED_PATH" -- "$DATA/cached.json" "bearer=$KEY"
 rm -f "$CONFIG_FILE"

@@ -21,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 CIMD_DIR="$(mktemp -d)"
 mkfifo "$CIMD_DIR/ready"
-sleep 100000 | "$VENV/bin/python" tests/sdk/python/cimd_server.py "$CIMD_DIR" >"$CIMD_DIR/ready" &
+"$VENV/bin/python" tests/sdk/python/cimd_server.py "$CIMD_DIR" --forever </dev/null >"$CIMD_DIR/ready" 2>/dev/null &
 CIMD=$!
 CIMD_PORT=$(head -n1 "$CIMD_DIR/ready" | cut -d' ' -f2)
 CONFIG_FILE="$(mktemp --suffix=.toml)"
@@ -32,7 +32,7 @@ dev_extra_ca_file = "$CIMD_DIR/ca.pem"
 TOML
 if [ -n "${WORKERS:-}" ]; then printf '[server]\nworkers = %s\n' "$WORKERS" >>"$CONFIG_FILE"; fi
 . benches/load/lib.sh
-trap 'kill "$SERVER" "$CIMD" 2>/dev/null || true; pkill -P "$CIMD" 2>/dev/null || true; rm -rf "$DATA" "$CIMD_DIR" "$CONFIG_FILE"' EXIT
+trap 'kill "$SERVER" "$CIMD" 2>/dev/null || true; rm -rf "$DATA" "$CIMD_DIR" "$CONFIG_FILE"' EXIT
 PASSWORD=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['password'])" "$DATA/credentials.json")
 python3 benches/load/oauth_setup.py "$BASE" "$CIMD_PORT" "$CIMD_DIR/docs" "$PASSWORD" "$CONNS" "$DATA"
 CLIENT_ID="https://localhost:$CIMD_PORT/bench-client.json"

@@ -18,7 +18,15 @@ function init(args)
   wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
 end
 
+-- wrk calls request() once per thread before any connection sends (to check the request); a
+-- token taken then would never be sent, so that first call gets a placeholder.
+local primed = false
+
 function request()
+  if not primed then
+    primed = true
+    return wrk.format(nil, nil, nil, "grant_type=refresh_token&refresh_token=placeholder")
+  end
   local token = table.remove(pool)
   if token == nil then
     io.stderr:write("refresh token pool ran dry\n")

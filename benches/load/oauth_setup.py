@@ -34,9 +34,9 @@ opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), No
 def call(url, data=None):
     try:
         r = opener.open(url, data=urllib.parse.urlencode(data).encode() if data else None)
-        return r.status, dict(r.headers), r.read().decode()
+        return r.status, r.headers, r.read().decode()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
+        return e.code, e.headers, e.read().decode()
 
 
 def hidden(page):

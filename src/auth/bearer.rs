@@ -86,7 +86,9 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
     }
     let hash = secrets::sha256_hex(token);
     let cached = state.cache.credential(&hash).filter(|c| {
-        let live = !c.expired(Utc::now());
+        let family_revoked = matches!(&c.source,
+            CredentialSource::OAuthAccessToken { family_id, .. } if state.oauth.family_revoked(family_id));
+        let live = !c.expired(Utc::now()) && !family_revoked;
         if !live {
             state.cache.forget_credential(&hash);
         }

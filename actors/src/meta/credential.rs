@@ -17,6 +17,8 @@ pub enum CredentialSource {
     OAuthAccessToken {
         sha256_hex: String,
         client_id: String,
+        /// The grant it belongs to: revoking the grant revokes the token.
+        family_id: uuid::Uuid,
         expires_at: DateTime<Utc>,
     },
 }
@@ -64,6 +66,7 @@ impl Credential {
             source: CredentialSource::OAuthAccessToken {
                 sha256_hex,
                 client_id: token.client_id.clone(),
+                family_id: token.family_id,
                 expires_at: token.expires_at,
             },
         })

@@ -16,9 +16,10 @@ pub mod scopes;
 pub mod secret_scanning;
 pub mod store;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use dashmap::DashMap;
 use uuid::Uuid;
 
 use crate::meta::secrets::{random_base62, sha256_hex};
@@ -104,6 +105,10 @@ pub struct OAuth {
     pub store: OAuthStore,
     pub clients: Registry,
     pub lifetimes: Lifetimes,
+    /// Grants revoked recently, checked on every use of a cached access token so a family
+    /// revocation (code replay, refresh reuse) takes effect at once without tracking every
+    /// token of the family. Kept a day: far longer than any credential stays cached.
+    revoked_families: DashMap<Uuid, Instant>,
 }
 
 const CODE_INVALID: &str = "Authorization code is invalid or has already been used";
@@ -118,6 +123,7 @@ impl OAuth {
             store: OAuthStore::open(db).map_err(|e| e.to_string())?,
             clients: Registry::new(clients)?,
             lifetimes,
+            revoked_families: DashMap::new(),
         })
     }
 
@@ -142,44 +148,30 @@ impl OAuth {
 
     /// `grant_type=authorization_code`. The code is burned before anything else is checked,
     /// so a failed attempt cannot be retried; a replay revokes what the code issued.
-    /// Returns the issued tokens and the hashes to evict from caches (on replay).
-    pub fn exchange_code(&self, req: CodeExchange) -> Result<Issued, (TokenError, Vec<String>)> {
-        let plain = |e: TokenError| (e, Vec::new());
+    pub fn exchange_code(&self, req: CodeExchange) -> Result<Issued, TokenError> {
         if req.code.is_empty() {
-            return Err(plain(TokenError::InvalidRequest("code is required".into())));
+            return Err(TokenError::InvalidRequest("code is required".into()));
         }
-        let code = match self
-            .store
-            .redeem_code(&sha256_hex(&req.code))
-            .map_err(|e| plain(e.into()))?
-        {
+        let code = match self.store.redeem_code(&sha256_hex(&req.code))? {
             Redeemed::Fresh(code) => code,
-            Redeemed::Missing => return Err(plain(TokenError::InvalidGrant(CODE_INVALID.into()))),
+            Redeemed::Missing => return Err(TokenError::InvalidGrant(CODE_INVALID.into())),
             Redeemed::Replayed(code) => {
                 tracing::warn!(client_id = %code.client_id, "authorization code replayed; revoking its grant");
-                let evict = self
-                    .store
-                    .revoke_family(code.family_id, &family_of(&code))
-                    .map_err(|e| plain(e.into()))?;
-                self.store.flush().map_err(|e| plain(e.into()))?;
-                return Err((TokenError::InvalidGrant(CODE_INVALID.into()), evict));
+                self.revoke_family(code.family_id, code.user_id, &code.client_id)?;
+                return Err(TokenError::InvalidGrant(CODE_INVALID.into()));
             }
         };
-        self.check_exchange(&code, &req).map_err(plain)?;
-        let issued = self.issue_pair(
+        self.check_exchange(&code, &req)?;
+        match self.issue_pair(
             code.family_id,
-            &family_of(&code),
-            &code.client_id,
             code.user_id,
+            &code.client_id,
             code.scopes.clone(),
             code.resource.clone(),
-        );
-        match issued {
+        ) {
             Ok(issued) => Ok(issued),
-            Err(StoreError::Conflict { .. }) => {
-                Err(plain(TokenError::InvalidGrant(CODE_INVALID.into())))
-            }
-            Err(e) => Err(plain(e.into())),
+            Err(StoreError::Conflict { .. }) => Err(TokenError::InvalidGrant(CODE_INVALID.into())),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -227,115 +219,94 @@ impl OAuth {
     }
 
     /// `grant_type=refresh_token` with rotation: the presented token is used up; presenting it
-    /// again revokes its whole grant. Returns the hashes to evict from caches on reuse.
+    /// again revokes its whole grant.
     pub fn refresh(
         &self,
         refresh_token: &str,
         client_id: Option<&str>,
         scope: Option<&str>,
         resource: Option<&str>,
-    ) -> Result<Issued, (TokenError, Vec<String>)> {
-        let plain = |e: TokenError| (e, Vec::new());
-        let invalid = || {
-            plain(TokenError::InvalidGrant(
-                "Refresh token is invalid, expired or revoked".into(),
-            ))
-        };
+    ) -> Result<Issued, TokenError> {
+        let invalid =
+            || TokenError::InvalidGrant("Refresh token is invalid, expired or revoked".into());
         if refresh_token.is_empty() {
-            return Err(plain(TokenError::InvalidRequest(
+            return Err(TokenError::InvalidRequest(
                 "refresh_token is required".into(),
-            )));
+            ));
         }
         let hash = sha256_hex(refresh_token);
         // Check before redeeming, so a wrong client cannot burn someone else's token.
-        let Some(state) = self.store.token(&hash).map_err(|e| plain(e.into()))? else {
+        let Some(state) = self.store.token(&hash)? else {
             return Err(invalid());
         };
         if state.token.kind != TokenKind::Refresh {
             return Err(invalid());
         }
         if client_id.is_some_and(|id| id != state.token.client_id) {
-            return Err(plain(TokenError::InvalidGrant(
+            return Err(TokenError::InvalidGrant(
                 "refresh token was issued to another client".into(),
-            )));
+            ));
         }
         if state.family_revoked || state.token.expires_at <= Utc::now() {
             return Err(invalid());
         }
-        if resource.is_some_and(|r| {
-            state
-                .token
-                .resource
-                .as_deref()
-                .is_some_and(|held| held != r)
-        }) {
-            return Err(plain(TokenError::InvalidTarget(
+        let held = state.token.resource.as_deref();
+        if resource.is_some_and(|r| held.is_some_and(|held| held != r)) {
+            return Err(TokenError::InvalidTarget(
                 "resource differs from the grant's".into(),
-            )));
+            ));
         }
         let scopes = scopes::narrow(&state.token.scopes, scope).ok_or_else(|| {
-            plain(TokenError::InvalidScope(
-                "a refresh can only narrow the granted scopes".into(),
-            ))
+            TokenError::InvalidScope("a refresh can only narrow the granted scopes".into())
         })?;
-        let token = match self
-            .store
-            .redeem_refresh(&hash)
-            .map_err(|e| plain(e.into()))?
-        {
+        let token = match self.store.redeem_refresh(&hash)? {
             Redeemed::Fresh(token) => token,
             Redeemed::Missing => return Err(invalid()),
             Redeemed::Replayed(token) => {
                 tracing::warn!(client_id = %token.client_id, "rotated refresh token reused; revoking its grant");
-                let evict = self
-                    .store
-                    .revoke_family(
-                        token.family_id,
-                        &FamilyRecord {
-                            user_id: token.user_id,
-                            client_id: token.client_id.clone(),
-                            revoked_at: None,
-                            token_hashes: Vec::new(),
-                            created_at: Some(Utc::now()),
-                        },
-                    )
-                    .map_err(|e| plain(e.into()))?;
-                self.store.flush().map_err(|e| plain(e.into()))?;
-                return Err((
-                    TokenError::InvalidGrant(
-                        "Refresh token has already been used; the grant has been revoked".into(),
-                    ),
-                    evict,
+                self.revoke_family(token.family_id, token.user_id, &token.client_id)?;
+                return Err(TokenError::InvalidGrant(
+                    "Refresh token has already been used; the grant has been revoked".into(),
                 ));
             }
         };
-        let template = FamilyRecord {
-            user_id: token.user_id,
-            client_id: token.client_id.clone(),
-            revoked_at: None,
-            token_hashes: Vec::new(),
-            created_at: Some(Utc::now()),
-        };
         match self.issue_pair(
             token.family_id,
-            &template,
-            &token.client_id,
             token.user_id,
+            &token.client_id,
             scopes,
             token.resource.clone(),
         ) {
             Ok(issued) => Ok(issued),
             Err(StoreError::Conflict { .. }) => Err(invalid()),
-            Err(e) => Err(plain(e.into())),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// Revokes a grant durably and remembers it for cached credentials.
+    fn revoke_family(
+        &self,
+        family_id: Uuid,
+        user_id: u64,
+        client_id: &str,
+    ) -> Result<(), StoreError> {
+        self.store
+            .revoke_family(family_id, &FamilyRecord::new(user_id, client_id))?;
+        self.store.flush()?;
+        self.revoked_families.insert(family_id, Instant::now());
+        Ok(())
+    }
+
+    /// Whether a grant was revoked since its tokens may have been cached.
+    pub fn family_revoked(&self, family_id: &Uuid) -> bool {
+        self.revoked_families.contains_key(family_id)
     }
 
     fn issue_pair(
         &self,
         family_id: Uuid,
-        template: &FamilyRecord,
-        client_id: &str,
         user_id: u64,
+        client_id: &str,
         scopes: Vec<String>,
         resource: Option<String>,
     ) -> Result<Issued, StoreError> {
@@ -363,7 +334,8 @@ impl OAuth {
                 record(TokenKind::Refresh, self.lifetimes.refresh_token),
             ),
         ];
-        self.store.issue(family_id, template, &tokens)?;
+        self.store
+            .issue(family_id, &FamilyRecord::new(user_id, client_id), &tokens)?;
         self.store.flush()?;
         Ok(Issued {
             access_token: access,
@@ -374,40 +346,38 @@ impl OAuth {
     }
 
     /// RFC 7009: revokes `token` unless it belongs to another client than `client_id`.
-    /// A refresh token takes its whole grant with it. Returns (was active, hashes to evict).
+    /// A refresh token takes its whole grant with it. Returns whether it was active, and its
+    /// hash (for evicting a cached credential).
     pub fn revoke(
         &self,
         token: &str,
         client_id: Option<&str>,
-    ) -> Result<(bool, Vec<String>), StoreError> {
+    ) -> Result<(bool, String), StoreError> {
         let hash = sha256_hex(token);
         let Some(state) = self.store.token(&hash)? else {
-            return Ok((false, Vec::new()));
+            return Ok((false, hash));
         };
         if client_id.is_some_and(|id| id != state.token.client_id) {
-            return Ok((false, Vec::new()));
+            return Ok((false, hash));
         }
         let active = state.is_active(Utc::now());
-        let mut evict = vec![hash.clone()];
         self.store.revoke_token(&hash)?;
         if state.token.kind == TokenKind::Refresh {
-            evict.extend(self.store.revoke_family(
+            self.revoke_family(
                 state.token.family_id,
-                &FamilyRecord {
-                    user_id: state.token.user_id,
-                    client_id: state.token.client_id.clone(),
-                    revoked_at: None,
-                    token_hashes: Vec::new(),
-                    created_at: Some(Utc::now()),
-                },
-            )?);
+                state.token.user_id,
+                &state.token.client_id,
+            )?;
+        } else {
+            self.store.flush()?;
         }
-        self.store.flush()?;
-        Ok((active, evict))
+        Ok((active, hash))
     }
 
     /// Deletes expired codes, tokens and sessions (see [`OAuthStore::prune`]).
     pub fn prune(&self) -> Result<usize, StoreError> {
+        let day = Duration::from_secs(86_400);
+        self.revoked_families.retain(|_, at| at.elapsed() < day);
         let removed = self.store.prune(Utc::now())?;
         self.store.flush()?;
         Ok(removed)
@@ -416,16 +386,6 @@ impl OAuth {
     /// A token's state by its secret, active or not (for introspection and bearer checks).
     pub fn lookup(&self, token: &str) -> Result<Option<TokenState>, StoreError> {
         self.store.token(&sha256_hex(token))
-    }
-}
-
-fn family_of(code: &CodeRecord) -> FamilyRecord {
-    FamilyRecord {
-        user_id: code.user_id,
-        client_id: code.client_id.clone(),
-        revoked_at: None,
-        token_hashes: Vec::new(),
-        created_at: Some(Utc::now()),
     }
 }
 

@@ -61,12 +61,22 @@ pub struct FamilyRecord {
     pub user_id: u64,
     pub client_id: String,
     pub revoked_at: Option<DateTime<Utc>>,
-    /// Hashes of every token issued in the family, so revocation can evict them from caches.
-    pub token_hashes: Vec<String>,
     /// When the family was created; pruning leaves young families alone, since a family is
     /// written just before its first tokens.
     #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
+}
+
+impl FamilyRecord {
+    /// A new, live grant of `user_id` to `client_id`.
+    pub fn new(user_id: u64, client_id: &str) -> FamilyRecord {
+        FamilyRecord {
+            user_id,
+            client_id: client_id.to_string(),
+            revoked_at: None,
+            created_at: Some(Utc::now()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,9 +177,6 @@ impl OAuthStore {
                     what: "the grant was revoked".into(),
                 });
             }
-            family
-                .token_hashes
-                .extend(tokens.iter().map(|(h, _)| h.clone()));
             Ok(())
         })?;
         for (hash, token) in tokens {
@@ -178,17 +185,17 @@ impl OAuthStore {
         Ok(())
     }
 
-    /// Revokes a whole grant; returns the hashes of its tokens (for cache eviction).
+    /// Revokes a whole grant (one write: a token is active only while its family is).
     pub fn revoke_family(
         &self,
         family_id: Uuid,
         template: &FamilyRecord,
-    ) -> Result<Vec<String>, StoreError> {
-        let family = self.update_family(family_id, template, |family| {
+    ) -> Result<(), StoreError> {
+        self.update_family(family_id, template, |family| {
             family.revoked_at.get_or_insert_with(Utc::now);
             Ok(())
         })?;
-        Ok(family.token_hashes)
+        Ok(())
     }
 
     /// Read-modify-write of a family with compare-and-swap (`template` when it does not exist

@@ -60,37 +60,33 @@ pub async fn report(
     let oauth = Arc::clone(&state.oauth);
     let meta = Arc::clone(&state.meta);
     let outcomes = web::block(
-        move || -> Result<Vec<(Report, bool, Vec<String>)>, corvid_actors::meta::StoreError> {
+        move || -> Result<Vec<(Report, bool)>, corvid_actors::meta::StoreError> {
             let mut out = Vec::with_capacity(reports.len());
             for r in reports {
-                let token = r.token.trim().to_string();
-                let (active, evict) = if token.starts_with(ACCESS_TOKEN_PREFIX)
+                let token = r.token.trim();
+                let active = if token.starts_with(ACCESS_TOKEN_PREFIX)
                     || token.starts_with(REFRESH_TOKEN_PREFIX)
                 {
-                    oauth.revoke(&token, None)?
+                    oauth.revoke(token, None)?.0
                 } else if token.starts_with(PERSONAL_API_KEY_PREFIX) {
-                    let hash = sha256_hex(&token);
-                    match meta.personal_api_key_by_hash(&hash)? {
-                        Some(key) => {
-                            meta.delete_personal_api_key(&key.id)?;
-                            (true, vec![hash])
-                        }
-                        None => (false, Vec::new()),
+                    match meta.personal_api_key_by_hash(&sha256_hex(token))? {
+                        Some(key) => meta.delete_personal_api_key(&key.id)?.is_some(),
+                        None => false,
                     }
                 } else {
-                    (false, Vec::new())
+                    false
                 };
-                out.push((r, active, evict));
+                out.push((r, active));
             }
             Ok(out)
         },
     )
     .await??;
     let mut answer = Vec::with_capacity(outcomes.len());
-    for (r, active, evict) in outcomes {
-        for hash in &evict {
-            state.cache.forget_credential(hash);
-        }
+    for (r, active) in outcomes {
+        // A revoked refresh token takes its family with it (the engine tells cached
+        // credentials); the reported token itself may sit in the credential cache.
+        state.cache.forget_credential(&sha256_hex(r.token.trim()));
         if active {
             tracing::warn!(token_type = %r.token_type, url = ?r.url, source = ?r.source, "leaked token revoked by secret scanning");
         }

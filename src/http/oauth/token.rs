@@ -79,10 +79,7 @@ macro_rules! params_or_400 {
     };
 }
 
-fn token_error(state: &AppState, err: TokenError, evict: Vec<String>) -> HttpResponse {
-    for hash in &evict {
-        state.cache.forget_credential(hash);
-    }
+fn token_error(err: TokenError) -> HttpResponse {
     match err {
         TokenError::Store(e) => {
             tracing::error!(error = %e, "token endpoint storage failure");
@@ -149,15 +146,12 @@ pub async fn token(
             })
             .await?
         }
-        None => Err((
-            TokenError::InvalidRequest("grant_type is required".into()),
-            Vec::new(),
-        )),
-        Some(_) => Err((TokenError::UnsupportedGrantType, Vec::new())),
+        None => Err(TokenError::InvalidRequest("grant_type is required".into())),
+        Some(_) => Err(TokenError::UnsupportedGrantType),
     };
     Ok(match result {
         Ok(i) => issued(i),
-        Err((err, evict)) => token_error(&state, err, evict),
+        Err(err) => token_error(err),
     })
 }
 
@@ -177,12 +171,10 @@ pub async fn revoke(
     };
     let client_id = p.get("client_id").cloned();
     let oauth = Arc::clone(&state.oauth);
-    let (_, evict) = web::block(move || oauth.revoke(&token, client_id.as_deref()))
+    let (_, hash) = web::block(move || oauth.revoke(&token, client_id.as_deref()))
         .await?
         .map_err(ApiError::Store)?;
-    for hash in &evict {
-        state.cache.forget_credential(hash);
-    }
+    state.cache.forget_credential(&hash);
     Ok(no_store(StatusCode::OK).finish())
 }
 

@@ -6,7 +6,7 @@ Writes DIR/ca.pem, serves files from DIR/docs over https on 127.0.0.1 (certifica
 next to `X` sets that response's Cache-Control header. Special paths, for attack tests:
   /redirect/<name>  302 to /<name>
   /slow/<name>      sends headers, then drips the body one byte per second
-Runs until stdin closes (the test process exits).
+Runs until stdin closes (the test process exits), or until killed with `--forever`.
 """
 
 import http.server
@@ -76,4 +76,7 @@ cert.configure_cert(context)
 server.socket = context.wrap_socket(server.socket, server_side=True)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 print(f"READY {server.server_address[1]}", flush=True)
-sys.stdin.read()
+if "--forever" in sys.argv[2:]:
+    threading.Event().wait()
+else:
+    sys.stdin.read()
