@@ -1063,3 +1063,42 @@ fn access_tokens_expire_even_when_cached() {
         200
     );
 }
+
+#[test]
+fn session_cookies_are_secure_when_the_public_url_is_https() {
+    let (_dir, mut config) = common::fresh();
+    config.public_url = Some("https://corvid.example".into());
+    let server = TestServer::start(config);
+    let mut browser = Browser::new(&server);
+    let res = browser.get("/login");
+    let csrf_cookie = res.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_string();
+    assert!(csrf_cookie.contains("; Secure"), "{csrf_cookie}");
+    let mut fields = hidden_fields(&res.text().expect("html"));
+    fields.push(("email".into(), server.creds.email.clone()));
+    fields.push((
+        "password".into(),
+        server.creds.password.clone().expect("password"),
+    ));
+    let res = browser.post_form("/login", &fields);
+    assert_eq!(res.status(), 303);
+    let session = res
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().expect("cookie").to_string())
+        .find(|c| c.starts_with("corvid_session="))
+        .expect("session cookie");
+    assert!(
+        session.contains("; Secure") && session.contains("HttpOnly"),
+        "{session}"
+    );
+    // The discovery documents name the public URL, not the address we happen to listen on.
+    let meta: Value = server
+        .get("/.well-known/oauth-authorization-server", None)
+        .json()
+        .expect("json");
+    assert_eq!(meta["issuer"], "https://corvid.example");
+}
