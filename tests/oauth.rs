@@ -636,21 +636,13 @@ fn sign_in_checks_password_csrf_and_never_redirects_off_site() {
     );
 
     let html = browser.get("/login").text().expect("html");
-    let mut fields = hidden_fields(&html);
-    fields.push(("email".into(), server.creds.email.clone()));
-    fields.push((
-        "password".into(),
-        server.creds.password.clone().expect("password"),
-    ));
-    let res = browser.post_form("/login", &fields);
+    let password = server.creds.password.clone().expect("password");
+    let res = browser.post_form(
+        "/login",
+        &sign_in_fields(&html, &server.creds.email, &password),
+    );
     assert_eq!(res.status(), 303);
-    let cookie = res
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().expect("cookie").to_string())
-        .find(|c| c.starts_with("corvid_session="))
-        .expect("session cookie");
+    let cookie = set_cookie(&res, "corvid_session");
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
@@ -1054,26 +1046,16 @@ fn session_cookies_are_secure_when_the_public_url_is_https() {
     let server = TestServer::start(config);
     let mut browser = Browser::new(&server);
     let res = browser.get("/login");
-    let csrf_cookie = res.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .to_string();
+    let csrf_cookie = set_cookie(&res, "corvid_login_csrf");
     assert!(csrf_cookie.contains("; Secure"), "{csrf_cookie}");
-    let mut fields = hidden_fields(&res.text().expect("html"));
-    fields.push(("email".into(), server.creds.email.clone()));
-    fields.push((
-        "password".into(),
-        server.creds.password.clone().expect("password"),
-    ));
-    let res = browser.post_form("/login", &fields);
+    let password = server.creds.password.clone().expect("password");
+    let page = res.text().expect("html");
+    let res = browser.post_form(
+        "/login",
+        &sign_in_fields(&page, &server.creds.email, &password),
+    );
     assert_eq!(res.status(), 303);
-    let session = res
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().expect("cookie").to_string())
-        .find(|c| c.starts_with("corvid_session="))
-        .expect("session cookie");
+    let session = set_cookie(&res, "corvid_session");
     assert!(
         session.contains("; Secure") && session.contains("HttpOnly"),
         "{session}"

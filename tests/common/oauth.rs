@@ -197,10 +197,7 @@ impl Browser {
 
     pub fn login(&mut self, email: &str, password: &str) {
         let page = self.get("/login").text().expect("login page");
-        let mut fields = hidden_fields(&page);
-        fields.push(("email".into(), email.into()));
-        fields.push(("password".into(), password.into()));
-        let res = self.post_form("/login", &fields);
+        let res = self.post_form("/login", &sign_in_fields(&page, email, password));
         assert_eq!(res.status(), 303, "sign-in succeeds");
         assert!(self.cookies.contains_key("corvid_session"));
     }
@@ -208,6 +205,24 @@ impl Browser {
     pub fn has_cookie(&self, name: &str) -> bool {
         self.cookies.contains_key(name)
     }
+}
+
+/// The sign-in form of `page` (its hidden fields) filled with `email` and `password`.
+pub fn sign_in_fields(page: &str, email: &str, password: &str) -> Vec<(String, String)> {
+    let mut fields = hidden_fields(page);
+    fields.push(("email".into(), email.into()));
+    fields.push(("password".into(), password.into()));
+    fields
+}
+
+/// The `Set-Cookie` header of `res` that sets cookie `name`.
+pub fn set_cookie(res: &Response, name: &str) -> String {
+    res.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().expect("cookie text").to_string())
+        .find(|c| c.starts_with(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} cookie set"))
 }
 
 /// `(name, value)` of every hidden input of a page.
