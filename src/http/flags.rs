@@ -33,6 +33,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     project_route(cfg, "/feature_flags/{flag_id}", || web::get().to(get));
     project_route(cfg, "/feature_flags/{flag_id}", || web::patch().to(update));
     project_route(cfg, "/feature_flags/{flag_id}", || web::delete().to(delete));
+}
+
+/// The public evaluation and definitions routes (static paths; registered first, see
+/// [`super::configure`]).
+pub fn configure_public(cfg: &mut web::ServiceConfig) {
     cfg.route("/flags", web::post().to(flags))
         .route("/decide", web::post().to(decide))
         .route("/flags/definitions", web::get().to(definitions))
@@ -302,7 +307,10 @@ async fn evaluate_http(
         timezone,
     };
     let project_id = project.id;
-    let snapshot = state.flags_op(move |f| f.snapshot(project_id)).await?;
+    let snapshot = match state.flags.cached_snapshot(project_id) {
+        Some(snapshot) => snapshot,
+        None => state.flags_op(move |f| f.snapshot(project_id)).await?,
+    };
     let selected = selected_flags(&snapshot, &request, runtime);
     let request = std::sync::Arc::new(request);
 
@@ -398,12 +406,8 @@ async fn evaluate_http(
         (false, None) => (true, true),
         (_, config) => (version >= 2, config.unwrap_or(false)),
     };
-    if endpoint == Endpoint::Flags && v2 {
-        // The hot path: serialized from typed structs, no intermediate JSON tree.
-        return Ok(HttpResponse::Ok().json(V2Body::new(&evaluated, with_config)));
-    }
     let (mut body, with_config) = match endpoint {
-        Endpoint::Flags if v2 => (v2_body(&evaluated), with_config),
+        Endpoint::Flags if v2 => return Ok(v2_response(&evaluated, with_config)),
         Endpoint::Flags => (legacy_body(&evaluated), with_config),
         Endpoint::Decide => {
             let with_config = config.unwrap_or(true);
@@ -411,7 +415,7 @@ async fn evaluate_http(
                 0 | 1 => (decide_list_body(&evaluated), with_config),
                 2 => (decide_map_body(&evaluated), with_config),
                 3 => (legacy_body(&evaluated), with_config),
-                _ => (v2_body(&evaluated), with_config),
+                _ => return Ok(v2_response(&evaluated, with_config)),
             }
         }
     };
@@ -449,128 +453,11 @@ fn quota_exceeded(
     Ok(used >= quota)
 }
 
-/// The `v=2` response (PostHog's `FlagsResponse`), borrowed from the outcome.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct V2Body<'a> {
-    flags: BTreeMap<&'a str, V2Flag<'a>>,
-    errors_while_computing_flags: bool,
-    request_id: uuid::Uuid,
-    evaluated_at: i64,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    config: Option<ConfigExtras>,
-}
-
-#[derive(serde::Serialize)]
-struct V2Flag<'a> {
-    key: &'a str,
-    enabled: bool,
-    variant: Option<&'a str>,
-    /// Serialized only when true.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    failed: bool,
-    reason: V2Reason,
-    metadata: V2Metadata<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct V2Reason {
-    code: &'static str,
-    condition_index: Option<usize>,
-    description: String,
-}
-
-#[derive(serde::Serialize)]
-struct V2Metadata<'a> {
-    id: i64,
-    version: i64,
-    description: Option<()>,
-    payload: Option<&'a Value>,
-}
-
-/// What `config=true` adds.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ConfigExtras {
-    config: CollectConfig,
-    toolbar_params: Map<String, Value>,
-    is_authenticated: bool,
-    supported_compression: [&'static str; 2],
-    session_recording: bool,
-}
-
-#[derive(serde::Serialize)]
-struct CollectConfig {
-    enable_collect_everything: bool,
-}
-
-impl<'a> V2Body<'a> {
-    fn new(outcome: &'a FlagsOutcome, with_config: bool) -> V2Body<'a> {
-        let flags = outcome
-            .results
-            .iter()
-            .map(|(index, e)| {
-                let flag = outcome.flag(*index);
-                let entry = V2Flag {
-                    key: &flag.key,
-                    enabled: e.enabled,
-                    variant: e.variant.as_deref(),
-                    failed: e.failed,
-                    reason: V2Reason {
-                        code: e.reason.code,
-                        condition_index: e.reason.condition_index,
-                        description: e.reason.description(),
-                    },
-                    metadata: V2Metadata {
-                        id: flag.id,
-                        version: flag.version,
-                        description: None,
-                        payload: e.payload.as_ref(),
-                    },
-                };
-                (flag.key.as_str(), entry)
-            })
-            .collect();
-        V2Body {
-            flags,
-            errors_while_computing_flags: outcome.errors,
-            request_id: uuid::Uuid::new_v4(),
-            evaluated_at: Utc::now().timestamp_millis(),
-            config: with_config.then(|| ConfigExtras {
-                config: CollectConfig {
-                    enable_collect_everything: true,
-                },
-                toolbar_params: Map::new(),
-                is_authenticated: false,
-                supported_compression: ["gzip", "lz64"],
-                session_recording: false,
-            }),
-        }
-    }
-}
-
-fn v2_body(outcome: &FlagsOutcome) -> Value {
-    let mut flags = Map::new();
-    for (index, e) in &outcome.results {
-        let flag = outcome.flag(*index);
-        let mut entry = json!({
-            "key": flag.key,
-            "enabled": e.enabled,
-            "variant": e.variant,
-            "reason": {"code": e.reason.code, "condition_index": e.reason.condition_index, "description": e.reason.description()},
-            "metadata": {"id": flag.id, "version": flag.version, "description": null, "payload": e.payload},
-        });
-        if e.failed {
-            entry["failed"] = Value::Bool(true);
-        }
-        flags.insert(flag.key.clone(), entry);
-    }
-    json!({
-        "flags": flags,
-        "errorsWhileComputingFlags": outcome.errors,
-        "requestId": uuid::Uuid::new_v4(),
-        "evaluatedAt": Utc::now().timestamp_millis(),
-    })
+/// The `v=2` response (the hot path: written straight into bytes, see `flags_v2`).
+fn v2_response(outcome: &FlagsOutcome, with_config: bool) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(header::ContentType::json())
+        .body(super::flags_v2::write(outcome, with_config))
 }
 
 fn legacy_body(outcome: &FlagsOutcome) -> Value {

@@ -9,6 +9,7 @@ mod capture;
 mod cohorts;
 mod endpoints;
 mod flags;
+mod flags_v2;
 mod health;
 mod insight_variables;
 mod oauth;
@@ -26,12 +27,16 @@ use crate::error::ApiError;
 /// Routes are tried in registration order, so the hottest dynamic paths (endpoint runs) come
 /// first; static paths (capture, flags) cost a string compare wherever they are.
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    // The router tries routes in this order. The public hot paths (capture, `/flags`) have
+    // static paths, compared as plain strings, so they go first and never wait for the
+    // dynamic (regex-matched) API routes to fail; endpoint runs come next.
+    capture::configure(cfg);
+    flags::configure_public(cfg);
     endpoints::configure(cfg);
     health::configure(cfg);
     projects::configure(cfg);
     personal_api_keys::configure(cfg);
     users::configure(cfg);
-    capture::configure(cfg);
     persons::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);

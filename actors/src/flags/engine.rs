@@ -29,24 +29,34 @@ pub struct Reason {
 impl Reason {
     /// The human-readable text PostHog sends for this reason (built only when serializing).
     pub fn description(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// The description. Every text is plain ASCII without quotes, backslashes or control
+/// characters, so response writers may copy it into JSON strings without escaping.
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(detail) = self.detail {
-            return detail.to_string();
+            return f.write_str(detail);
         }
-        match self.code {
+        let text = match self.code {
             "condition_match" => {
-                format!(
+                return write!(
+                    f,
                     "Matched condition set {}",
                     self.condition_index.unwrap_or(0) + 1
                 )
             }
-            "out_of_rollout_bound" => "Out of rollout bound".into(),
-            "no_condition_match" => "No matching condition set".into(),
-            "no_group_type" => "No group type".into(),
-            "super_condition_value" => "Super condition value".into(),
-            "holdout_condition_value" => "Holdout condition value".into(),
-            "flag_disabled" => "Feature flag is disabled".into(),
-            _ => "Flag cannot be evaluated due to missing dependency".into(),
-        }
+            "out_of_rollout_bound" => "Out of rollout bound",
+            "no_condition_match" => "No matching condition set",
+            "no_group_type" => "No group type",
+            "super_condition_value" => "Super condition value",
+            "holdout_condition_value" => "Holdout condition value",
+            "flag_disabled" => "Feature flag is disabled",
+            _ => "Flag cannot be evaluated due to missing dependency",
+        };
+        f.write_str(text)
     }
 }
 
@@ -315,11 +325,8 @@ fn condition_properties_match(
     subject: &Subject,
     env: &Environment<'_>,
 ) -> bool {
-    let (cohort_filters, plain): (Vec<&PropertyFilter>, Vec<&PropertyFilter>) = condition
-        .properties
-        .iter()
-        .partition(|f| f.kind.as_deref() == Some("cohort"));
-    for filter in plain {
+    let is_cohort = |f: &&PropertyFilter| f.kind.as_deref() == Some("cohort");
+    for filter in condition.properties.iter().filter(|f| !is_cohort(f)) {
         let matched = match filter.kind.as_deref() {
             Some("group") => {
                 let index = filter
@@ -341,7 +348,7 @@ fn condition_properties_match(
             return false;
         }
     }
-    cohort_filters.into_iter().all(|f| {
+    condition.properties.iter().filter(is_cohort).all(|f| {
         let member = cohort_id(&f.value)
             .map(|id| in_cohort(id, subject, env, &mut Vec::new()))
             .unwrap_or(false);
@@ -461,6 +468,8 @@ pub fn dependencies(flag: &FlagDefinition) -> Vec<i64> {
 pub struct EvaluationPlan {
     /// (flag index, dependencies usable, every dependency exists) in evaluation order.
     order: Vec<(usize, bool, bool)>,
+    /// Ids of flags other flags depend on: only their values are kept during evaluation.
+    depended_on: HashSet<i64>,
 }
 
 impl EvaluationPlan {
@@ -507,7 +516,8 @@ impl EvaluationPlan {
                 visit(i, &deps, &by_id, &mut state, &mut ok, &mut order);
             }
         }
-        EvaluationPlan { order }
+        let depended_on = deps.into_iter().flatten().collect();
+        EvaluationPlan { order, depended_on }
     }
 }
 
@@ -548,7 +558,9 @@ pub fn evaluate_planned(
             errors |= all_exist;
             not_enabled(reason("missing_dependency", None))
         };
-        values.insert(flags[i].id, evaluation.value());
+        if plan.depended_on.contains(&flags[i].id) {
+            values.insert(flags[i].id, evaluation.value());
+        }
         results[i] = Some(evaluation);
     }
     (

@@ -198,11 +198,16 @@ pub fn evaluate(
     let all: Vec<&FlagDefinition> = snapshot.flags.iter().collect();
     let (evaluations, mut errors) =
         evaluate_planned(&all, &snapshot.plan, &subject, &snapshot.cohorts, ctx);
-    let wanted: HashSet<usize> = selected.iter().copied().collect();
+    let mut wanted = vec![false; evaluations.len()];
+    for &i in selected {
+        if let Some(w) = wanted.get_mut(i) {
+            *w = true;
+        }
+    }
     let results = evaluations
         .into_iter()
         .enumerate()
-        .filter(|(i, _)| wanted.contains(i))
+        .filter(|(i, _)| wanted[*i])
         .map(|(i, e)| {
             if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
                 errors = true;

@@ -1,6 +1,6 @@
-//! Feature flags: the pure evaluation engine (hashing, property matching) that definitions,
-//! the flag actors and `/flags` build on. Work in progress (issue 4): definitions, cohorts,
-//! condition evaluation and the HTTP surface are not built yet.
+//! Feature flags: definitions and cohorts in sled with per-project in-memory snapshots
+//! (`store`), request decoding (`request`), and the pure evaluation engine (`engine`: hashing,
+//! property matching, cohorts, dependencies) that `/flags` and `/decide` run (`evaluate`).
 
 pub mod engine;
 #[cfg(test)]

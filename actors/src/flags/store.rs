@@ -47,6 +47,8 @@ pub struct ProjectFlags {
     pub static_members: HashMap<String, Vec<i64>>,
     /// Dependency order of `flags`, computed once per snapshot.
     pub plan: EvaluationPlan,
+    /// Indexes of `flags` sorted by key: the order responses list flags in.
+    pub by_key: Vec<usize>,
 }
 
 pub struct FlagStore {
@@ -179,6 +181,12 @@ impl FlagStore {
         Ok(record)
     }
 
+    /// The project's snapshot when it is already in memory (no sled read; safe on the event
+    /// loop). `None`: call [`FlagStore::snapshot`] off the event loop.
+    pub fn cached_snapshot(&self, project_id: u64) -> Option<Arc<ProjectFlags>> {
+        self.snapshots.get(&project_id).map(|s| Arc::clone(&s))
+    }
+
     /// The project's evaluation snapshot (built on first use).
     pub fn snapshot(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
         if let Some(s) = self.snapshots.get(&project_id) {
@@ -208,11 +216,14 @@ impl FlagStore {
             cohorts.insert(c.definition.id, c.definition);
         }
         let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
+        let mut by_key: Vec<usize> = (0..flags.len()).collect();
+        by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
         let snapshot = Arc::new(ProjectFlags {
             flags,
             cohorts,
             static_members,
             plan,
+            by_key,
         });
         self.snapshots.insert(project_id, Arc::clone(&snapshot));
         Ok(snapshot)

@@ -1,0 +1,187 @@
+//! The `v=2` flags response (PostHog's `FlagsResponse`), written straight into bytes.
+//!
+//! This is the hot path of `/flags`: with hundreds of flags, building a JSON tree or a sorted
+//! map of typed records and serializing it cost as much as evaluating the flags. Here flags
+//! are listed in the snapshot's precomputed key order, each key is escaped once, and reason
+//! codes and descriptions (plain ASCII by construction) are copied without escaping.
+
+use std::io::Write;
+
+use chrono::Utc;
+use corvid_actors::flags::evaluate::FlagsOutcome;
+
+/// The response body. `with_config` adds what `config=true` asks for.
+pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
+    let snapshot = &outcome.snapshot;
+    // Position of each flag's result in `outcome.results` (u32::MAX: not returned).
+    let mut position = vec![u32::MAX; snapshot.flags.len()];
+    for (at, (index, _)) in outcome.results.iter().enumerate() {
+        if let Some(p) = position.get_mut(*index) {
+            *p = u32::try_from(at).unwrap_or(u32::MAX);
+        }
+    }
+    let mut out = Vec::with_capacity(64 + outcome.results.len() * 230);
+    out.extend_from_slice(b"{\"flags\":{");
+    let mut first = true;
+    for &index in &snapshot.by_key {
+        let Some((_, e)) = position
+            .get(index)
+            .and_then(|&at| outcome.results.get(at as usize))
+        else {
+            continue;
+        };
+        let flag = &snapshot.flags[index];
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let key_start = out.len();
+        json(&mut out, &flag.key);
+        let key_end = out.len();
+        out.extend_from_slice(b":{\"key\":");
+        out.extend_from_within(key_start..key_end);
+        out.extend_from_slice(if e.enabled {
+            b",\"enabled\":true,\"variant\":"
+        } else {
+            b",\"enabled\":false,\"variant\":"
+        });
+        match &e.variant {
+            Some(v) => json(&mut out, v),
+            None => out.extend_from_slice(b"null"),
+        }
+        if e.failed {
+            out.extend_from_slice(b",\"failed\":true");
+        }
+        out.extend_from_slice(b",\"reason\":{\"code\":\"");
+        out.extend_from_slice(e.reason.code.as_bytes());
+        out.extend_from_slice(b"\",\"condition_index\":");
+        match e.reason.condition_index {
+            Some(i) => number(&mut out, i as i64),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"description\":\"");
+        // Descriptions are plain ASCII without quotes or backslashes (see `Reason`'s Display).
+        let _ = write!(out, "{}", e.reason);
+        out.extend_from_slice(b"\"},\"metadata\":{\"id\":");
+        number(&mut out, flag.id);
+        out.extend_from_slice(b",\"version\":");
+        number(&mut out, flag.version);
+        out.extend_from_slice(b",\"description\":null,\"payload\":");
+        match &e.payload {
+            Some(p) => json(&mut out, p),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b"}}");
+    }
+    out.extend_from_slice(b"},\"errorsWhileComputingFlags\":");
+    out.extend_from_slice(if outcome.errors { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"requestId\":\"");
+    let mut id = uuid::Uuid::encode_buffer();
+    out.extend_from_slice(
+        uuid::Uuid::new_v4()
+            .hyphenated()
+            .encode_lower(&mut id)
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"\",\"evaluatedAt\":");
+    number(&mut out, Utc::now().timestamp_millis());
+    if with_config {
+        out.extend_from_slice(
+            b",\"config\":{\"enable_collect_everything\":true},\"toolbarParams\":{},\
+              \"isAuthenticated\":false,\"supportedCompression\":[\"gzip\",\"lz64\"],\
+              \"sessionRecording\":false",
+        );
+    }
+    out.push(b'}');
+    out
+}
+
+fn json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    // Writing into a Vec cannot fail, and these values (strings, JSON values) always serialize.
+    let _ = serde_json::to_writer(out, value);
+}
+
+fn number(out: &mut Vec<u8>, n: i64) {
+    let _ = write!(out, "{n}");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use corvid_actors::flags::engine::{Evaluation, Reason};
+    use corvid_actors::flags::model::FlagDefinition;
+    use corvid_actors::flags::store::ProjectFlags;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    fn flag(id: i64, key: &str) -> FlagDefinition {
+        let mut f: FlagDefinition =
+            serde_json::from_value(json!({"id": id, "key": key, "filters": {"groups": []}}))
+                .expect("flag definition");
+        f.version = id + 1;
+        f
+    }
+
+    fn evaluation(enabled: bool, variant: Option<&str>, code: &'static str) -> Evaluation {
+        Evaluation {
+            enabled,
+            variant: variant.map(str::to_string),
+            reason: Reason {
+                code,
+                condition_index: enabled.then_some(1),
+                detail: None,
+            },
+            payload: variant.map(|_| json!({"x": [1, "two"]})),
+            failed: !enabled,
+        }
+    }
+
+    #[test]
+    fn writes_the_v2_shape_in_key_order_with_escaped_keys() {
+        let flags = vec![flag(1, "zeta"), flag(2, "al\"pha\\"), flag(3, "hidden")];
+        let snapshot = Arc::new(ProjectFlags {
+            by_key: vec![1, 2, 0],
+            flags,
+            ..ProjectFlags::default()
+        });
+        let outcome = FlagsOutcome {
+            snapshot,
+            results: vec![
+                (0, evaluation(true, Some("t\u{e9}st"), "condition_match")),
+                (1, evaluation(false, None, "no_condition_match")),
+            ],
+            errors: true,
+        };
+        let bytes = write(&outcome, true);
+        let text = std::str::from_utf8(&bytes).expect("utf-8");
+        let body: Value = serde_json::from_slice(&bytes).expect("valid JSON");
+        assert!(text.find("al\\\"pha").expect("first") < text.find("zeta").expect("second"));
+        assert_eq!(
+            body["flags"]["zeta"],
+            json!({"key": "zeta", "enabled": true, "variant": "t\u{e9}st",
+                   "reason": {"code": "condition_match", "condition_index": 1,
+                              "description": "Matched condition set 2"},
+                   "metadata": {"id": 1, "version": 2, "description": null,
+                                "payload": {"x": [1, "two"]}}})
+        );
+        assert_eq!(
+            body["flags"]["al\"pha\\"],
+            json!({"key": "al\"pha\\", "enabled": false, "variant": null, "failed": true,
+                   "reason": {"code": "no_condition_match", "condition_index": null,
+                              "description": "No matching condition set"},
+                   "metadata": {"id": 2, "version": 3, "description": null, "payload": null}})
+        );
+        assert_eq!(body["flags"].as_object().map(|m| m.len()), Some(2));
+        assert_eq!(body["errorsWhileComputingFlags"], json!(true));
+        assert!(body["requestId"]
+            .as_str()
+            .is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()));
+        assert!(body["evaluatedAt"].as_i64().is_some());
+        assert_eq!(body["supportedCompression"], json!(["gzip", "lz64"]));
+        assert_eq!(body["config"], json!({"enable_collect_everything": true}));
+        let plain: Value = serde_json::from_slice(&write(&outcome, false)).expect("JSON");
+        assert!(plain.get("config").is_none() && plain.get("toolbarParams").is_none());
+    }
+}
