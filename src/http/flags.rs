@@ -389,7 +389,7 @@ async fn evaluate_http(
     };
 
     let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
-    if !evaluated.results.is_empty() {
+    if !evaluated.is_empty() {
         state.persons.count_flag_request(project_id, ctx.now);
     }
 
@@ -463,8 +463,8 @@ fn v2_response(outcome: &FlagsOutcome, with_config: bool) -> HttpResponse {
 fn legacy_body(outcome: &FlagsOutcome) -> Value {
     let mut values = Map::new();
     let mut payloads = Map::new();
-    for (index, e) in &outcome.results {
-        let key = outcome.flag(*index).key.clone();
+    for (index, e) in outcome.returned() {
+        let key = outcome.flag(index).key.clone();
         let value = match (&e.variant, e.enabled) {
             (Some(v), true) => Value::String(v.clone()),
             (_, enabled) => Value::Bool(enabled),
@@ -485,10 +485,9 @@ fn legacy_body(outcome: &FlagsOutcome) -> Value {
 
 fn decide_list_body(outcome: &FlagsOutcome) -> Value {
     let enabled: Vec<&str> = outcome
-        .results
-        .iter()
+        .returned()
         .filter(|(_, e)| e.enabled)
-        .map(|(i, _)| outcome.flag(*i).key.as_str())
+        .map(|(i, _)| outcome.flag(i).key.as_str())
         .collect();
     json!({"featureFlags": enabled, "errorsWhileComputingFlags": outcome.errors})
 }

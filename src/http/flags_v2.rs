@@ -5,29 +5,17 @@
 //! are listed in the snapshot's precomputed key order, each key is escaped once, and reason
 //! codes and descriptions (plain ASCII by construction) are copied without escaping.
 
-use std::io::Write;
-
 use chrono::Utc;
 use corvid_actors::flags::evaluate::FlagsOutcome;
 
 /// The response body. `with_config` adds what `config=true` asks for.
 pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
     let snapshot = &outcome.snapshot;
-    // Position of each flag's result in `outcome.results` (u32::MAX: not returned).
-    let mut position = vec![u32::MAX; snapshot.flags.len()];
-    for (at, (index, _)) in outcome.results.iter().enumerate() {
-        if let Some(p) = position.get_mut(*index) {
-            *p = u32::try_from(at).unwrap_or(u32::MAX);
-        }
-    }
     let mut out = Vec::with_capacity(64 + outcome.results.len() * 230);
     out.extend_from_slice(b"{\"flags\":{");
     let mut first = true;
     for &index in &snapshot.by_key {
-        let Some((_, e)) = position
-            .get(index)
-            .and_then(|&at| outcome.results.get(at as usize))
-        else {
+        let Some(Some(e)) = outcome.results.get(index) else {
             continue;
         };
         let flag = &snapshot.flags[index];
@@ -60,8 +48,12 @@ pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"description\":\"");
-        // Descriptions are plain ASCII without quotes or backslashes (see `Reason`'s Display).
-        let _ = write!(out, "{}", e.reason);
+        // Plain ASCII without quotes or backslashes (see `Reason::description_parts`).
+        let (text, number_after) = e.reason.description_parts();
+        out.extend_from_slice(text.as_bytes());
+        if let Some(n) = number_after {
+            number(&mut out, n as i64);
+        }
         out.extend_from_slice(b"\"},\"metadata\":{\"id\":");
         number(&mut out, flag.id);
         out.extend_from_slice(b",\"version\":");
@@ -102,7 +94,7 @@ fn json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
 }
 
 fn number(out: &mut Vec<u8>, n: i64) {
-    let _ = write!(out, "{n}");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
@@ -149,8 +141,9 @@ mod tests {
         let outcome = FlagsOutcome {
             snapshot,
             results: vec![
-                (0, evaluation(true, Some("t\u{e9}st"), "condition_match")),
-                (1, evaluation(false, None, "no_condition_match")),
+                Some(evaluation(true, Some("t\u{e9}st"), "condition_match")),
+                Some(evaluation(false, None, "no_condition_match")),
+                None,
             ],
             errors: true,
         };

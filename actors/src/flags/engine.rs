@@ -31,21 +31,19 @@ impl Reason {
     pub fn description(&self) -> String {
         self.to_string()
     }
-}
 
-/// The description. Every text is plain ASCII without quotes, backslashes or control
-/// characters, so response writers may copy it into JSON strings without escaping.
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    /// The description as fixed text plus, for a condition match, the 1-based condition number
+    /// that follows it. Every text is plain ASCII without quotes, backslashes or control
+    /// characters, so response writers may copy it into JSON strings without escaping.
+    pub fn description_parts(&self) -> (&'static str, Option<usize>) {
         if let Some(detail) = self.detail {
-            return f.write_str(detail);
+            return (detail, None);
         }
         let text = match self.code {
             "condition_match" => {
-                return write!(
-                    f,
-                    "Matched condition set {}",
-                    self.condition_index.unwrap_or(0) + 1
+                return (
+                    "Matched condition set ",
+                    Some(self.condition_index.unwrap_or(0) + 1),
                 )
             }
             "out_of_rollout_bound" => "Out of rollout bound",
@@ -56,7 +54,16 @@ impl std::fmt::Display for Reason {
             "flag_disabled" => "Feature flag is disabled",
             _ => "Flag cannot be evaluated due to missing dependency",
         };
-        f.write_str(text)
+        (text, None)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.description_parts() {
+            (text, Some(n)) => write!(f, "{text}{n}"),
+            (text, None) => f.write_str(text),
+        }
     }
 }
 

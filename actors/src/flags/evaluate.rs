@@ -20,14 +20,27 @@ use crate::persons::{Group, Person, PersonStore};
 /// The evaluated flags of one request.
 pub struct FlagsOutcome {
     pub snapshot: Arc<ProjectFlags>,
-    /// (index into `snapshot.flags`, result), in flag id order.
-    pub results: Vec<(usize, Evaluation)>,
+    /// One slot per flag of `snapshot.flags` (same index); `None`: not asked for.
+    pub results: Vec<Option<Evaluation>>,
     pub errors: bool,
 }
 
 impl FlagsOutcome {
     pub fn flag(&self, index: usize) -> &FlagDefinition {
         &self.snapshot.flags[index]
+    }
+
+    /// The returned results as (index into `snapshot.flags`, result), in flag id order.
+    pub fn returned(&self) -> impl Iterator<Item = (usize, &Evaluation)> {
+        self.results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+    }
+
+    /// Whether no flag was evaluated for the caller.
+    pub fn is_empty(&self) -> bool {
+        self.results.iter().all(Option::is_none)
     }
 }
 
@@ -206,17 +219,19 @@ pub fn evaluate(
     }
     let results = evaluations
         .into_iter()
+        .zip(wanted)
         .enumerate()
-        .filter(|(i, _)| wanted[*i])
-        .map(|(i, e)| {
-            if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
+        .map(|(i, (e, wanted))| {
+            if !wanted {
+                None
+            } else if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
                 errors = true;
-                (
-                    i,
-                    failed("timeout", "Stored properties could not be read in time"),
-                )
+                Some(failed(
+                    "timeout",
+                    "Stored properties could not be read in time",
+                ))
             } else {
-                (i, e)
+                Some(e)
             }
         })
         .collect();

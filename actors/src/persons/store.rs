@@ -1,6 +1,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -377,7 +377,7 @@ impl PersonStore {
     pub fn count_flag_request(&self, project_id: u64, at: DateTime<Utc>) {
         *self
             .pending_flag_requests
-            .entry((project_id, at.format("%Y-%m").to_string()))
+            .entry((project_id, format!("{:04}-{:02}", at.year(), at.month())))
             .or_insert(0) += 1;
     }
 
