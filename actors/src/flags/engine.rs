@@ -547,6 +547,19 @@ pub fn evaluate_planned(
     cohorts: &HashMap<i64, CohortDefinition>,
     ctx: MatchContext,
 ) -> (Vec<Evaluation>, bool) {
+    let (slots, errors) = evaluate_slots(flags, plan, subject, cohorts, ctx);
+    (slots.into_iter().flatten().collect(), errors)
+}
+
+/// [`evaluate_planned`] as one slot per flag (same index as `flags`), every slot filled, so a
+/// caller can blank the flags it does not return without moving the others.
+pub fn evaluate_slots(
+    flags: &[&FlagDefinition],
+    plan: &EvaluationPlan,
+    subject: &Subject,
+    cohorts: &HashMap<i64, CohortDefinition>,
+    ctx: MatchContext,
+) -> (Vec<Option<Evaluation>>, bool) {
     let mut values: HashMap<i64, FlagValue> = HashMap::new();
     let cohort_memo = std::cell::RefCell::new(HashMap::new());
     let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
@@ -570,11 +583,8 @@ pub fn evaluate_planned(
         }
         results[i] = Some(evaluation);
     }
-    (
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| not_enabled(reason("missing_dependency", None))))
-            .collect(),
-        errors,
-    )
+    for slot in results.iter_mut().filter(|r| r.is_none()) {
+        *slot = Some(not_enabled(reason("missing_dependency", None)));
+    }
+    (results, errors)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::engine::{evaluate_planned, Evaluation, GroupData, Reason, Subject};
+use super::engine::{evaluate_slots, Evaluation, GroupData, Reason, Subject};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
@@ -209,32 +209,25 @@ pub fn evaluate(
     };
     // Dependencies are evaluated with every active flag; only the selected ones are returned.
     let all: Vec<&FlagDefinition> = snapshot.flags.iter().collect();
-    let (evaluations, mut errors) =
-        evaluate_planned(&all, &snapshot.plan, &subject, &snapshot.cohorts, ctx);
-    let mut wanted = vec![false; evaluations.len()];
+    let (mut results, mut errors) =
+        evaluate_slots(&all, &snapshot.plan, &subject, &snapshot.cohorts, ctx);
+    let mut wanted = vec![false; results.len()];
     for &i in selected {
         if let Some(w) = wanted.get_mut(i) {
             *w = true;
         }
     }
-    let results = evaluations
-        .into_iter()
-        .zip(wanted)
-        .enumerate()
-        .map(|(i, (e, wanted))| {
-            if !wanted {
-                None
-            } else if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
-                errors = true;
-                Some(failed(
-                    "timeout",
-                    "Stored properties could not be read in time",
-                ))
-            } else {
-                Some(e)
-            }
-        })
-        .collect();
+    for (i, slot) in results.iter_mut().enumerate() {
+        if !wanted[i] {
+            *slot = None;
+        } else if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
+            errors = true;
+            *slot = Some(failed(
+                "timeout",
+                "Stored properties could not be read in time",
+            ));
+        }
+    }
     FlagsOutcome {
         snapshot,
         results,

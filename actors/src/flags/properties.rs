@@ -133,6 +133,16 @@ fn eq_lowercase(a: &str, b: &str) -> bool {
         .eq(b.chars().flat_map(char::to_lowercase))
 }
 
+/// `hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())` without allocating
+/// (the server lowercases ASCII only).
+fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    needle.is_empty()
+        || hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
 fn match_value(
     operator: &str,
     expected: &Value,
@@ -144,13 +154,13 @@ fn match_value(
     Some(match operator {
         "exact" => exact(expected, actual),
         "is_not" => !exact(expected, actual),
-        "icontains" => lower(&text()).contains(&lower(&to_text(expected))),
-        "not_icontains" => !lower(&text()).contains(&lower(&to_text(expected))),
+        "icontains" => contains_ignore_ascii_case(&text(), &to_text(expected)),
+        "not_icontains" => !contains_ignore_ascii_case(&text(), &to_text(expected)),
         "icontains_multi" | "not_icontains_multi" => {
-            let hay = lower(&text());
+            let hay = text();
             let any = as_list(expected)
                 .iter()
-                .any(|v| hay.contains(&lower(&to_text(v))));
+                .any(|v| contains_ignore_ascii_case(&hay, &to_text(v)));
             any == (operator == "icontains_multi")
         }
         "starts_with" => lower(&text()).starts_with(&lower(&to_text(expected))),
@@ -603,5 +613,20 @@ mod tests {
             &props,
             &ctx()
         ));
+    }
+
+    proptest::proptest! {
+        // The allocation-free search agrees with lowercasing both sides (ASCII only, as the
+        // server does), for any text including non-ASCII and empty needles.
+        #[test]
+        fn ascii_case_insensitive_contains_agrees_with_lowercasing(
+            hay in "[a-cA-C\u{e9}\u{c9} ]{0,12}",
+            needle in "[a-cA-C\u{e9}\u{c9} ]{0,4}",
+        ) {
+            proptest::prop_assert_eq!(
+                contains_ignore_ascii_case(&hay, &needle),
+                hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
+            );
+        }
     }
 }
