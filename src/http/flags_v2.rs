@@ -2,8 +2,9 @@
 //!
 //! This is the hot path of `/flags`: with hundreds of flags, building a JSON tree or a sorted
 //! map of typed records and serializing it cost as much as evaluating the flags. Here flags
-//! are listed in the snapshot's precomputed key order, each key is escaped once, and reason
-//! codes and descriptions (plain ASCII by construction) are copied without escaping.
+//! are listed in the snapshot's precomputed key order, the JSON that depends only on a flag's
+//! definition (escaped key, id, version) is copied from the snapshot's `v2_fragments`, and
+//! reason codes and descriptions (plain ASCII by construction) are copied without escaping.
 
 use chrono::Utc;
 use corvid_actors::flags::evaluate::FlagsOutcome;
@@ -18,20 +19,18 @@ pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
         let Some(Some(e)) = outcome.results.get(index) else {
             continue;
         };
-        let flag = &snapshot.flags[index];
+        let Some(fragments) = snapshot.v2_fragments.get(index) else {
+            continue;
+        };
         if !first {
             out.push(b',');
         }
         first = false;
-        let key_start = out.len();
-        json(&mut out, &flag.key);
-        let key_end = out.len();
-        out.extend_from_slice(b":{\"key\":");
-        out.extend_from_within(key_start..key_end);
+        out.extend_from_slice(fragments.head.as_bytes());
         out.extend_from_slice(if e.enabled {
-            b",\"enabled\":true,\"variant\":"
+            b"true,\"variant\":"
         } else {
-            b",\"enabled\":false,\"variant\":"
+            b"false,\"variant\":"
         });
         match &e.variant {
             Some(v) => json(&mut out, v),
@@ -54,11 +53,8 @@ pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
         if let Some(n) = number_after {
             number(&mut out, n as i64);
         }
-        out.extend_from_slice(b"\"},\"metadata\":{\"id\":");
-        number(&mut out, flag.id);
-        out.extend_from_slice(b",\"version\":");
-        number(&mut out, flag.version);
-        out.extend_from_slice(b",\"description\":null,\"payload\":");
+        out.extend_from_slice(b"\"}");
+        out.extend_from_slice(fragments.metadata.as_bytes());
         match &e.payload {
             Some(p) => json(&mut out, p),
             None => out.extend_from_slice(b"null"),
@@ -99,6 +95,7 @@ fn number(out: &mut Vec<u8>, n: i64) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
     use std::sync::Arc;
 
     use corvid_actors::flags::engine::{Evaluation, Reason};
@@ -133,11 +130,7 @@ mod tests {
     #[test]
     fn writes_the_v2_shape_in_key_order_with_escaped_keys() {
         let flags = vec![flag(1, "zeta"), flag(2, "al\"pha\\"), flag(3, "hidden")];
-        let snapshot = Arc::new(ProjectFlags {
-            by_key: vec![1, 2, 0],
-            flags,
-            ..ProjectFlags::default()
-        });
+        let snapshot = Arc::new(ProjectFlags::new(flags, HashMap::new(), HashMap::new()));
         let outcome = FlagsOutcome {
             snapshot,
             results: vec![

@@ -49,6 +49,54 @@ pub struct ProjectFlags {
     pub plan: EvaluationPlan,
     /// Indexes of `flags` sorted by key: the order responses list flags in.
     pub by_key: Vec<usize>,
+    /// Per flag (same index as `flags`), the fixed JSON around its `/flags?v=2` entry, so the
+    /// hot path copies it instead of escaping and formatting it on every request.
+    pub v2_fragments: Vec<V2Fragments>,
+}
+
+/// The parts of a flag's `v=2` entry that depend only on its definition.
+#[derive(Debug, Default)]
+pub struct V2Fragments {
+    /// `"<key>":{"key":"<key>","enabled":` (key JSON-escaped).
+    pub head: Box<str>,
+    /// `,"metadata":{"id":<id>,"version":<version>,"description":null,"payload":`.
+    pub metadata: Box<str>,
+}
+
+impl V2Fragments {
+    fn new(flag: &FlagDefinition) -> V2Fragments {
+        let key = serde_json::to_string(&flag.key).unwrap_or_else(|_| "\"\"".into());
+        V2Fragments {
+            head: format!("{key}:{{\"key\":{key},\"enabled\":").into(),
+            metadata: format!(
+                ",\"metadata\":{{\"id\":{},\"version\":{},\"description\":null,\"payload\":",
+                flag.id, flag.version
+            )
+            .into(),
+        }
+    }
+}
+
+impl ProjectFlags {
+    /// Compiles a snapshot: dependency plan, response order and response fragments.
+    pub fn new(
+        flags: Vec<FlagDefinition>,
+        cohorts: HashMap<i64, CohortDefinition>,
+        static_members: HashMap<String, Vec<i64>>,
+    ) -> ProjectFlags {
+        let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
+        let mut by_key: Vec<usize> = (0..flags.len()).collect();
+        by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
+        let v2_fragments = flags.iter().map(V2Fragments::new).collect();
+        ProjectFlags {
+            flags,
+            cohorts,
+            static_members,
+            plan,
+            by_key,
+            v2_fragments,
+        }
+    }
 }
 
 pub struct FlagStore {
@@ -215,16 +263,7 @@ impl FlagStore {
             }
             cohorts.insert(c.definition.id, c.definition);
         }
-        let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
-        let mut by_key: Vec<usize> = (0..flags.len()).collect();
-        by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
-        let snapshot = Arc::new(ProjectFlags {
-            flags,
-            cohorts,
-            static_members,
-            plan,
-            by_key,
-        });
+        let snapshot = Arc::new(ProjectFlags::new(flags, cohorts, static_members));
         self.snapshots.insert(project_id, Arc::clone(&snapshot));
         Ok(snapshot)
     }
