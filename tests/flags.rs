@@ -606,6 +606,11 @@ fn legacy_decide_shapes() {
     );
     assert_eq!(decide("4")["flags"]["off"]["enabled"], false);
     assert_eq!(decide("3")["config"]["enable_collect_everything"], true);
+    // `/decide` includes the config unless `config=false`, in the v2 shape too.
+    let v4 = decide("4");
+    assert_eq!(v4["config"]["enable_collect_everything"], true);
+    assert_eq!(v4["supportedCompression"], json!(["gzip", "lz64"]));
+    assert_eq!(v4["flags"]["on"]["reason"]["code"], "condition_match");
 }
 
 #[test]

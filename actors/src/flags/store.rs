@@ -37,8 +37,9 @@ pub struct CohortRecord {
     pub created_at: DateTime<Utc>,
 }
 
-/// What evaluation reads for one project: immutable, swapped whole on every change.
-#[derive(Debug, Default)]
+/// What evaluation reads for one project: immutable, swapped whole on every change. Built
+/// only by [`ProjectFlags::new`], so the derived parts always match `flags`.
+#[derive(Debug)]
 pub struct ProjectFlags {
     /// Active, non-deleted flags, in id order.
     pub flags: Vec<FlagDefinition>,
