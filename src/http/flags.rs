@@ -500,13 +500,13 @@ fn decide_map_body(outcome: &FlagsOutcome) -> Value {
     legacy
 }
 
+/// Adds [`super::flags_v2::CONFIG_FIELDS`] to a legacy or `/decide` body.
 fn add_config(body: &mut Value) {
+    let fields: Map<String, Value> =
+        serde_json::from_str(&format!("{{{}}}", super::flags_v2::CONFIG_FIELDS))
+            .unwrap_or_default();
     if let Some(obj) = body.as_object_mut() {
-        obj.insert("config".into(), json!({"enable_collect_everything": true}));
-        obj.insert("toolbarParams".into(), json!({}));
-        obj.insert("isAuthenticated".into(), json!(false));
-        obj.insert("supportedCompression".into(), json!(["gzip", "lz64"]));
-        obj.insert("sessionRecording".into(), json!(false));
+        obj.extend(fields);
     }
 }
 

@@ -9,6 +9,12 @@
 use chrono::Utc;
 use corvid_actors::flags::evaluate::FlagsOutcome;
 
+/// What `config=true` adds to a flags response (every shape), as the members of a JSON
+/// object without its braces.
+pub const CONFIG_FIELDS: &str = "\"config\":{\"enable_collect_everything\":true},\
+    \"toolbarParams\":{},\"isAuthenticated\":false,\
+    \"supportedCompression\":[\"gzip\",\"lz64\"],\"sessionRecording\":false";
+
 /// The response body. `with_config` adds what `config=true` asks for.
 pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
     let snapshot = &outcome.snapshot;
@@ -74,11 +80,8 @@ pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
     out.extend_from_slice(b"\",\"evaluatedAt\":");
     number(&mut out, Utc::now().timestamp_millis());
     if with_config {
-        out.extend_from_slice(
-            b",\"config\":{\"enable_collect_everything\":true},\"toolbarParams\":{},\
-              \"isAuthenticated\":false,\"supportedCompression\":[\"gzip\",\"lz64\"],\
-              \"sessionRecording\":false",
-        );
+        out.push(b',');
+        out.extend_from_slice(CONFIG_FIELDS.as_bytes());
     }
     out.push(b'}');
     out
@@ -125,6 +128,18 @@ mod tests {
             payload: variant.map(|_| json!({"x": [1, "two"]})),
             failed: !enabled,
         }
+    }
+
+    #[test]
+    fn config_fields_are_one_json_object_body() {
+        let fields: serde_json::Map<String, Value> =
+            serde_json::from_str(&format!("{{{CONFIG_FIELDS}}}")).expect("valid JSON members");
+        assert_eq!(
+            Value::Object(fields),
+            json!({"config": {"enable_collect_everything": true}, "toolbarParams": {},
+                   "isAuthenticated": false, "supportedCompression": ["gzip", "lz64"],
+                   "sessionRecording": false})
+        );
     }
 
     #[test]

@@ -536,23 +536,13 @@ pub fn evaluate_all(
     cohorts: &HashMap<i64, CohortDefinition>,
     ctx: MatchContext,
 ) -> (Vec<Evaluation>, bool) {
-    evaluate_planned(flags, &EvaluationPlan::new(flags), subject, cohorts, ctx)
-}
-
-/// [`evaluate_all`] with a precomputed plan for the same `flags`.
-pub fn evaluate_planned(
-    flags: &[&FlagDefinition],
-    plan: &EvaluationPlan,
-    subject: &Subject,
-    cohorts: &HashMap<i64, CohortDefinition>,
-    ctx: MatchContext,
-) -> (Vec<Evaluation>, bool) {
-    let (slots, errors) = evaluate_slots(flags, plan, subject, cohorts, ctx);
+    let (slots, errors) = evaluate_slots(flags, &EvaluationPlan::new(flags), subject, cohorts, ctx);
     (slots.into_iter().flatten().collect(), errors)
 }
 
-/// [`evaluate_planned`] as one slot per flag (same index as `flags`), every slot filled, so a
-/// caller can blank the flags it does not return without moving the others.
+/// [`evaluate_all`] with a precomputed plan for the same `flags`, as one slot per flag (same
+/// index as `flags`), every slot filled, so a caller can blank the flags it does not return
+/// without moving the others.
 pub fn evaluate_slots(
     flags: &[&FlagDefinition],
     plan: &EvaluationPlan,
