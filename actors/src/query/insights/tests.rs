@@ -113,6 +113,27 @@ fn breakdown_with_other_and_null_buckets() {
             (json!("$$_posthog_breakdown_other_$$"), vec![1, 1, 0]),
         ]
     );
+    // Limit 2: Firefox and Safari tie on one pageview each; the tie goes by value, so
+    // Firefox stays and Safari alone is Other.
+    let (r, more) = trends(
+        &f,
+        "UTC",
+        json!({"series": [{"event": "$pageview"}], "dateRange": range("2024-01-01", "2024-01-03"),
+               "breakdownFilter": {"breakdown": "$browser", "breakdown_limit": 2}}),
+    );
+    assert!(more);
+    let by: Vec<(Value, Vec<i64>)> = r
+        .iter()
+        .map(|s| (s["breakdown_value"].clone(), data(s)))
+        .collect();
+    assert_eq!(
+        by,
+        vec![
+            (json!("Chrome"), vec![1, 1, 1]),
+            (json!("Firefox"), vec![1, 0, 0]),
+            (json!("$$_posthog_breakdown_other_$$"), vec![0, 1, 0]),
+        ]
+    );
     // Dave's purchase has no $browser: the null bucket.
     let (r, _) = trends(
         &f,

@@ -273,17 +273,17 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
             _ => None,
         };
         if let (Some(combine), false, None) = (combine, breakdowns.is_empty(), window) {
+            // DataFusion inlines a CTE wherever it is named, so the ranking reads the partial
+            // results through window functions over `a{i}` instead of joining `a{i}` to an
+            // aggregate of itself (which would scan the events twice). A breakdown value's
+            // rank orders by its total count, then by value: `dense_rank` over that key
+            // numbers distinct values 1, 2, … exactly as `row_number` over the values would.
             let list = bcols.join(", ");
-            let on = bcols
-                .iter()
-                .map(|c| format!("a{i}.{c} = t{i}.{c}"))
-                .collect::<Vec<_>>()
-                .join(" AND ");
             let ranked: Vec<String> = bcols
                 .iter()
                 .map(|c| {
                     format!(
-                        "CASE WHEN t{i}.rn <= {} THEN a{i}.{c} ELSE {other} END AS r{c}",
+                        "CASE WHEN rn <= {} THEN {c} ELSE {other} END AS r{c}",
                         breakdown.limit()
                     )
                 })
@@ -293,11 +293,14 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
                 "a{i} AS (SELECT bucket, {list}, {aggregate} AS value, count(*) AS n FROM s{i} GROUP BY bucket, {list})"
             ));
             ctes.push(format!(
-                "t{i} AS (SELECT {list}, row_number() OVER (ORDER BY sum(n) DESC, {list}) AS rn FROM a{i} GROUP BY {list})"
+                "w{i} AS (SELECT bucket, {list}, value, sum(n) OVER (PARTITION BY {list}) AS total FROM a{i})"
+            ));
+            ctes.push(format!(
+                "t{i} AS (SELECT bucket, {list}, value, dense_rank() OVER (ORDER BY total DESC, {list}) AS rn FROM w{i})"
             ));
             selects.push(format!(
-                "SELECT {i} AS series, a{i}.bucket AS bucket, {}, CAST({combine}(a{i}.value) AS DOUBLE) AS value \
-                 FROM a{i} JOIN t{i} ON {on} GROUP BY a{i}.bucket, {}",
+                "SELECT {i} AS series, bucket, {}, CAST({combine}(value) AS DOUBLE) AS value \
+                 FROM t{i} GROUP BY bucket, {}",
                 ranked.join(", "),
                 out_b.join(", ")
             ));
@@ -434,8 +437,10 @@ pub fn shape(plan: &TrendsPlan, rows: &[Vec<Value>]) -> (Vec<Value>, bool) {
         .map(|b| dates::label(*b, plan.interval))
         .collect();
     let many_series = plan.query.series.len() > 1;
-    let mut out: Vec<(usize, f64, String, Value)> = Vec::new();
+    // (series, is "Other", count, label, item)
+    let mut out: Vec<(usize, bool, f64, String, Value)> = Vec::new();
     for ((series, values), data) in grouped {
+        let other = values.iter().any(|v| v == BREAKDOWN_OTHER);
         let node = &plan.query.series[series];
         let name = node.event.clone().unwrap_or_else(|| "All events".into());
         let count: f64 = data.iter().sum();
@@ -477,12 +482,14 @@ pub fn shape(plan: &TrendsPlan, rows: &[Vec<Value>]) -> (Vec<Value>, bool) {
         if let Some(b) = breakdown_value {
             item["breakdown_value"] = b;
         }
-        out.push((series, count, label, item));
+        out.push((series, other, count, label, item));
     }
+    // Within a series: largest first, ties by label; "Other" (the folded tail) always last.
     out.sort_by(|a, b| {
         a.0.cmp(&b.0)
-            .then(b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal))
-            .then(a.2.cmp(&b.2))
+            .then(a.1.cmp(&b.1))
+            .then(b.2.partial_cmp(&a.2).unwrap_or(std::cmp::Ordering::Equal))
+            .then(a.3.cmp(&b.3))
     });
     (out.into_iter().map(|(.., item)| item).collect(), has_other)
 }
