@@ -135,6 +135,10 @@ pub struct QueryConfig {
     pub max_rows: NonZeroUsize,
     /// Query runtime threads; 0 means one per core.
     pub threads: usize,
+    /// DataFusion session options for every query (`[query.datafusion]`), e.g.
+    /// `"datafusion.execution.batch_size" = "16384"`; an unknown key or bad value stops startup.
+    #[serde(default)]
+    pub datafusion: std::collections::BTreeMap<String, String>,
 }
 
 /// `[endpoints]`: results cache, materializer, execution logs and run rate limits.
@@ -453,6 +457,11 @@ impl Config {
             default_rows: q.default_rows.get().min(q.max_rows.get()),
             max_rows: q.max_rows.get(),
             threads,
+            datafusion_options: q
+                .datafusion
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 

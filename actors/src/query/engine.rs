@@ -23,6 +23,7 @@ use super::functions;
 use super::hogql::{use_materialized, Prepared, RowLimits};
 use super::results;
 use super::tables;
+use super::uniq;
 use crate::ingest::columns::PropertyColumns;
 use crate::ingest::read::{snapshot, Tail};
 use crate::ingest::segment;
@@ -38,9 +39,25 @@ pub struct QuerySettings {
     pub max_rows: usize,
     /// Worker threads of the query runtime (and DataFusion's target partitions).
     pub threads: usize,
+    /// DataFusion session options (`datafusion.execution.batch_size` = "16384", …) set on
+    /// every query's session; checked when the engine is built.
+    pub datafusion_options: Vec<(String, String)>,
 }
 
 impl QuerySettings {
+    /// The session options every query runs with.
+    fn session_config(&self) -> Result<SessionConfig, QueryError> {
+        let mut config = SessionConfig::new()
+            .with_target_partitions(self.threads.max(1))
+            .with_information_schema(false);
+        for (key, value) in &self.datafusion_options {
+            config.options_mut().set(key, value).map_err(|e| {
+                QueryError::Invalid(format!("query.datafusion option {key} = {value:?}: {e}"))
+            })?;
+        }
+        Ok(config)
+    }
+
     pub fn row_limits(&self) -> RowLimits {
         RowLimits {
             default_rows: self.default_rows,
@@ -140,7 +157,11 @@ pub struct QueryEngine {
 }
 
 impl QueryEngine {
+    /// Fails when a `datafusion_options` entry is not a DataFusion option or not a valid value.
     pub fn new(settings: QuerySettings, sources: Sources) -> std::io::Result<QueryEngine> {
+        settings
+            .session_config()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(settings.threads.max(1))
             .thread_name("corvid-query")
@@ -319,13 +340,12 @@ fn session(
         cache_manager: Arc::clone(&sources.runtime.cache_manager),
         object_store_registry: Arc::clone(&sources.runtime.object_store_registry),
     });
-    let config = SessionConfig::new()
-        .with_target_partitions(settings.threads.max(1))
-        .with_information_schema(false);
+    let config = settings.session_config()?;
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     for udf in functions::all() {
         ctx.register_udf(udf);
     }
+    ctx.register_udaf(uniq::udaf());
     let wants = |name: &str| prepared.tables.contains(name);
     let mut events = None;
     if wants("events") {

@@ -23,6 +23,7 @@ use serde_json::Value as Json;
 
 use super::error::QueryError;
 use super::functions::JsonKind;
+use super::uniq::UNIQ;
 
 /// How deep expressions may nest before the parser refuses (stack safety).
 const RECURSION_LIMIT: usize = 200;
@@ -895,11 +896,20 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
                 t("count(CASE WHEN __a1 THEN __a0 END)")
             }
         }
-        "uniq" | "uniqexact" | "uniqcombined" | "uniqcombined64" | "uniqhll12" | "uniqtheta" => {
+        // ClickHouse's estimating `uniq*` family: distinct 64-bit hashes (see `uniq`).
+        "uniq" | "uniqcombined" | "uniqcombined64" | "uniqhll12" | "uniqtheta" => {
+            arity(&name, a, &[1])?;
+            t(&format!("{UNIQ}(__a0)"))
+        }
+        "uniqif" => {
+            arity(&name, a, &[2])?;
+            t(&format!("{UNIQ}(CASE WHEN __a1 THEN __a0 END)"))
+        }
+        "uniqexact" => {
             arity(&name, a, &[1])?;
             t("count(DISTINCT __a0)")
         }
-        "uniqif" | "uniqexactif" => {
+        "uniqexactif" => {
             arity(&name, a, &[2])?;
             t("count(DISTINCT CASE WHEN __a1 THEN __a0 END)")
         }

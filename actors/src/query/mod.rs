@@ -12,6 +12,7 @@ pub mod hogql;
 pub mod insights;
 pub mod results;
 pub mod tables;
+pub mod uniq;
 
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;

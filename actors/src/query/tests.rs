@@ -63,6 +63,7 @@ pub(crate) fn settings() -> QuerySettings {
         default_rows: 10_000,
         max_rows: 50_000,
         threads: 2,
+        datafusion_options: Vec::new(),
     }
 }
 
@@ -336,6 +337,103 @@ fn aggregate_functions() {
     assert_eq!(f.one("SELECT count(DISTINCT event) FROM events"), json!(3));
 }
 
+/// Segments are sorted by event with small pages, so a filter on `event` skips the other
+/// events' pages of every column: the counts must still be exact, also combined with a
+/// timestamp range and over a property column.
+#[test]
+fn event_filters_over_many_pages_count_every_row() {
+    let names = [
+        "$autocapture",
+        "$pageleave",
+        "$pageview",
+        "signup",
+        "zz_rare",
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    let events: Vec<StoredEvent> = (0..40_000)
+        .map(|i| {
+            let name = names[[0, 2, 2, 1, 0, 2, 3, 2, 0, 2][i % 10]];
+            let name = if i % 997 == 0 { names[4] } else { name };
+            let hour = (i * 7) % 24;
+            let browser = if i % 3 == 0 { "Chrome" } else { "Safari" };
+            *expected.entry((name, hour < 12, browser)).or_insert(0i64) += 1;
+            event(
+                1,
+                name,
+                &format!("u{}", i % 300),
+                &format!("2024-03-01T{hour:02}:{:02}:00Z", i % 60),
+                json!({"$browser": browser}),
+            )
+        })
+        .collect();
+    let f = Fixture::new(events, Vec::new());
+    for name in names {
+        let all: i64 = expected
+            .iter()
+            .filter(|((n, _, _), _)| *n == name)
+            .map(|(_, c)| c)
+            .sum();
+        let sql = format!("SELECT count() FROM events WHERE event = '{name}'");
+        assert_eq!(f.one(&sql), json!(all), "{sql}");
+        let morning_chrome = expected.get(&(name, true, "Chrome")).copied().unwrap_or(0);
+        let sql = format!(
+            "SELECT count() FROM events WHERE event = '{name}' AND properties.$browser = 'Chrome' \
+             AND timestamp < toDateTime('2024-03-01 12:00:00')"
+        );
+        assert_eq!(f.one(&sql), json!(morning_chrome), "{sql}");
+    }
+}
+
+/// `uniq` counts hashes rather than values: over several segments, the tail and many groups it
+/// must still agree with the exact count, skip nulls and honour `uniqIf`'s condition.
+#[test]
+fn uniq_agrees_with_exact_counts_across_segments_groups_and_nulls() {
+    let names = ["a", "b", "c", "d", "e", "f", "g"];
+    let make = |i: usize, day: usize| {
+        let props = if i % 5 == 0 {
+            json!({})
+        } else {
+            json!({"plan": format!("p{}", i % 37)})
+        };
+        event(
+            1,
+            names[i % names.len()],
+            &format!("user-{}", (i * 7919) % 1_013),
+            &format!("2024-05-{:02}T{:02}:00:00Z", day + 1, i % 24),
+            props,
+        )
+    };
+    let segments: Vec<StoredEvent> = (0..6_000).map(|i| make(i, i % 4)).collect();
+    let tail: Vec<StoredEvent> = (6_000..6_500).map(|i| make(i, 5)).collect();
+    let f = Fixture::new(segments, tail);
+    let grouped = f.rows(
+        "SELECT event, uniq(distinct_id), uniqExact(distinct_id), uniq(properties.plan), \
+         count(DISTINCT properties.plan), uniqIf(distinct_id, toDayOfMonth(timestamp) < 3), \
+         uniqExactIf(distinct_id, toDayOfMonth(timestamp) < 3) FROM events GROUP BY event ORDER BY event",
+    );
+    assert_eq!(grouped.len(), names.len());
+    for row in &grouped {
+        assert_eq!(row[1], row[2], "uniq vs exact distinct ids: {row:?}");
+        assert_eq!(
+            row[3], row[4],
+            "uniq skips missing plans like count(DISTINCT): {row:?}"
+        );
+        assert_eq!(row[5], row[6], "uniqIf vs uniqExactIf: {row:?}");
+        assert!(
+            row[5].as_i64() < row[1].as_i64(),
+            "the condition filters: {row:?}"
+        );
+    }
+    assert_eq!(
+        f.one("SELECT uniq(distinct_id) FROM events"),
+        f.one("SELECT count(DISTINCT distinct_id) FROM events")
+    );
+    assert_eq!(
+        f.one("SELECT uniq(properties.nothing) FROM events"),
+        json!(0)
+    );
+}
+
 #[test]
 fn date_functions() {
     let f = standard();
@@ -605,6 +703,49 @@ fn memory_limit_is_a_clear_error() {
         .run("SELECT distinct_id, properties, count() FROM events GROUP BY distinct_id, properties ORDER BY properties")
         .expect_err("over the limit");
     assert!(matches!(err, QueryError::MemoryLimit { .. }), "{err:?}");
+}
+
+/// `[query.datafusion]` options reach every query's session; a bad one stops the engine
+/// from being built (so the server refuses to start) instead of failing each query.
+#[test]
+fn datafusion_options_apply_and_bad_ones_are_refused() {
+    let events: Vec<StoredEvent> = (0..100)
+        .map(|i| event(1, "e", &format!("u{i}"), "2024-01-01T00:00:00Z", json!({})))
+        .collect();
+    let f = Fixture::with_settings(
+        events,
+        vec![],
+        QuerySettings {
+            datafusion_options: vec![("datafusion.execution.batch_size".into(), "7".into())],
+            ..settings()
+        },
+    );
+    assert_eq!(f.one("SELECT count() FROM events"), json!(100));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new()
+        .path(dir.path().join("meta"))
+        .open()
+        .expect("sled");
+    for bad in [
+        ("datafusion.execution.no_such_option", "1"),
+        ("datafusion.execution.batch_size", "many"),
+    ] {
+        let sources = Sources::new(
+            dir.path().join("events"),
+            vec![],
+            Arc::new(PersonStore::open(&db).expect("persons")),
+            Arc::new(PropertyColumns::open(&db, vec![]).expect("columns")),
+        );
+        let settings = QuerySettings {
+            datafusion_options: vec![(bad.0.into(), bad.1.into())],
+            ..settings()
+        };
+        let Err(err) = QueryEngine::new(settings, sources) else {
+            panic!("{bad:?} accepted");
+        };
+        assert!(err.to_string().contains(bad.0), "{err}");
+    }
 }
 
 #[test]
