@@ -269,7 +269,10 @@ impl Compactor {
             if rows >= self.config.sample_rows {
                 break;
             }
-            for e in read_segment(file).map_err(std::io::Error::other)? {
+            // Segments are sorted by event: sample evenly across the file, not its first rows.
+            let events = read_segment(file).map_err(std::io::Error::other)?;
+            let step = events.len().div_ceil(self.config.sample_rows - rows).max(1);
+            for e in events.iter().step_by(step) {
                 if rows >= self.config.sample_rows {
                     break;
                 }

@@ -16,8 +16,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
 use crate::query::functions::{json_path, property_text, PathStep};
@@ -193,21 +194,38 @@ pub enum SegmentError {
     Layout(String),
 }
 
-/// Writes rows (sorted by timestamp) to `path` as Parquet with zstd, and fsyncs it.
+/// Rows per data page: small enough that the page index of a sorted `event` column lets a
+/// reader skip the pages (of every column) holding other events.
+const PAGE_ROWS: usize = 8 * 1024;
+
+/// Writes rows to `path` as Parquet with zstd, and fsyncs it.
+///
+/// Rows are sorted by `(event, timestamp)`, as PostHog's ClickHouse table orders each day:
+/// most queries name an event, and with each event's rows together the `event` column's page
+/// statistics let the reader skip every page of the other events (and the column is a few
+/// runs). Timestamps, increasing within each event, are delta-encoded: a few bits per row
+/// instead of eight bytes for zstd to decompress.
 pub fn write_segment(
     path: &Path,
     events: &mut [&StoredEvent],
     materialized: &[String],
 ) -> Result<(), SegmentError> {
-    events.sort_by_key(|e| e.timestamp);
+    events.sort_by(|a, b| a.event.cmp(&b.event).then(a.timestamp.cmp(&b.timestamp)));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let file = File::create(path)?;
-    let props = WriterProperties::builder()
+    let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_max_row_group_row_count(Some(128 * 1024))
-        .build();
+        .set_data_page_row_count_limit(PAGE_ROWS);
+    for name in ["timestamp", "created_at"] {
+        let column = ColumnPath::from(name);
+        props = props
+            .set_column_dictionary_enabled(column.clone(), false)
+            .set_column_encoding(column, Encoding::DELTA_BINARY_PACKED);
+    }
+    let props = props.build();
     let mut writer = ArrowWriter::try_new(file, schema_with(materialized), Some(props))?;
     for chunk in events.chunks(64 * 1024) {
         writer.write(&to_record_batch_with(chunk, materialized)?)?;
