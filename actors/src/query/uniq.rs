@@ -8,8 +8,9 @@
 //! hash: with n distinct values the chance of any collision is about n² / 2⁶⁵ (under 10⁻⁸ for a
 //! million values). `uniqExact` stays `count(DISTINCT x)`.
 //!
-//! Partial results move between partitions as the set's hashes, little-endian, in one binary
-//! value per group.
+//! Partial results move between partitions as the set's hashes in ascending order,
+//! little-endian, in one binary value per group: the final phase of an ungrouped `uniq` unions
+//! those sorted runs in one linear pass instead of inserting every hash into a set again.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -142,23 +143,60 @@ fn insert_counted(set: &mut HashesSet, hashes: &[u64], valid: Option<&NullBuffer
     }
 }
 
-fn serialize(set: &HashesSet, out: &mut Vec<u8>) {
+/// The partial state of `set` ∪ `merged` (`merged` ascending, no repeats): ascending hashes.
+fn serialize(set: &HashesSet, merged: &[u64], out: &mut Vec<u8>) {
+    let mut hashes: Vec<u64> = set.iter().copied().collect();
+    hashes.sort_unstable();
+    let all = union_sorted(&hashes, merged);
     out.clear();
-    out.reserve(set.len() * size_of::<u64>());
-    for h in set {
+    out.reserve(all.len() * size_of::<u64>());
+    for h in all {
         out.extend_from_slice(&h.to_le_bytes());
     }
 }
 
-fn merge_serialized(set: &mut HashesSet, bytes: &[u8]) -> DfResult<()> {
+fn decode(bytes: &[u8]) -> DfResult<Vec<u64>> {
     if bytes.len() % size_of::<u64>() != 0 {
         return exec_err!("{UNIQ}: partial state of {} bytes", bytes.len());
     }
-    set.extend(
-        bytes
-            .chunks_exact(size_of::<u64>())
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())),
-    );
+    Ok(bytes
+        .chunks_exact(size_of::<u64>())
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect())
+}
+
+fn strictly_ascending(v: &[u64]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
+}
+
+/// Union of two ascending runs without repeats, ascending.
+fn union_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push(a[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
+
+fn merge_serialized(set: &mut HashesSet, bytes: &[u8]) -> DfResult<()> {
+    set.extend(decode(bytes)?);
     Ok(())
 }
 
@@ -174,13 +212,21 @@ fn count(set: &HashesSet) -> i64 {
 /// `uniq` without GROUP BY (one set).
 #[derive(Default)]
 struct UniqAccumulator {
+    /// Hashes of the rows this accumulator saw.
     set: HashesSet,
+    /// Union of the partial states merged in: ascending, no repeats.
+    merged: Vec<u64>,
     scratch: Vec<u64>,
 }
 
 impl std::fmt::Debug for UniqAccumulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "UniqAccumulator({} hashes)", self.set.len())
+        write!(
+            f,
+            "UniqAccumulator({} + {} hashes)",
+            self.set.len(),
+            self.merged.len()
+        )
     }
 }
 
@@ -195,16 +241,22 @@ impl Accumulator for UniqAccumulator {
     }
 
     fn evaluate(&mut self) -> DfResult<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(count(&self.set))))
+        let merged_only = self.merged.iter().filter(|h| !self.set.contains(h)).count();
+        let n = self.set.len() + merged_only;
+        Ok(ScalarValue::Int64(Some(
+            i64::try_from(n).unwrap_or(i64::MAX),
+        )))
     }
 
     fn size(&self) -> usize {
-        size_of::<Self>() + set_bytes(&self.set) + self.scratch.capacity() * size_of::<u64>()
+        size_of::<Self>()
+            + set_bytes(&self.set)
+            + (self.merged.capacity() + self.scratch.capacity()) * size_of::<u64>()
     }
 
     fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
         let mut bytes = Vec::new();
-        serialize(&self.set, &mut bytes);
+        serialize(&self.set, &self.merged, &mut bytes);
         Ok(vec![ScalarValue::Binary(Some(bytes))])
     }
 
@@ -214,7 +266,12 @@ impl Accumulator for UniqAccumulator {
         };
         let states = states.as_binary::<i32>();
         for row in states.iter().flatten() {
-            merge_serialized(&mut self.set, row)?;
+            let hashes = decode(row)?;
+            if strictly_ascending(&hashes) {
+                self.merged = union_sorted(&self.merged, &hashes);
+            } else {
+                self.set.extend(hashes);
+            }
         }
         Ok(())
     }
@@ -314,7 +371,7 @@ impl GroupsAccumulator for UniqGroups {
         let mut builder = BinaryBuilder::with_capacity(sets.len(), 0);
         let mut bytes = Vec::new();
         for set in &sets {
-            serialize(set, &mut bytes);
+            serialize(set, &[], &mut bytes);
             builder.append_value(&bytes);
         }
         Ok(vec![Arc::new(builder.finish())])
@@ -398,6 +455,44 @@ mod tests {
         let out = out.as_primitive::<arrow::datatypes::Int64Type>();
         // Group 0 of the input (values 1, 2) landed in group 1; group 1 (1, 3) in group 0.
         assert_eq!(out.values().to_vec(), vec![2, 2]);
+    }
+
+    #[test]
+    fn sorted_unions_keep_each_hash_once() {
+        assert_eq!(
+            union_sorted(&[1, 3, 5, 9], &[2, 3, 9, 10]),
+            vec![1, 2, 3, 5, 9, 10]
+        );
+        assert_eq!(union_sorted(&[], &[4]), vec![4]);
+        assert!(strictly_ascending(&[1, 2, 7]));
+        assert!(!strictly_ascending(&[1, 1]));
+    }
+
+    /// States merged into an accumulator that also saw rows itself count each value once.
+    #[test]
+    fn merged_states_and_own_rows_are_counted_together() {
+        let state_of = |values: &[Option<&str>]| {
+            let mut a = UniqAccumulator::default();
+            a.update_batch(&[strings(values)]).expect("update");
+            let ScalarValue::Binary(Some(bytes)) = a.state().expect("state").remove(0) else {
+                panic!("binary state");
+            };
+            bytes
+        };
+        let states: ArrayRef = Arc::new(arrow::array::BinaryArray::from(vec![
+            Some(state_of(&[Some("a"), Some("b")]).as_slice()),
+            Some(state_of(&[Some("b"), Some("c"), None]).as_slice()),
+        ]));
+        let mut a = UniqAccumulator::default();
+        a.update_batch(&[strings(&[Some("c"), Some("d")])])
+            .expect("update");
+        a.merge_batch(&[states]).expect("merge");
+        assert_eq!(a.evaluate().expect("count"), ScalarValue::Int64(Some(4)));
+        // Its own state carries all four on to a further merge.
+        let ScalarValue::Binary(Some(bytes)) = a.state().expect("state").remove(0) else {
+            panic!("binary state");
+        };
+        assert_eq!(decode(&bytes).expect("decodes").len(), 4);
     }
 
     #[test]
