@@ -33,6 +33,7 @@ queries = {
           AND timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'
         GROUP BY d, b""",
     "distinct_users_7d": "SELECT count(DISTINCT person_id) FROM events WHERE timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'",
+    "distinct_users_7d (approx_count_distinct)": "SELECT approx_count_distinct(person_id) FROM events WHERE timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'",
 }
 
 for name, sql in queries.items():
