@@ -72,67 +72,63 @@ fn math_dau_sum_and_percentiles() {
     assert_eq!(p90[0]["data"][0], json!(19));
 }
 
+/// `$pageview` trends over Jan 1–3 broken down by `$browser` with `breakdown`'s extra fields:
+/// whether "Other" exists, and each series as (breakdown value, daily counts) in order.
+fn pageviews_by_browser(f: &Fixture, breakdown: Value) -> (bool, Vec<(Value, Vec<i64>)>) {
+    let mut filter = json!({"breakdown": "$browser", "breakdown_type": "event"});
+    if let (Some(filter), Some(extra)) = (filter.as_object_mut(), breakdown.as_object()) {
+        filter.extend(extra.clone());
+    }
+    let (r, more) = trends(
+        f,
+        "UTC",
+        json!({"series": [{"event": "$pageview"}], "dateRange": range("2024-01-01", "2024-01-03"),
+               "breakdownFilter": filter}),
+    );
+    let by = r
+        .iter()
+        .map(|s| (s["breakdown_value"].clone(), data(s)))
+        .collect();
+    (more, by)
+}
+
 #[test]
 fn breakdown_with_other_and_null_buckets() {
     let f = standard();
-    let (r, more) = trends(
-        &f,
-        "UTC",
-        json!({"series": [{"event": "$pageview"}], "dateRange": range("2024-01-01", "2024-01-03"),
-               "breakdownFilter": {"breakdown": "$browser", "breakdown_type": "event"}}),
-    );
-    assert!(!more);
-    let by: Vec<(Value, Vec<i64>)> = r
-        .iter()
-        .map(|s| (s["breakdown_value"].clone(), data(s)))
-        .collect();
     assert_eq!(
-        by,
-        vec![
-            (json!("Chrome"), vec![1, 1, 1]),
-            (json!("Firefox"), vec![1, 0, 0]),
-            (json!("Safari"), vec![0, 1, 0]),
-        ]
+        pageviews_by_browser(&f, json!({})),
+        (
+            false,
+            vec![
+                (json!("Chrome"), vec![1, 1, 1]),
+                (json!("Firefox"), vec![1, 0, 0]),
+                (json!("Safari"), vec![0, 1, 0]),
+            ]
+        )
     );
     // Limit 1: Chrome stays, Firefox and Safari fold into Other.
-    let (r, more) = trends(
-        &f,
-        "UTC",
-        json!({"series": [{"event": "$pageview"}], "dateRange": range("2024-01-01", "2024-01-03"),
-               "breakdownFilter": {"breakdown": "$browser", "breakdown_limit": 1}}),
-    );
-    assert!(more);
-    let by: Vec<(Value, Vec<i64>)> = r
-        .iter()
-        .map(|s| (s["breakdown_value"].clone(), data(s)))
-        .collect();
     assert_eq!(
-        by,
-        vec![
-            (json!("Chrome"), vec![1, 1, 1]),
-            (json!("$$_posthog_breakdown_other_$$"), vec![1, 1, 0]),
-        ]
+        pageviews_by_browser(&f, json!({"breakdown_limit": 1})),
+        (
+            true,
+            vec![
+                (json!("Chrome"), vec![1, 1, 1]),
+                (json!("$$_posthog_breakdown_other_$$"), vec![1, 1, 0]),
+            ]
+        )
     );
     // Limit 2: Firefox and Safari tie on one pageview each; the tie goes by value, so
-    // Firefox stays and Safari alone is Other.
-    let (r, more) = trends(
-        &f,
-        "UTC",
-        json!({"series": [{"event": "$pageview"}], "dateRange": range("2024-01-01", "2024-01-03"),
-               "breakdownFilter": {"breakdown": "$browser", "breakdown_limit": 2}}),
-    );
-    assert!(more);
-    let by: Vec<(Value, Vec<i64>)> = r
-        .iter()
-        .map(|s| (s["breakdown_value"].clone(), data(s)))
-        .collect();
+    // Firefox stays and Safari alone is Other (listed last).
     assert_eq!(
-        by,
-        vec![
-            (json!("Chrome"), vec![1, 1, 1]),
-            (json!("Firefox"), vec![1, 0, 0]),
-            (json!("$$_posthog_breakdown_other_$$"), vec![0, 1, 0]),
-        ]
+        pageviews_by_browser(&f, json!({"breakdown_limit": 2})),
+        (
+            true,
+            vec![
+                (json!("Chrome"), vec![1, 1, 1]),
+                (json!("Firefox"), vec![1, 0, 0]),
+                (json!("$$_posthog_breakdown_other_$$"), vec![0, 1, 0]),
+            ]
+        )
     );
     // Dave's purchase has no $browser: the null bucket.
     let (r, _) = trends(
