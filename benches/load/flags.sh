@@ -2,7 +2,7 @@
 # /flags load test: builds Corvid (release), creates N flags (default 20; also run with 300)
 # through the API, then drives POST /flags?v=2 with person properties in the body using wrk
 # from this same machine.
-# Usage: benches/load/flags.sh [N flags, default 20] [seconds, default 20]
+# Usage: [CONNS=c, default 32] benches/load/flags.sh [N flags, default 20] [seconds, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FLAGS="${1:-20}"
@@ -12,4 +12,4 @@ PORT="${PORT:-18002}"
 python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flags.json"
 curl -sf -XPOST "$BASE/flags?v=2" -H 'Content-Type: application/json' -d @"$DATA/flags.json" | python3 -c "import json,sys; print('flags returned:', len(json.load(sys.stdin)['flags']))"
 echo "== POST /flags?v=2 with $FLAGS flags"
-wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
+wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
