@@ -14,6 +14,7 @@ use arrow::array::RecordBatch;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::GreedyMemoryPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use serde_json::Value;
@@ -22,6 +23,7 @@ use super::error::QueryError;
 use super::functions;
 use super::hogql::{use_materialized, Prepared, RowLimits};
 use super::results;
+use super::run_count;
 use super::tables;
 use super::uniq;
 use crate::ingest::columns::PropertyColumns;
@@ -341,7 +343,13 @@ fn session(
         object_store_registry: Arc::clone(&sources.runtime.object_store_registry),
     });
     let config = settings.session_config()?;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(run_count::RunCountRule))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     for udf in functions::all() {
         ctx.register_udf(udf);
     }

@@ -11,6 +11,7 @@ pub mod functions;
 pub mod hogql;
 pub mod insights;
 pub mod results;
+pub mod run_count;
 pub mod tables;
 pub mod uniq;
 

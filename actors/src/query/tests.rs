@@ -382,6 +382,32 @@ fn event_filters_over_many_pages_count_every_row() {
         );
         assert_eq!(f.one(&sql), json!(morning_chrome), "{sql}");
     }
+    // Grouped by event, the sorted segments arrive in runs that are counted a run at a time
+    // (`run_count`): every group's count must still be exact, with and without a filter.
+    let grouped = |chrome_only: bool| -> Vec<Vec<serde_json::Value>> {
+        names
+            .iter()
+            .map(|name| {
+                let n: i64 = expected
+                    .iter()
+                    .filter(|((n, _, b), _)| n == name && (!chrome_only || *b == "Chrome"))
+                    .map(|(_, c)| c)
+                    .sum();
+                vec![json!(name), json!(n)]
+            })
+            .collect()
+    };
+    assert_eq!(
+        f.rows("SELECT event, count() FROM events GROUP BY event ORDER BY event"),
+        grouped(false)
+    );
+    assert_eq!(
+        f.rows(
+            "SELECT event, count() FROM events WHERE properties.$browser = 'Chrome' \
+             GROUP BY event ORDER BY event"
+        ),
+        grouped(true)
+    );
 }
 
 /// `uniq` counts hashes rather than values: over several segments, the tail and many groups it
