@@ -2,7 +2,9 @@
 # /flags load test: builds Corvid (release), creates N flags (default 20; also run with 300)
 # through the API, then drives POST /flags?v=2 with person properties in the body using wrk
 # from this same machine.
-# Usage: [CONNS=c, default 32] benches/load/flags.sh [N flags, default 20] [seconds, default 20]
+# Usage: [CONNS=c, default 32] [PACE_MS=ms] benches/load/flags.sh [N flags, default 20] [seconds, default 20]
+# PACE_MS holds a rate below saturation (about CONNS / (PACE_MS + latency); see post_paced.lua),
+# to read the latency at a given request rate rather than at the machine's limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FLAGS="${1:-20}"
@@ -12,4 +14,9 @@ PORT="${PORT:-18002}"
 python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flags.json"
 curl -sf -XPOST "$BASE/flags?v=2" -H 'Content-Type: application/json' -d @"$DATA/flags.json" | python3 -c "import json,sys; print('flags returned:', len(json.load(sys.stdin)['flags']))"
 echo "== POST /flags?v=2 with $FLAGS flags"
-wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
+if [ -n "${PACE_MS:-}" ]; then
+  echo "(held rate: each of the ${CONNS:-32} connections pauses ${PACE_MS} ms between requests)"
+  wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post_paced.lua "$BASE/flags?v=2" -- "$PACE_MS" "$DATA/flags.json"
+else
+  wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
+fi

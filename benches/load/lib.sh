@@ -4,12 +4,16 @@
 if ! command -v wrk >/dev/null; then
   echo "installing wrk (Debian package)"; apt-get update -qq && apt-get install -y -qq wrk
 fi
-cargo build --release --quiet
+# BIN (optional): a server binary to measure instead of building this checkout (for A/B runs).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet
+  BIN="${CARGO_TARGET_DIR:-target}/release/corvid"
+fi
 BASE="http://127.0.0.1:$PORT"
 DATA="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
 # CONFIG_FILE (optional): a config file layered over the embedded defaults.
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/release/corvid" serve ${CONFIG_FILE:+--config "$CONFIG_FILE"} --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
+RUST_LOG=warn "$BIN" serve ${CONFIG_FILE:+--config "$CONFIG_FILE"} --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
 SERVER=$!
 for _ in $(seq 1 100); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.1; done
 TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/credentials.json")
