@@ -21,7 +21,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
-use crate::query::functions::{json_path, property_text, PathStep};
+use crate::query::functions::{property_text, top_level_values};
 
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,14 +126,23 @@ pub fn to_record_batch_with(
         return Ok(base);
     }
     let mut columns = base.columns().to_vec();
-    for key in keys {
-        let path = [PathStep::Key(std::borrow::Cow::Borrowed(key.as_str()))];
-        let mut b = StringBuilder::with_capacity(events.len(), events.len() * 8);
-        for e in events {
-            b.append_option(json_path(&e.properties, &path).and_then(property_text));
+    // One scan of each row's JSON fills all of its property columns.
+    let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut builders: Vec<StringBuilder> = keys
+        .iter()
+        .map(|_| StringBuilder::with_capacity(events.len(), events.len() * 8))
+        .collect();
+    for e in events {
+        let values = top_level_values(&e.properties, &wanted);
+        for (b, raw) in builders.iter_mut().zip(values) {
+            b.append_option(raw.and_then(property_text));
         }
-        columns.push(Arc::new(b.finish()));
     }
+    columns.extend(
+        builders
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef),
+    );
     RecordBatch::try_new(schema_with(keys), columns)
 }
 

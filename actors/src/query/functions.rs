@@ -107,6 +107,53 @@ impl<'de> Visitor<'de> for FindKey<'_> {
     scalars_find_nothing!();
 }
 
+/// The raw JSON text of each of `keys` at the top level of `json`, in one pass: what
+/// [`json_path`] finds for each key alone (the first occurrence; nothing when `json` is not a
+/// valid object). Segment writers fill every property column of a row from one scan of its
+/// JSON instead of one scan per column.
+pub fn top_level_values<'j>(json: &'j str, keys: &[&str]) -> Vec<Option<&'j str>> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    match de.deserialize_any(FindKeys { keys }) {
+        Ok(Some(found)) => found.into_iter().map(|v| v.map(RawValue::get)).collect(),
+        _ => vec![None; keys.len()],
+    }
+}
+
+struct FindKeys<'k> {
+    keys: &'k [&'k str],
+}
+
+impl<'de> Visitor<'de> for FindKeys<'_> {
+    /// `None` when the value is not an object.
+    type Value = Option<Vec<Option<&'de RawValue>>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.keys.len()];
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match self.keys.iter().position(|k| *k == key) {
+                Some(i) if found[i].is_none() => {
+                    found[i] = Some(map.next_value::<&'de RawValue>()?);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(found))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    scalars_find_nothing!();
+}
+
 struct FindIndex {
     index: i64,
 }
@@ -529,6 +576,33 @@ mod tests {
         let json = r#"{"we\"ird": 1, "caf\u00e9": 2}"#;
         assert_eq!(json_path(json, &[key("we\"ird")]), Some("1"));
         assert_eq!(json_path(json, &[key("café")]), Some("2"));
+    }
+
+    #[test]
+    fn one_pass_extraction_finds_what_json_path_finds() {
+        let keys = ["$browser", "a", "nested", "n", "missing", "dup"];
+        for json in [
+            r#"{"$browser":"Chrome","a":1,"nested":{"a":2},"n":null,"dup":1,"dup":2}"#,
+            r#"{"a":"x\"y","$browser":["Safari"],"esc\u0061pe":true}"#,
+            r#"{"\u0061":"escaped key","a":"plain"}"#,
+            r#"{}"#,
+            r#"[{"a":1}]"#,
+            r#""a""#,
+            "12",
+            r#"{"a":1,"#,
+            r#"{"a":1} trailing"#,
+            "",
+        ] {
+            let expected: Vec<Option<&str>> = keys
+                .iter()
+                .map(|k| json_path(json, &[PathStep::Key(Cow::Borrowed(k))]))
+                .collect();
+            assert_eq!(top_level_values(json, &keys), expected, "{json}");
+        }
+        assert_eq!(
+            top_level_values(r#"{"dup":1,"dup":2}"#, &["dup"]),
+            vec![Some("1")]
+        );
     }
 
     #[test]
