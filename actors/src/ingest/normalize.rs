@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -15,15 +16,63 @@ pub const MAX_EVENT_NAME_CHARS: usize = 200;
 pub const HISTORICAL_MIN_AGE: Duration = Duration::hours(48);
 
 /// An accepted event, as written to the write-ahead log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct CapturedEvent {
     pub uuid: Uuid,
     pub event: String,
     pub distinct_id: String,
     pub properties: Map<String, Value>,
+    /// `properties` as JSON text, made once when the event is accepted
+    /// ([`CapturedEvent::freeze_properties`]): the WAL record embeds it and the shard stores it
+    /// unless person processing changes the properties. `None` after a WAL replay.
+    #[serde(skip)]
+    pub properties_json: Option<PropertiesJson>,
     pub timestamp: DateTime<Utc>,
     /// Server receive time.
     pub created_at: DateTime<Utc>,
+}
+
+/// Serialized properties (see [`CapturedEvent::properties_json`]).
+#[derive(Debug, Clone)]
+pub struct PropertiesJson(Box<RawValue>);
+
+impl PropertiesJson {
+    pub fn into_string(self) -> String {
+        String::from(Box::<str>::from(self.0))
+    }
+}
+
+impl PartialEq for PropertiesJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl CapturedEvent {
+    /// Serializes `properties` once (see [`CapturedEvent::properties_json`]).
+    pub fn freeze_properties(&mut self) {
+        self.properties_json = serde_json::value::to_raw_value(&self.properties)
+            .ok()
+            .map(PropertiesJson);
+    }
+}
+
+/// The WAL form: `properties` is the frozen text when there is one (same JSON either way).
+impl Serialize for CapturedEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("CapturedEvent", 6)?;
+        s.serialize_field("uuid", &self.uuid)?;
+        s.serialize_field("event", &self.event)?;
+        s.serialize_field("distinct_id", &self.distinct_id)?;
+        match &self.properties_json {
+            Some(text) => s.serialize_field("properties", &text.0)?,
+            None => s.serialize_field("properties", &self.properties)?,
+        }
+        s.serialize_field("timestamp", &self.timestamp)?;
+        s.serialize_field("created_at", &self.created_at)?;
+        s.end()
+    }
 }
 
 /// What normalization needs from outside the event.
@@ -122,6 +171,7 @@ fn normalize_with(
         event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
         distinct_id: raw.distinct_id,
         properties,
+        properties_json: None,
         timestamp,
         created_at: ctx.now,
     })
@@ -200,6 +250,24 @@ mod tests {
         assert_eq!(e.properties["$ip"], "203.0.113.9");
         assert_eq!(e.properties["$set"], json!({"plan": "pro", "name": "Ann"}));
         assert_eq!(e.timestamp, ctx().now);
+    }
+
+    #[test]
+    fn frozen_properties_give_the_same_wal_record() {
+        let mut r = raw(0);
+        r.properties
+            .insert("name".into(), json!("A \"quoted\" \u{e9} name"));
+        r.properties.insert("n".into(), json!([1, {"b": null}]));
+        let mut e = normalize(r, &ctx()).expect("ok");
+        let plain = serde_json::to_string(&e).expect("json");
+        e.freeze_properties();
+        assert_eq!(serde_json::to_string(&e).expect("json"), plain);
+        let back: CapturedEvent = serde_json::from_str(&plain).expect("replay");
+        assert_eq!(back.properties, e.properties);
+        assert_eq!(
+            e.properties_json.clone().map(PropertiesJson::into_string),
+            Some(serde_json::to_string(&e.properties).expect("json"))
+        );
     }
 
     #[test]

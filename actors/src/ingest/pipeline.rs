@@ -282,7 +282,7 @@ impl Ingest {
 
     /// Makes a batch durable and visible; returns once both hold. Fails fast with
     /// [`IngestError::Overloaded`] when buffers are full.
-    pub async fn submit(&self, batch: WalBatch) -> Result<(), IngestError> {
+    pub async fn submit(&self, mut batch: WalBatch) -> Result<(), IngestError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return Err(IngestError::ShuttingDown);
@@ -297,6 +297,10 @@ impl Ingest {
         if before + n > inner.max_pending && before > 0 {
             inner.pending.fetch_sub(n, Ordering::SeqCst);
             return Err(IngestError::Overloaded);
+        }
+        // Properties are serialized once: the WAL record embeds the text, the shard reuses it.
+        for event in &mut batch.events {
+            event.freeze_properties();
         }
         let payload = serde_json::to_vec(&batch).unwrap_or_default();
         let (tx, rx) = tokio::sync::oneshot::channel();

@@ -24,6 +24,7 @@ use super::pipeline::IngestError;
 use super::read::{FrozenRows, Tail};
 use super::segment::{day_dir, write_segment, StoredEvent};
 use super::wal::sync_dir;
+use crate::persons::process::may_change_properties;
 use crate::persons::{process_event, Outcome, PersonStore, UsageKind};
 
 /// Which shard owns a (project, distinct id): stable across builds and restarts.
@@ -160,6 +161,11 @@ impl IngestShard {
                 released += 1;
                 continue;
             }
+            // The text made at acceptance still holds unless processing may edit properties.
+            let frozen = event
+                .properties_json
+                .take()
+                .filter(|_| !may_change_properties(&event));
             let outcome = process_event(&self.persons, project_id, &mut event).unwrap_or_else(|err| {
                 tracing::error!(error = %err, project_id, "person processing failed; storing the event without a person update");
                 Outcome::Keep {
@@ -186,8 +192,11 @@ impl IngestShard {
                 uuid: event.uuid,
                 session_id: text("$session_id"),
                 window_id: text("$window_id"),
-                properties: Value::Object(std::mem::take(&mut event.properties)).to_string(),
-                person_properties: Value::Object(person_properties).to_string(),
+                properties: match frozen {
+                    Some(text) => text.into_string(),
+                    None => serde_json::to_string(&event.properties).unwrap_or_default(),
+                },
+                person_properties: serde_json::to_string(&person_properties).unwrap_or_default(),
                 event: event.event,
                 distinct_id: event.distinct_id,
                 person_id,

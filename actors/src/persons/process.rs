@@ -77,6 +77,16 @@ pub fn is_illegal_distinct_id(id: &str) -> bool {
     CASE_INSENSITIVE.contains(&lower.as_str()) || CASE_SENSITIVE.contains(&unquoted)
 }
 
+/// Whether [`process_event`] may change `event.properties`: only `$process_person_profile`
+/// (removed, or the personless clean-up), `$groups` (adds `$group_N`) and `$groupidentify`
+/// (drops `$set`, …) do. Otherwise the text serialized when the event was accepted is stored
+/// as it is. Keep in step with every properties mutation below.
+pub fn may_change_properties(event: &CapturedEvent) -> bool {
+    event.event == "$groupidentify"
+        || event.properties.contains_key("$process_person_profile")
+        || event.properties.contains_key("$groups")
+}
+
 /// Applies person and group processing to `event` (mutating its properties as ingestion does)
 /// and says what to store.
 pub fn process_event(
@@ -428,6 +438,7 @@ mod tests {
             event: name.into(),
             distinct_id: did.into(),
             properties: props.as_object().cloned().expect("object"),
+            properties_json: None,
             timestamp: Utc::now(),
             created_at: Utc::now(),
         }
@@ -442,6 +453,59 @@ mod tests {
             } => (person_id, person_properties, groups),
             Outcome::Drop => panic!("event was dropped"),
         }
+    }
+
+    /// The shard stores the text serialized at acceptance whenever `may_change_properties` says
+    /// no: processing must then leave the properties exactly as they were.
+    #[test]
+    fn properties_change_only_where_announced() {
+        let (_d, s) = store();
+        let cases = [
+            (
+                "$pageview",
+                "u1",
+                json!({"$current_url": "/a", "$set": {"plan": "pro"}}),
+            ),
+            (
+                "$identify",
+                "u1",
+                json!({"$anon_distinct_id": "anon-1", "$set_once": {"a": 1}}),
+            ),
+            ("$create_alias", "u1", json!({"alias": "u1-alias"})),
+            ("$merge_dangerously", "u2", json!({"alias": "u1"})),
+            ("$identify", "null", json!({"$anon_distinct_id": "u1"})),
+            ("x", "u3", json!({"$unset": ["plan"], "$group_0": "manual"})),
+            (
+                "$groupidentify",
+                "u1",
+                json!({"$group_type": "company", "$group_key": "acme", "$group_set": {"n": 1}, "$set": {"x": 1}}),
+            ),
+            ("x", "u1", json!({"$groups": {"company": "acme"}})),
+            ("x", "u1", json!({"$groups": {"unknown_type": "k"}})),
+            (
+                "x",
+                "u4",
+                json!({"$process_person_profile": true, "$set": {"y": 2}}),
+            ),
+            (
+                "x",
+                "u5",
+                json!({"$process_person_profile": false, "$set": {"y": 2}, "$group_1": "g"}),
+            ),
+        ];
+        let mut announced = 0;
+        for (name, did, props) in cases {
+            let mut e = event(name, did, props);
+            let before = e.properties.clone();
+            let may_change = may_change_properties(&e);
+            process_event(&s, 1, &mut e).expect("processed");
+            if may_change {
+                announced += 1;
+            } else {
+                assert_eq!(e.properties, before, "{name} {did}");
+            }
+        }
+        assert_eq!(announced, 5);
     }
 
     #[test]
