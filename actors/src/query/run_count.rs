@@ -382,8 +382,8 @@ struct RunTotals {
     totals: Vec<i64>,
 }
 
-impl RunTotals {
-    fn add(
+impl GroupsAccumulator for RunTotals {
+    fn update_batch(
         &mut self,
         values: &[ArrayRef],
         groups: &[usize],
@@ -399,18 +399,6 @@ impl RunTotals {
         }
         Ok(())
     }
-}
-
-impl GroupsAccumulator for RunTotals {
-    fn update_batch(
-        &mut self,
-        values: &[ArrayRef],
-        groups: &[usize],
-        filter: Option<&arrow::array::BooleanArray>,
-        total_groups: usize,
-    ) -> DfResult<()> {
-        self.add(values, groups, filter, total_groups)
-    }
 
     fn merge_batch(
         &mut self,
@@ -418,7 +406,8 @@ impl GroupsAccumulator for RunTotals {
         groups: &[usize],
         total_groups: usize,
     ) -> DfResult<()> {
-        self.add(values, groups, None, total_groups)
+        // Partial states are run totals too: merging adds them like run lengths.
+        self.update_batch(values, groups, None, total_groups)
     }
 
     /// A row's state is its run length (zero when the filter drops it).
