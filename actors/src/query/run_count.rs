@@ -487,20 +487,24 @@ mod tests {
     }
 
     async fn run(sql: &str, with_rule: bool) -> (String, String) {
+        run_on(sql, with_rule, 2).await
+    }
+
+    async fn run_on(sql: &str, with_rule: bool, partitions: usize) -> (String, String) {
         let schema = Arc::new(Schema::new(vec![
             Field::new("event", DataType::Utf8, true),
             Field::new("n", DataType::Int64, false),
         ]));
-        let table = MemTable::try_new(
-            Arc::clone(&schema),
-            vec![
-                batches(&schema)[..2].to_vec(),
-                batches(&schema)[2..].to_vec(),
-            ],
-        )
-        .expect("table");
+        // As many table partitions as target partitions (one: a single-phase aggregate).
+        let all = batches(&schema);
+        let layout = if partitions == 1 {
+            vec![all]
+        } else {
+            vec![all[..2].to_vec(), all[2..].to_vec()]
+        };
+        let table = MemTable::try_new(Arc::clone(&schema), layout).expect("table");
         let mut builder = SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_target_partitions(2))
+            .with_config(SessionConfig::new().with_target_partitions(partitions))
             .with_default_features();
         if with_rule {
             builder = builder.with_physical_optimizer_rule(Arc::new(RunCountRule));
@@ -531,6 +535,18 @@ mod tests {
         assert!(expected.contains("| a     | 75 |"), "{expected}");
         assert!(expected.contains("| b     | 95 |"), "{expected}");
         assert!(expected.contains("|       | 20 |"), "{expected}");
+    }
+
+    /// With one partition DataFusion plans a single-phase aggregate, whose output is the final
+    /// count rather than a partial state: the rewrite must give the same answer there too.
+    #[tokio::test]
+    async fn single_phase_aggregates_count_runs_too() {
+        let sql = "SELECT event, count(*) FROM events GROUP BY event ORDER BY event";
+        let (expected, _) = run_on(sql, false, 1).await;
+        let (actual, plan) = run_on(sql, true, 1).await;
+        assert!(plan.contains("RunCollapseExec"), "{plan}");
+        assert!(plan.contains("mode=Single"), "{plan}");
+        assert_eq!(actual, expected);
     }
 
     #[tokio::test]
