@@ -403,6 +403,46 @@ fn normalization_ip_clock_skew_and_uuids() {
     assert!(events[0]["properties"].get("$ip").is_none());
 }
 
+/// Events that change nothing reuse the text of the person's properties made for an earlier
+/// event; once the person changes, later events must carry the new properties.
+#[test]
+fn each_event_carries_the_person_as_it_was_then() {
+    let server = TestServer::new();
+    let steps = [
+        json!({"$set": {"plan": "free"}}),
+        json!({}),
+        json!({"$set": {"plan": "free"}}),
+        json!({"$set": {"plan": "pro"}, "$set_once": {"first": "x"}}),
+        json!({}),
+        json!({"$unset": ["plan"]}),
+        json!({"other": 1}),
+    ];
+    for (i, props) in steps.iter().enumerate() {
+        let event =
+            json!({"event": format!("step-{i}"), "distinct_id": "walker", "properties": props});
+        assert_eq!(server.capture_batch(&[event]).status(), 200);
+    }
+    let expected = [
+        json!({"plan": "free"}),
+        json!({"plan": "free"}),
+        json!({"plan": "free"}),
+        json!({"plan": "pro", "first": "x"}),
+        json!({"plan": "pro", "first": "x"}),
+        json!({"first": "x"}),
+        json!({"first": "x"}),
+    ];
+    for (i, want) in expected.iter().enumerate() {
+        let event = &server.events(1, &format!("event=step-{i}"))[0];
+        assert_eq!(&event["person"]["properties"], want, "step {i}");
+        if i == 6 {
+            assert_eq!(
+                event["properties"]["other"], 1,
+                "unread keys are still stored"
+            );
+        }
+    }
+}
+
 #[test]
 fn persons_groups_and_personless_events() {
     let server = TestServer::new();

@@ -8,11 +8,17 @@ use super::pipeline::{BatchDone, IngestError};
 use super::shard::ShardStats;
 use super::CapturedEvent;
 
-/// The events of one durable WAL record that belong to this shard (possibly none: every shard
-/// receives every record, so each shard's checkpoint advances with the log).
+/// The shard's parts of a group of durable WAL records, in log order: one message per group
+/// commit rather than per record, so a busy shard wakes once per fsync, not once per request.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ProcessBatch {
+    pub parts: Vec<RecordPart>,
+}
+
+/// The events of one WAL record that belong to this shard (possibly none: every shard receives
+/// every record, so each shard's checkpoint advances with the log).
+pub struct RecordPart {
     pub seq: u64,
     pub project_id: u64,
     pub historical: bool,

@@ -14,12 +14,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::columns::PropertyColumns;
-use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
+use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart};
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{read_segment, SegmentError, StoredEvent};
 use super::shard::{
-    checkpoint_dir, checkpoint_path, shard_of, write_checkpoint, IngestShard, ShardConfig,
-    ShardShared, ShardStats,
+    checkpoint_dir, checkpoint_path, drop_unread_properties, shard_of, write_checkpoint,
+    IngestShard, ShardConfig, ShardShared, ShardStats,
 };
 use super::wal::Wal;
 use super::CapturedEvent;
@@ -209,6 +209,7 @@ impl Ingest {
             .collect();
 
         let mut replayed_events = 0usize;
+        let mut group = Vec::new();
         for record in replayed.into_iter().filter(|r| r.seq > low) {
             let batch: WalBatch = match serde_json::from_slice(&record.payload) {
                 Ok(b) => b,
@@ -219,8 +220,12 @@ impl Ingest {
             };
             replayed_events += batch.events.len();
             pending.fetch_add(batch.events.len(), Ordering::SeqCst);
-            route(record.seq, batch, &shards, Some(&skip), None);
+            group.push((record.seq, batch, None));
+            if group.len() >= REPLAY_GROUP_RECORDS {
+                route(std::mem::take(&mut group), &shards, Some(&skip));
+            }
         }
+        route(group, &shards, Some(&skip));
         // Mailboxes are FIFO: once every shard has answered, the replay is processed and
         // everything acknowledged before a crash is visible again.
         for shard in &shards {
@@ -303,6 +308,9 @@ impl Ingest {
             event.freeze_properties();
         }
         let payload = serde_json::to_vec(&batch).unwrap_or_default();
+        for event in &mut batch.events {
+            drop_unread_properties(event);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let done = Arc::new(BatchDone {
             remaining: AtomicUsize::new(inner.shards.len()),
@@ -417,28 +425,41 @@ impl Ingest {
     }
 }
 
-/// Hands each shard the events of a record that hash to it (moved, not copied). Every shard
-/// gets a message, so every shard's checkpoint advances with the log.
+/// WAL records replayed per shard message.
+const REPLAY_GROUP_RECORDS: usize = 1024;
+
+/// Hands each shard, in one message, the events of `records` that hash to it (moved, not
+/// copied). Every shard gets a part of every record, so every shard's checkpoint advances with
+/// the log.
 fn route(
-    seq: u64,
-    batch: WalBatch,
+    records: Vec<(u64, WalBatch, Option<Arc<BatchDone>>)>,
     shards: &[Addr<IngestShard>],
     skip: Option<&Arc<HashSet<Uuid>>>,
-    done: Option<&Arc<BatchDone>>,
 ) {
-    let mut parts: Vec<Vec<CapturedEvent>> = (0..shards.len()).map(|_| Vec::new()).collect();
-    for event in batch.events {
-        parts[shard_of(batch.project_id, &event.distinct_id, shards.len())].push(event);
+    if records.is_empty() {
+        return;
     }
-    for (shard, events) in shards.iter().zip(parts) {
-        shard.do_send(ProcessBatch {
-            seq,
-            project_id: batch.project_id,
-            historical: batch.historical,
-            events,
-            skip: skip.cloned(),
-            done: done.cloned(),
-        });
+    let mut per_shard: Vec<Vec<RecordPart>> = (0..shards.len())
+        .map(|_| Vec::with_capacity(records.len()))
+        .collect();
+    for (seq, batch, done) in records {
+        let mut parts: Vec<Vec<CapturedEvent>> = (0..shards.len()).map(|_| Vec::new()).collect();
+        for event in batch.events {
+            parts[shard_of(batch.project_id, &event.distinct_id, shards.len())].push(event);
+        }
+        for (out, events) in per_shard.iter_mut().zip(parts) {
+            out.push(RecordPart {
+                seq,
+                project_id: batch.project_id,
+                historical: batch.historical,
+                events,
+                skip: skip.cloned(),
+                done: done.clone(),
+            });
+        }
+    }
+    for (shard, parts) in shards.iter().zip(per_shard) {
+        shard.do_send(ProcessBatch { parts });
     }
 }
 
@@ -498,9 +519,11 @@ fn wal_loop(
                 done.fail(IngestError::Wal(Arc::clone(&e)));
             }
         } else {
-            for (seq, batch, done) in appended {
-                route(seq, batch, &shards, None, Some(&done));
-            }
+            let records = appended
+                .into_iter()
+                .map(|(seq, batch, done)| (seq, batch, Some(done)))
+                .collect();
+            route(records, &shards, None);
         }
         let covered = checkpoints
             .iter()

@@ -5,7 +5,7 @@
 //! Flushing runs on a second thread so that acknowledgements (which wait for the actor to have
 //! processed a batch) never wait behind Parquet encoding.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,13 +19,34 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::columns::PropertyColumns;
-use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch};
+use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart};
 use super::pipeline::IngestError;
 use super::read::{FrozenRows, Tail};
 use super::segment::{day_dir, write_segment, StoredEvent};
 use super::wal::sync_dir;
-use crate::persons::process::may_change_properties;
-use crate::persons::{process_event, Outcome, PersonStore, UsageKind};
+use super::CapturedEvent;
+use crate::persons::process::{may_change_properties, PROCESSING_READS};
+use crate::persons::{process_event, Outcome, Person, PersonStore, UsageKind};
+
+/// Property keys the shard reads itself (besides person processing's).
+const SHARD_READS: [&str; 2] = ["$session_id", "$window_id"];
+
+/// Person-property texts a shard remembers at most; past it the memo starts over.
+const PERSON_TEXT_MEMO_ENTRIES: usize = 100_000;
+
+/// Once an event's properties are serialized ([`CapturedEvent::freeze_properties`]), drops the
+/// keys neither person processing nor the shard reads, unless processing may change the
+/// properties (then the shard re-serializes them all). Runs on the accepting thread: the
+/// dropped values are freed where they were allocated, which is cheaper than freeing them
+/// on the shard's thread.
+pub(crate) fn drop_unread_properties(event: &mut CapturedEvent) {
+    if event.properties_json.is_none() || may_change_properties(event) {
+        return;
+    }
+    event
+        .properties
+        .retain(|k, _| PROCESSING_READS.contains(&k.as_str()) || SHARD_READS.contains(&k.as_str()));
+}
 
 /// Which shard owns a (project, distinct id): stable across builds and restarts.
 pub fn shard_of(project_id: u64, distinct_id: &str, shards: usize) -> usize {
@@ -93,6 +114,9 @@ pub struct IngestShard {
     next_frozen_id: u64,
     recent: HashSet<Uuid>,
     recent_order: VecDeque<Uuid>,
+    /// The JSON text of each person's properties, by the person version it was made from
+    /// (the store's shared copy: pointer-equal means unchanged).
+    person_texts: HashMap<Uuid, (Arc<Person>, String)>,
     stats: ShardStats,
 }
 
@@ -134,6 +158,7 @@ impl IngestShard {
             next_frozen_id: 0,
             recent: HashSet::new(),
             recent_order: VecDeque::new(),
+            person_texts: HashMap::new(),
         }
     }
 
@@ -150,7 +175,26 @@ impl IngestShard {
         true
     }
 
-    fn process(&mut self, msg: ProcessBatch) {
+    /// `person`'s properties as JSON text, reused while the person is unchanged.
+    fn person_text(&mut self, person: Option<Arc<Person>>) -> String {
+        let Some(person) = person else {
+            return "{}".to_string();
+        };
+        if let Some((seen, text)) = self.person_texts.get(&person.id) {
+            if Arc::ptr_eq(seen, &person) {
+                return text.clone();
+            }
+        }
+        let text = serde_json::to_string(&person.properties).unwrap_or_default();
+        if self.person_texts.len() >= PERSON_TEXT_MEMO_ENTRIES {
+            self.person_texts.clear();
+        }
+        self.person_texts
+            .insert(person.id, (Arc::clone(&person), text.clone()));
+        text
+    }
+
+    fn process(&mut self, msg: RecordPart) {
         let project_id = msg.project_id;
         let mut rows = Vec::with_capacity(msg.events.len());
         let mut released = 0usize;
@@ -170,13 +214,13 @@ impl IngestShard {
                 tracing::error!(error = %err, project_id, "person processing failed; storing the event without a person update");
                 Outcome::Keep {
                     person_id: crate::persons::process::person_uuid(project_id, &event.distinct_id),
-                    person_properties: Default::default(),
+                    person: None,
                     groups: Default::default(),
                 }
             });
             let Outcome::Keep {
                 person_id,
-                person_properties,
+                person,
                 groups,
             } = outcome
             else {
@@ -196,7 +240,7 @@ impl IngestShard {
                     Some(text) => text.into_string(),
                     None => serde_json::to_string(&event.properties).unwrap_or_default(),
                 },
-                person_properties: serde_json::to_string(&person_properties).unwrap_or_default(),
+                person_properties: self.person_text(person),
                 event: event.event,
                 distinct_id: event.distinct_id,
                 person_id,
@@ -295,10 +339,12 @@ impl Handler<ProcessBatch> for IngestShard {
     type Result = ();
 
     fn handle(&mut self, msg: ProcessBatch, _: &mut Self::Context) {
-        let done = msg.done.clone();
-        self.process(msg);
-        if let Some(done) = done {
-            done.shard_finished();
+        for part in msg.parts {
+            let done = part.done.clone();
+            self.process(part);
+            if let Some(done) = done {
+                done.shard_finished();
+            }
         }
         if self.active_rows() >= self.cfg.flush_max_rows
             || self.buffered_bytes >= self.cfg.flush_max_bytes

@@ -1,6 +1,8 @@
 //! Person and group processing of one event, following PostHog's ingestion pipeline
 //! (`shared/reference/capture.md` §5–6).
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -20,16 +22,22 @@ const PERSON_ONLY_EVENTS: [&str; 4] = [
     "$groupidentify",
 ];
 
+/// Property keys [`process_event`] reads from an event for which [`may_change_properties`] is
+/// false. The ingest pipeline keeps only these (and the shard's own) once the properties are
+/// serialized, so the rest is freed on the thread that allocated it. Keep in step with the
+/// reads below.
+pub const PROCESSING_READS: [&str; 5] =
+    ["$set", "$set_once", "$unset", "$anon_distinct_id", "alias"];
+
 /// What to store with the event.
-// Returned once per event and destructured at once: boxing `Keep` would only add an
-// allocation per event on the ingest hot path.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Keep {
         person_id: Uuid,
-        /// The person's properties after this event (JSON object), `{}` when personless.
-        person_properties: Map<String, Value>,
+        /// The person after this event; `None` when personless (stored as `{}`). Shared with
+        /// the store's read cache when the event changed nothing, so the shard can reuse the
+        /// properties' JSON text it made for the same person before.
+        person: Option<Arc<Person>>,
         /// `$group_0..4` keys.
         groups: [Option<String>; 5],
     },
@@ -179,7 +187,7 @@ pub fn process_event(
     }
     Ok(Outcome::Keep {
         person_id: person.id,
-        person_properties: person.properties,
+        person: Some(Arc::new(person)),
         groups,
     })
 }
@@ -194,7 +202,11 @@ fn read_only_outcome(
     if PERSON_ONLY_EVENTS.contains(&event.event.as_str()) {
         return Ok(None);
     }
-    let Some(mut person) = store.person_by_distinct_id(project_id, &event.distinct_id)? else {
+    let cached = match store.cached_person(project_id, &event.distinct_id) {
+        Some(cached) => cached,
+        None => store.load_person(project_id, &event.distinct_id)?,
+    };
+    let Some(person) = cached else {
         return Ok(None);
     };
     let mut resolved = Vec::new();
@@ -209,7 +221,10 @@ fn read_only_outcome(
             }
         }
     }
-    if apply_property_updates(&mut person.properties, &event.properties) {
+    let updates = ["$set", "$set_once", "$unset"];
+    if updates.iter().any(|k| event.properties.contains_key(*k))
+        && apply_property_updates(&mut person.properties.clone(), &event.properties)
+    {
         return Ok(None);
     }
     let mut columns: [Option<String>; 5] = Default::default();
@@ -221,7 +236,7 @@ fn read_only_outcome(
     }
     Ok(Some(Outcome::Keep {
         person_id: person.id,
-        person_properties: person.properties,
+        person: Some(person),
         groups: columns,
     }))
 }
@@ -245,7 +260,7 @@ fn personless_outcome(
         .unwrap_or_else(|| person_uuid(project_id, &event.distinct_id));
     Ok(Outcome::Keep {
         person_id,
-        person_properties: Map::new(),
+        person: None,
         groups: Default::default(),
     })
 }
@@ -448,9 +463,13 @@ mod tests {
         match outcome {
             Outcome::Keep {
                 person_id,
-                person_properties,
+                person,
                 groups,
-            } => (person_id, person_properties, groups),
+            } => (
+                person_id,
+                person.map(|p| p.properties.clone()).unwrap_or_default(),
+                groups,
+            ),
             Outcome::Drop => panic!("event was dropped"),
         }
     }
@@ -506,6 +525,61 @@ mod tests {
             }
         }
         assert_eq!(announced, 5);
+    }
+
+    /// The pipeline keeps only [`PROCESSING_READS`] of events whose properties processing does
+    /// not change: processing must then reach the same persons as with every key present.
+    #[test]
+    fn processing_reads_only_the_announced_keys() {
+        let (_d1, full) = store();
+        let (_d2, slim) = store();
+        let cases = [
+            ("$pageview", "anon-1", json!({"$set": {"seen": true}})),
+            (
+                "$identify",
+                "u1",
+                json!({"$anon_distinct_id": "anon-1", "$set_once": {"a": 1}}),
+            ),
+            ("$create_alias", "u1", json!({"alias": "u1-alias"})),
+            ("$pageview", "u1-alias", json!({"$unset": ["a"]})),
+            ("$merge_dangerously", "u2", json!({"alias": "u1"})),
+            (
+                "x",
+                "u2",
+                json!({"$set": {"plan": "pro"}, "$set_once": {"plan": "free"}}),
+            ),
+            ("x", "u3", json!({})),
+        ];
+        for (name, did, props) in cases {
+            let mut props = props.as_object().cloned().expect("object");
+            for (k, v) in [
+                ("$current_url", json!("/a")),
+                ("alias_not", json!("x")),
+                ("n", json!(1)),
+            ] {
+                props.insert(k.into(), v);
+            }
+            let mut a = event(name, did, Value::Object(props.clone()));
+            assert!(!may_change_properties(&a), "{name}");
+            let mut b = a.clone();
+            b.properties
+                .retain(|k, _| PROCESSING_READS.contains(&k.as_str()));
+            let got_a = keep(process_event(&full, 1, &mut a).expect("full"));
+            let got_b = keep(process_event(&slim, 1, &mut b).expect("slim"));
+            assert_eq!(got_a, got_b, "{name} {did}");
+        }
+        let persons = |s: &PersonStore| {
+            let mut all: Vec<(Vec<String>, Map<String, Value>, bool)> = s
+                .persons(1)
+                .expect("persons")
+                .into_iter()
+                .map(|p| (p.distinct_ids, p.properties, p.is_identified))
+                .collect();
+            all.sort_by(|x, y| x.0.cmp(&y.0));
+            all
+        };
+        assert_eq!(persons(&full), persons(&slim));
+        assert_eq!(persons(&full).len(), 2);
     }
 
     #[test]
