@@ -431,26 +431,34 @@ fn percent_decode(input: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Inflates gzip in chunks, stopping as soon as the output passes `limit` (gzip-bomb safe).
+/// Inflates gzip, stopping as soon as the output passes `limit` (gzip-bomb safe).
 fn gunzip(bytes: &[u8], limit: usize) -> Result<String, DecodeError> {
-    let mut decoder = flate2::read::MultiGzDecoder::new(bytes);
-    let mut out = Vec::with_capacity(bytes.len().saturating_mul(4).min(limit));
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        let n = decoder
-            .read(&mut chunk)
-            .map_err(|e| DecodeError::InvalidGzip(e.to_string()))?;
-        if n == 0 {
-            break;
-        }
-        if out.len() + n > limit {
-            return Err(DecodeError::TooLarge {
-                kind: LimitKind::Decompressed,
-                limit,
-                index: None,
-            });
-        }
-        out.extend_from_slice(&chunk[..n]);
+    // The trailer's ISIZE is the inflated size of a single-member stream: inflating into a
+    // buffer of that size saves the grow-and-copy steps. It is only a hint (the client writes
+    // it), so it is capped by a generous ratio of the compressed size and by the limit.
+    let trailer_size = bytes
+        .len()
+        .checked_sub(4)
+        .and_then(|at| bytes.get(at..))
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(|b| u32::from_le_bytes(b) as usize);
+    let capacity = trailer_size
+        .unwrap_or(0)
+        .max(bytes.len().saturating_mul(4))
+        .min(bytes.len().saturating_mul(64))
+        .min(limit);
+    let mut out = Vec::with_capacity(capacity);
+    let decoder = flate2::read::MultiGzDecoder::new(bytes);
+    decoder
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| DecodeError::InvalidGzip(e.to_string()))?;
+    if out.len() > limit {
+        return Err(DecodeError::TooLarge {
+            kind: LimitKind::Decompressed,
+            limit,
+            index: None,
+        });
     }
     String::from_utf8(out).map_err(|_| DecodeError::NotUtf8)
 }

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::decode::RawEvent;
+use super::time::wal_time::{self, WalTime};
 use super::time::{parse_iso8601, resolve_timestamp};
 
 /// Event names are truncated to this many characters.
@@ -27,8 +28,10 @@ pub struct CapturedEvent {
     /// unless person processing changes the properties. `None` after a WAL replay.
     #[serde(skip)]
     pub properties_json: Option<PropertiesJson>,
+    #[serde(deserialize_with = "wal_time::deserialize")]
     pub timestamp: DateTime<Utc>,
     /// Server receive time.
+    #[serde(deserialize_with = "wal_time::deserialize")]
     pub created_at: DateTime<Utc>,
 }
 
@@ -39,6 +42,15 @@ pub struct PropertiesJson(Box<RawValue>);
 impl PropertiesJson {
     pub fn into_string(self) -> String {
         String::from(Box::<str>::from(self.0))
+    }
+
+    /// Length of the JSON text in bytes.
+    pub fn len(&self) -> usize {
+        self.0.get().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.get().is_empty()
     }
 }
 
@@ -69,8 +81,8 @@ impl Serialize for CapturedEvent {
             Some(text) => s.serialize_field("properties", &text.0)?,
             None => s.serialize_field("properties", &self.properties)?,
         }
-        s.serialize_field("timestamp", &self.timestamp)?;
-        s.serialize_field("created_at", &self.created_at)?;
+        s.serialize_field("timestamp", &WalTime(&self.timestamp))?;
+        s.serialize_field("created_at", &WalTime(&self.created_at))?;
         s.end()
     }
 }

@@ -307,7 +307,17 @@ impl Ingest {
         for event in &mut batch.events {
             event.freeze_properties();
         }
-        let payload = serde_json::to_vec(&batch).unwrap_or_default();
+        // Sized up front: growing a buffer of this size step by step costs copies and page
+        // faults on every request.
+        let estimate: usize = batch
+            .events
+            .iter()
+            .map(|e| e.properties_json.as_ref().map_or(512, |p| p.len()) + 256)
+            .sum();
+        let mut payload = Vec::with_capacity(estimate);
+        if serde_json::to_writer(&mut payload, &batch).is_err() {
+            payload.clear();
+        }
         for event in &mut batch.events {
             drop_unread_properties(event);
         }

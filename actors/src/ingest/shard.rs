@@ -43,9 +43,13 @@ pub(crate) fn drop_unread_properties(event: &mut CapturedEvent) {
     if event.properties_json.is_none() || may_change_properties(event) {
         return;
     }
-    event
-        .properties
-        .retain(|k, _| PROCESSING_READS.contains(&k.as_str()) || SHARD_READS.contains(&k.as_str()));
+    // Moving the few kept keys out is cheaper than removing the many others one by one.
+    let mut all = std::mem::take(&mut event.properties);
+    for key in PROCESSING_READS.iter().chain(SHARD_READS.iter()) {
+        if let Some(value) = all.remove(*key) {
+            event.properties.insert((*key).to_string(), value);
+        }
+    }
 }
 
 /// Which shard owns a (project, distinct id): stable across builds and restarts.

@@ -103,9 +103,89 @@ pub fn resolve_timestamp(
     result
 }
 
+/// Timestamps in write-ahead-log records: integer nanoseconds since the epoch, exact and much
+/// cheaper to write than RFC 3339 text (two per event on the capture path). Times outside the
+/// nanosecond range (before 1677 or after 2262) are written as text, and text is still read,
+/// so records of earlier versions replay unchanged.
+pub mod wal_time {
+    use std::fmt;
+
+    use chrono::{DateTime, Utc};
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes one timestamp (see the module docs).
+    pub struct WalTime<'a>(pub &'a DateTime<Utc>);
+
+    impl Serialize for WalTime<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            match self.0.timestamp_nanos_opt() {
+                Some(nanos) => serializer.serialize_i64(nanos),
+                None => self.0.serialize(serializer),
+            }
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        d.deserialize_any(TimeVisitor)
+    }
+
+    struct TimeVisitor;
+
+    impl Visitor<'_> for TimeVisitor {
+        type Value = DateTime<Utc>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("epoch nanoseconds or an RFC 3339 timestamp")
+        }
+
+        fn visit_i64<E: de::Error>(self, nanos: i64) -> Result<Self::Value, E> {
+            Ok(DateTime::from_timestamp_nanos(nanos))
+        }
+
+        fn visit_u64<E: de::Error>(self, nanos: u64) -> Result<Self::Value, E> {
+            i64::try_from(nanos)
+                .map(DateTime::from_timestamp_nanos)
+                .map_err(|_| E::custom("timestamp out of range"))
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            text.parse().map_err(E::custom)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wal_times_round_trip_exactly_and_old_text_records_still_read() {
+        #[derive(serde::Deserialize)]
+        struct Rec {
+            #[serde(deserialize_with = "wal_time::deserialize")]
+            t: DateTime<Utc>,
+        }
+        let times = [
+            "2026-11-22T18:00:00.123456789Z",
+            "1970-01-01T00:00:00Z",
+            "1960-05-01T00:00:00.5Z",
+            "1500-01-01T00:00:00Z",
+            "2400-01-01T00:00:00Z",
+        ];
+        for text in times {
+            let t: DateTime<Utc> = text.parse().expect("time");
+            let json = serde_json::json!({"t": wal_time::WalTime(&t)}).to_string();
+            let back: Rec = serde_json::from_str(&json).expect("reads");
+            assert_eq!(back.t, t, "{text} via {json}");
+            let old: Rec = serde_json::from_value(serde_json::json!({"t": t})).expect("text");
+            assert_eq!(old.t, t, "{text} as text");
+        }
+        let now: DateTime<Utc> = "2026-11-22T18:00:00Z".parse().expect("time");
+        let json = serde_json::json!({"t": wal_time::WalTime(&now)}).to_string();
+        let nanos = now.timestamp_nanos_opt().expect("in range");
+        assert_eq!(json, format!("{{\"t\":{nanos}}}"), "written as an integer");
+    }
 
     fn at(s: &str) -> DateTime<Utc> {
         parse_timestamp(s).expect("parses")
