@@ -11,6 +11,7 @@ pub mod columns;
 pub mod decode;
 #[cfg(test)]
 mod decode_tests;
+mod dedup;
 pub mod messages;
 pub mod normalize;
 mod pipeline;

@@ -5,7 +5,7 @@
 //! Flushing runs on a second thread so that acknowledgements (which wait for the actor to have
 //! processed a batch) never wait behind Parquet encoding.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::columns::PropertyColumns;
+use super::dedup::RecentUuids;
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart};
 use super::pipeline::IngestError;
 use super::read::{FrozenRows, Tail};
@@ -116,8 +117,7 @@ pub struct IngestShard {
     buffered_bytes: usize,
     oldest: Option<Instant>,
     next_frozen_id: u64,
-    recent: HashSet<Uuid>,
-    recent_order: VecDeque<Uuid>,
+    recent: RecentUuids,
     /// The JSON text of each person's properties, by the person version it was made from
     /// (the store's shared copy: pointer-equal means unchanged).
     person_texts: HashMap<Uuid, (Arc<Person>, String)>,
@@ -146,6 +146,7 @@ impl IngestShard {
             tracing::error!(error = %err, "cannot start a flusher thread; segments will not be written");
         }
         IngestShard {
+            recent: RecentUuids::new(cfg.dedup_window),
             stats: ShardStats {
                 shard: cfg.shard,
                 ..ShardStats::default()
@@ -160,23 +161,8 @@ impl IngestShard {
             buffered_bytes: 0,
             oldest: None,
             next_frozen_id: 0,
-            recent: HashSet::new(),
-            recent_order: VecDeque::new(),
             person_texts: HashMap::new(),
         }
-    }
-
-    fn remember(&mut self, uuid: Uuid) -> bool {
-        if !self.recent.insert(uuid) {
-            return false;
-        }
-        self.recent_order.push_back(uuid);
-        if self.recent_order.len() > self.cfg.dedup_window {
-            if let Some(old) = self.recent_order.pop_front() {
-                self.recent.remove(&old);
-            }
-        }
-        true
     }
 
     /// `person`'s properties as JSON text, reused while the person is unchanged.
@@ -204,7 +190,7 @@ impl IngestShard {
         let mut released = 0usize;
         for mut event in msg.events {
             let known = msg.skip.as_ref().is_some_and(|s| s.contains(&event.uuid));
-            if known || !self.remember(event.uuid) {
+            if known || !self.recent.insert(event.uuid) {
                 self.stats.duplicates_skipped += 1;
                 released += 1;
                 continue;
@@ -440,7 +426,7 @@ impl Flusher {
         let result = (|| -> Result<(), IngestError> {
             if let Some(frozen) = &job.rows {
                 let mut partitions: BTreeMap<(u64, NaiveDate), Vec<&StoredEvent>> = BTreeMap::new();
-                for row in &frozen.rows {
+                for row in frozen.rows.iter() {
                     partitions
                         .entry((row.project_id, row.day()))
                         .or_default()

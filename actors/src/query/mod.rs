@@ -18,4 +18,4 @@ pub mod uniq;
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
