@@ -541,12 +541,12 @@ fn wal_loop(
             .min()
             .unwrap_or(0);
         if covered > truncated_through {
-            let result = wal
-                .roll_if_covered(covered)
-                .and_then(|_| wal.truncate_through(covered));
-            match result {
-                Ok(_) => truncated_through = covered,
-                Err(e) => tracing::warn!(error = %e, "could not delete covered WAL files"),
+            match wal.roll_if_covered(covered) {
+                Ok(()) => {
+                    wal.truncate_through(covered);
+                    truncated_through = covered;
+                }
+                Err(e) => tracing::warn!(error = %e, "could not roll the WAL past covered records"),
             }
         }
         if let Some(reply) = stop {

@@ -8,6 +8,9 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
 
 const HEADER: usize = 16;
 
@@ -31,6 +34,76 @@ pub struct Wal {
     file: io::BufWriter<File>,
     current_len: u64,
     next_seq: u64,
+    remover: Remover,
+}
+
+/// Deletes covered files on a thread of its own. Unlinking a 64 MiB log file (dropping its
+/// cached pages and, on a `discard` mount, trimming its blocks) took 20–35 ms; on the WAL
+/// thread every acknowledgement waiting for the next group commit waited for it too.
+struct Remover {
+    tx: Option<Sender<Vec<PathBuf>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Remover {
+    fn start(dir: &Path) -> Remover {
+        let (tx, rx) = crossbeam_channel::unbounded::<Vec<PathBuf>>();
+        let dir = dir.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("corvid-wal-gc".into())
+            .spawn(move || {
+                for paths in rx {
+                    remove_files(&dir, &paths);
+                }
+            });
+        match spawned {
+            Ok(thread) => Remover {
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+            Err(err) => {
+                tracing::warn!(error = %err, "no WAL remover thread; covered files are deleted inline");
+                Remover {
+                    tx: None,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    fn remove(&self, dir: &Path, paths: Vec<PathBuf>) {
+        let unsent = match &self.tx {
+            Some(tx) => tx.send(paths).err().map(|e| e.into_inner()),
+            None => Some(paths),
+        };
+        if let Some(paths) = unsent {
+            remove_files(dir, &paths);
+        }
+    }
+}
+
+impl Drop for Remover {
+    /// Finishes the deletions already handed over, so a closed log's directory is settled.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Deletes covered log files; a file that stays behind is only replayed and skipped again.
+fn remove_files(dir: &Path, paths: &[PathBuf]) {
+    for path in paths {
+        if let Err(err) = fs::remove_file(path) {
+            if err.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(error = %err, path = %path.display(), "could not delete a covered WAL file");
+            }
+        }
+    }
+    if let Err(err) = sync_dir(dir) {
+        tracing::warn!(error = %err, "could not sync the WAL directory after deletions");
+    }
 }
 
 impl Wal {
@@ -99,6 +172,7 @@ impl Wal {
                 file: io::BufWriter::with_capacity(1 << 20, file),
                 current_len: 0,
                 next_seq,
+                remover: Remover::start(dir),
             },
             replayed,
         ))
@@ -151,9 +225,10 @@ impl Wal {
         Ok(())
     }
 
-    /// Deletes closed files whose records all have seq ≤ `covered` (durably in segments).
-    pub fn truncate_through(&mut self, covered: u64) -> io::Result<usize> {
-        let mut removed = 0;
+    /// Forgets closed files whose records all have seq ≤ `covered` (durably in segments) and
+    /// has them deleted in the background. Returns how many.
+    pub fn truncate_through(&mut self, covered: u64) -> usize {
+        let mut removed = Vec::new();
         while !self.closed.is_empty() {
             // A closed file's records end just before the next file's first seq.
             let next_first = self
@@ -163,14 +238,13 @@ impl Wal {
             if next_first.saturating_sub(1) > covered {
                 break;
             }
-            let file = self.closed.remove(0);
-            fs::remove_file(&file.path)?;
-            removed += 1;
+            removed.push(self.closed.remove(0).path);
         }
-        if removed > 0 {
-            sync_dir(&self.dir)?;
+        let count = removed.len();
+        if count > 0 {
+            self.remover.remove(&self.dir, removed);
         }
-        Ok(removed)
+        count
     }
 
     /// Rolls to a new file when the current one holds only covered records, so it can go too.
@@ -277,7 +351,7 @@ mod tests {
         }
         wal.sync(true).expect("sync");
         assert_eq!(wal.file_count(), 5);
-        wal.truncate_through(3).expect("truncate");
+        assert_eq!(wal.truncate_through(3), 3);
         assert_eq!(wal.file_count(), 2, "files holding seq 1..=3 are gone");
         drop(wal);
         let (_, replayed) = Wal::open(dir.path(), 10).expect("reopen");
