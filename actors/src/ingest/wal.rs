@@ -162,7 +162,9 @@ impl Wal {
         // Deletions a crash interrupted: these files were covered and already renamed away.
         for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
             if entry.path().extension().is_some_and(|e| e == DELETING) {
-                fs::remove_file(entry.path())?;
+                if let Err(err) = fs::remove_file(entry.path()) {
+                    tracing::warn!(error = %err, path = %entry.path().display(), "could not delete a covered WAL file");
+                }
             }
         }
         let mut replayed = Vec::new();
