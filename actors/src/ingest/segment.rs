@@ -233,7 +233,7 @@ pub fn write_segment(
     events: &mut [&StoredEvent],
     materialized: &[String],
 ) -> Result<(), SegmentError> {
-    sort_by_event_and_time(events);
+    events.sort_by(|a, b| a.event.cmp(&b.event).then(a.timestamp.cmp(&b.timestamp)));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -257,33 +257,6 @@ pub fn write_segment(
     let paced = writer.into_inner()?;
     paced.file.sync_all()?;
     Ok(())
-}
-
-/// Orders rows by event name, then timestamp. The keys are gathered first (event names as
-/// ranks among the batch's distinct names): comparing rows in place followed two pointers per
-/// side into rows scattered over the heap, and the sort spent most of its time in `memcmp`
-/// cache misses.
-fn sort_by_event_and_time(events: &mut [&StoredEvent]) {
-    let mut names: Vec<&str> = events
-        .iter()
-        .map(|e| e.event.as_str())
-        .collect::<std::collections::HashSet<_>>()
-        .into_iter()
-        .collect();
-    names.sort_unstable();
-    let rank: std::collections::HashMap<&str, u32> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (*n, i as u32))
-        .collect();
-    let mut keys: Vec<(u32, DateTime<Utc>, usize)> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (rank[e.event.as_str()], e.timestamp, i))
-        .collect();
-    keys.sort_unstable();
-    let sorted: Vec<&StoredEvent> = keys.iter().map(|&(_, _, i)| events[i]).collect();
-    events.copy_from_slice(&sorted);
 }
 
 /// Bytes a segment writer hands the disk between syncs.
