@@ -12,6 +12,8 @@ use corvid_actors::ingest::normalize::{normalize_all, Context};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 
+mod support;
+
 const EVENTS: usize = 100;
 
 /// One `/batch/` body of 100 events of ~500 bytes of JSON each.
@@ -22,14 +24,7 @@ pub fn batch_body() -> String {
                 "event": if i % 3 == 0 { "$pageview" } else { "button_clicked" },
                 "distinct_id": format!("user-{}", i % 37),
                 "timestamp": "2026-11-20T12:00:00.000Z",
-                "properties": {
-                    "$current_url": format!("https://shop.example.com/products/{i}?ref=newsletter"),
-                    "$browser": "Chrome", "$browser_version": 131, "$os": "Mac OS X",
-                    "$device_type": "Desktop", "$lib": "posthog-node", "$lib_version": "5.70.0",
-                    "$session_id": "0193a8a0-47c1-7b8e-9c4e-6b2f6c1d2e3f",
-                    "plan": "pro", "cart_value": 129.5, "items": 3,
-                    "$referrer": "https://www.google.com/", "$screen_width": 1920
-                }
+                "properties": support::event_properties(i),
             })
         })
         .collect();

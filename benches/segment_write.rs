@@ -13,6 +13,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use uuid::Uuid;
 
+mod support;
+
 const ROWS: usize = 64 * 1024;
 
 fn rows() -> Vec<StoredEvent> {
@@ -36,15 +38,7 @@ fn rows() -> Vec<StoredEvent> {
                     &Uuid::NAMESPACE_OID,
                     format!("user-{}", i % 37).as_bytes(),
                 ),
-                properties: json!({
-                    "$current_url": format!("https://shop.example.com/products/{i}?ref=newsletter"),
-                    "$browser": "Chrome", "$browser_version": 131, "$os": "Mac OS X",
-                    "$device_type": "Desktop", "$lib": "posthog-node", "$lib_version": "5.70.0",
-                    "$session_id": "0193a8a0-47c1-7b8e-9c4e-6b2f6c1d2e3f",
-                    "plan": "pro", "cart_value": 129.5, "items": 3,
-                    "$referrer": "https://www.google.com/", "$screen_width": 1920
-                })
-                .to_string(),
+                properties: support::event_properties(i).to_string(),
                 person_properties: json!({"email": format!("user-{}@example.com", i % 37)})
                     .to_string(),
                 timestamp: at,
