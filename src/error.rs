@@ -226,7 +226,9 @@ impl ApiError {
                 StoreError::Sled(_)
                 | StoreError::Corrupt { .. }
                 | StoreError::SchemaTooNew { .. }
-                | StoreError::PasswordHash => (
+                | StoreError::PasswordHash
+                | StoreError::Sequence { .. }
+                | StoreError::TaskFailed(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
                     "internal_error",

@@ -7,6 +7,7 @@
 //! - [`flags`]: feature-flag definitions and in-memory evaluation.
 //! - [`query`]: HogQL, trends and retention over the events (DataFusion).
 //! - [`endpoints`]: saved queries as versioned APIs, materialization, execution logs.
+//! - [`wire`]: the public routes' body decoding, shared by capture and `/flags`.
 
 pub mod endpoints;
 pub mod flags;
@@ -15,3 +16,6 @@ pub mod meta;
 pub mod oauth;
 pub mod persons;
 pub mod query;
+pub mod records;
+pub mod surveys;
+pub mod wire;

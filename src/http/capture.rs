@@ -2,11 +2,9 @@
 //! trailing slash; GET, POST and CORS preflight). Public, authenticated by the project token in
 //! the payload.
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header;
 use actix_web::http::Method;
-use actix_web::middleware::{from_fn, Next};
+use actix_web::middleware::from_fn;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
@@ -38,58 +36,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         };
         cfg.service(
             web::resource(paths.to_vec())
-                .wrap(from_fn(cors))
+                .wrap(from_fn(super::cors::public))
                 .route(web::post().to(handler))
                 .route(web::get().to(handler))
                 .route(web::method(Method::OPTIONS).to(preflight)),
         );
     }
-}
-
-/// Permissive CORS, as PostHog's capture: mirror the Origin, allow credentials and whatever
-/// headers the browser SDK asks for. Applied to every answer, errors included.
-async fn cors(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let origin = req.headers().get(header::ORIGIN).cloned();
-    let asked = req
-        .headers()
-        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
-        .cloned();
-    let mut res = next.call(req).await?;
-    let headers = res.headers_mut();
-    match origin {
-        Some(origin) => {
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-                HeaderValue::from_static("true"),
-            );
-            headers.insert(header::VARY, HeaderValue::from_static("Origin"));
-        }
-        None => {
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_ORIGIN,
-                HeaderValue::from_static("*"),
-            );
-        }
-    }
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        asked.unwrap_or(HeaderValue::from_static(
-            "Content-Type, Content-Encoding, X-Requested-With",
-        )),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_MAX_AGE,
-        HeaderValue::from_static("86400"),
-    );
-    Ok(res)
 }
 
 async fn preflight() -> HttpResponse {

@@ -16,6 +16,7 @@ use corvid_actors::flags::properties::MatchContext;
 use corvid_actors::flags::request::{decode_body, detect_runtime, parse_request, FlagRequestError};
 use corvid_actors::flags::store::FlagRecord;
 use corvid_actors::flags::validate::validate_flag;
+use corvid_actors::wire::WireInput;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -274,14 +275,16 @@ async fn evaluate_http(
 ) -> Result<HttpResponse, ApiError> {
     let limit = state.config.limits.max_body_bytes;
     let body = read_body(&req, payload.into_inner(), limit).await?;
+    let content_type = header_str(&req, header::CONTENT_TYPE);
+    let content_encoding = header_str(&req, header::CONTENT_ENCODING);
     let decoded = decode_body(
-        &body,
-        header_str(&req, header::CONTENT_TYPE).as_deref(),
-        header_str(&req, header::CONTENT_ENCODING).as_deref(),
-        query
-            .get("compression")
-            .map(String::as_str)
-            .filter(|c| !c.is_empty()),
+        WireInput {
+            body: &body,
+            query_data: query.get("data").map(String::as_str),
+            query_compression: query.get("compression").map(String::as_str),
+            content_type: content_type.as_deref(),
+            content_encoding: content_encoding.as_deref(),
+        },
         state.config.capture.max_decompressed_bytes,
     )
     .map_err(flag_error)?;

@@ -7,6 +7,7 @@
 pub mod body;
 mod capture;
 mod cohorts;
+mod cors;
 mod endpoints;
 mod flags;
 mod flags_v2;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use corvid_actors::meta::{NewProject, Project};
+use corvid_actors::meta::{NewProject, Project, ProjectSettings, ProjectUpdate};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -18,7 +18,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/projects", web::get().to(list))
         .route("/api/projects", web::post().to(create))
         .route("/api/projects/{project_id}", web::get().to(get))
-        .route("/api/environments/{project_id}", web::get().to(get));
+        .route("/api/environments/{project_id}", web::get().to(get))
+        .route("/api/projects/{project_id}", web::patch().to(update))
+        .route("/api/environments/{project_id}", web::patch().to(update));
 }
 
 /// A project as the API shows it (PostHog's field names).
@@ -32,6 +34,8 @@ pub struct ProjectView {
     timezone: String,
     anonymize_ips: bool,
     created_at: DateTime<Utc>,
+    #[serde(flatten)]
+    settings: ProjectSettings,
 }
 
 impl From<&Project> for ProjectView {
@@ -45,6 +49,7 @@ impl From<&Project> for ProjectView {
             timezone: p.timezone.clone(),
             anonymize_ips: p.anonymize_ips,
             created_at: p.created_at,
+            settings: p.settings.clone(),
         }
     }
 }
@@ -116,4 +121,20 @@ async fn create(
     let view = ProjectView::from(&project);
     state.cache.put_project(Arc::new(project));
     Ok(HttpResponse::Created().json(view))
+}
+
+/// `PATCH /api/projects/{id}/`: name, timezone, IP anonymization and the SDK settings that
+/// remote config serves.
+async fn update(
+    access: ProjectAccess<ProjectWrite>,
+    state: web::Data<AppState>,
+    ValidJson(body): ValidJson<ProjectUpdate>,
+) -> Result<HttpResponse, ApiError> {
+    let id = access.project.id;
+    let project = state
+        .meta(move |store| store.update_project(id, body))
+        .await?;
+    let view = ProjectView::from(&project);
+    state.cache.put_project(Arc::new(project));
+    Ok(HttpResponse::Ok().json(view))
 }

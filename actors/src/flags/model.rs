@@ -36,6 +36,38 @@ fn yes() -> bool {
     true
 }
 
+impl FlagDefinition {
+    /// A new flag as the product surfaces create them (experiments, early access, surveys):
+    /// the store assigns its id and version.
+    pub fn new(key: String, name: String, filters: FlagFilters, active: bool) -> FlagDefinition {
+        FlagDefinition {
+            id: 0,
+            key,
+            name,
+            filters,
+            active,
+            deleted: false,
+            ensure_experience_continuity: false,
+            version: 0,
+            evaluation_runtime: None,
+            evaluation_contexts: Vec::new(),
+            bucketing_identifier: None,
+        }
+    }
+}
+
+impl Condition {
+    /// A condition with these property filters and rollout (`None`: everyone matching).
+    pub fn new(properties: Vec<PropertyFilter>, rollout_percentage: Option<f64>) -> Condition {
+        Condition {
+            properties,
+            rollout_percentage,
+            variant: None,
+            aggregation_group_type_index: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlagFilters {
     #[serde(default)]

@@ -1,12 +1,10 @@
 //! `/flags` request decoding and parsing (`shared/reference/flags.md` §1), and the runtime and
 //! evaluation-context filters (§7.1–7.2).
 
-use std::io::Read;
-
-use base64::Engine;
 use serde_json::{Map, Value};
 
 use super::model::FlagDefinition;
+use crate::wire::{decode_text, WireError, WireInput};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FlagRequestError {
@@ -37,79 +35,13 @@ pub struct FlagRequest {
     pub disable_flags: bool,
 }
 
-/// Decodes a body: JSON (optionally gzipped, by hint or magic bytes), base64 JSON, or a form
-/// with `data=<base64>`.
-pub fn decode_body(
-    body: &[u8],
-    content_type: Option<&str>,
-    content_encoding: Option<&str>,
-    compression: Option<&str>,
-    limit: usize,
-) -> Result<Value, FlagRequestError> {
-    let gzip = matches!(compression, Some("gzip" | "gzip-js"))
-        || content_encoding.is_some_and(|e| e.contains("gzip"))
-        || body.starts_with(&[0x1f, 0x8b]);
-    let mut bytes = if gzip {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(body)
-            .take(limit as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| FlagRequestError::Decoding(format!("invalid gzip: {e}")))?;
-        if out.len() > limit {
-            return Err(FlagRequestError::TooLarge(limit));
-        }
-        out
-    } else {
-        body.to_vec()
-    };
-    let is_form = content_type
-        .and_then(|c| c.split(';').next())
-        .is_some_and(|c| {
-            c.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if is_form && bytes.starts_with(b"data=") {
-        bytes = percent_decode(&bytes[5..]).into_bytes();
-        return base64_json(&bytes);
-    }
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) => Ok(v),
-        Err(json_err) => base64_json(&percent_decode(&bytes).into_bytes())
-            .map_err(|_| FlagRequestError::Parsing(json_err.to_string())),
-    }
-}
-
-fn base64_json(bytes: &[u8]) -> Result<Value, FlagRequestError> {
-    let mut text: Vec<u8> = bytes
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
-    while text.len() % 4 != 0 {
-        text.push(b'=');
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(&text)
-        .map_err(|e| FlagRequestError::Decoding(format!("invalid base64: {e}")))?;
-    serde_json::from_slice(&decoded).map_err(|e| FlagRequestError::Parsing(e.to_string()))
-}
-
-fn percent_decode(input: &[u8]) -> String {
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        if input[i] == b'%' && i + 2 < input.len() {
-            if let Ok(byte) = u8::from_str_radix(&String::from_utf8_lossy(&input[i + 1..i + 3]), 16)
-            {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(input[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Decodes a `/flags` body with the wire decoder capture uses, then parses its JSON.
+pub fn decode_body(input: WireInput<'_>, limit: usize) -> Result<Value, FlagRequestError> {
+    let text = decode_text(input, limit).map_err(|err| match err {
+        WireError::TooLarge { limit } => FlagRequestError::TooLarge(limit),
+        other => FlagRequestError::Decoding(other.to_string()),
+    })?;
+    serde_json::from_str(&text).map_err(|e| FlagRequestError::Parsing(e.to_string()))
 }
 
 fn first<'a>(obj: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
@@ -235,8 +167,10 @@ pub fn is_selected(flag: &FlagDefinition, runtime: Option<Runtime>, contexts: &[
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use base64::Engine;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn aliases_numbers_and_truncation() {
@@ -257,12 +191,21 @@ mod tests {
 
     #[test]
     fn bodies_in_every_encoding() {
-        let v = decode_body(
+        let decode = |body: &[u8], compression: Option<&str>, ct: Option<&str>| {
+            decode_body(
+                WireInput {
+                    body,
+                    query_compression: compression,
+                    content_type: ct,
+                    ..WireInput::default()
+                },
+                1 << 20,
+            )
+        };
+        let v = decode(
             b"eyJ0b2tlbiI6ICJ0ZXN0IiwgImRpc3RpbmN0X2lkIjogInVzZXIifQo%3D",
-            None,
-            None,
             Some("base64"),
-            1 << 20,
+            None,
         )
         .expect("base64");
         assert_eq!(v, json!({"token": "test", "distinct_id": "user"}));
@@ -270,7 +213,7 @@ mod tests {
         std::io::Write::write_all(&mut gz, br#"{"token":"t","distinct_id":"d"}"#).expect("gz");
         let gz = gz.finish().expect("gz");
         assert_eq!(
-            decode_body(&gz, None, None, None, 1 << 20).expect("magic bytes")["distinct_id"],
+            decode(&gz, None, None).expect("magic bytes")["distinct_id"],
             "d"
         );
         let form = format!(
@@ -279,16 +222,28 @@ mod tests {
                 .encode(br#"{"token":"t","distinct_id":"f"}"#)
                 .replace('=', "%3D")
         );
-        let v = decode_body(
+        let v = decode(
             form.as_bytes(),
+            None,
             Some("application/x-www-form-urlencoded"),
-            None,
-            None,
-            1 << 20,
         )
         .expect("form");
         assert_eq!(v["distinct_id"], "f");
-        assert!(decode_body(b"{nope", None, None, None, 1 << 20).is_err());
+        let lz = format!(
+            "data={}",
+            lz_str::compress_to_base64(r#"{"token":"t","distinct_id":"lz"}"#).replace('+', "%2B")
+        );
+        let v = decode(
+            lz.as_bytes(),
+            Some("lz64"),
+            Some("application/x-www-form-urlencoded"),
+        )
+        .expect("lz64");
+        assert_eq!(v["distinct_id"], "lz");
+        assert!(matches!(
+            decode(b"{nope", None, None),
+            Err(FlagRequestError::Parsing(_))
+        ));
     }
 
     #[test]

@@ -24,6 +24,23 @@ pub struct FlagRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+impl FlagRecord {
+    /// The short form other resources embed (PostHog's `MinimalFeatureFlagSerializer`).
+    pub fn summary(&self) -> serde_json::Value {
+        let d = &self.definition;
+        serde_json::json!({
+            "id": d.id,
+            "team_id": self.project_id,
+            "key": d.key,
+            "name": d.name,
+            "filters": d.filters,
+            "active": d.active,
+            "deleted": d.deleted,
+            "version": d.version,
+        })
+    }
+}
+
 /// A stored cohort; static cohorts keep their members' distinct ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CohortRecord {
@@ -147,6 +164,42 @@ impl FlagStore {
 
     pub fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
         get(&self.flags, "feature_flags", &key(project_id, id))
+    }
+
+    /// The live (not deleted) flag with this key.
+    pub fn live_flag_by_key(
+        &self,
+        project_id: u64,
+        flag_key: &str,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        Ok(self
+            .flags(project_id)?
+            .into_iter()
+            .find(|f| !f.definition.deleted && f.definition.key == flag_key))
+    }
+
+    /// The live flag with this id.
+    pub fn live_flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
+        Ok(self.flag(project_id, id)?.filter(|f| !f.definition.deleted))
+    }
+
+    /// Applies `change` to a live flag and stores it (a new version). `None` when the flag is
+    /// gone; the change is skipped (no new version) when it leaves the definition as it was.
+    pub fn modify_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        change: impl FnOnce(&mut FlagDefinition),
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let Some(old) = self.live_flag(project_id, id)? else {
+            return Ok(None);
+        };
+        let mut definition = old.definition.clone();
+        change(&mut definition);
+        if definition == old.definition {
+            return Ok(Some(old));
+        }
+        self.save_flag(project_id, definition, Some(&old)).map(Some)
     }
 
     /// Inserts a new flag (assigning its id and version 1) or replaces one (bumping its

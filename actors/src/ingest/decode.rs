@@ -1,21 +1,18 @@
 //! Capture request decoding: bytes on the wire → validated raw events.
 //!
-//! One pure module, so it can be property-tested: no I/O, no clock. The pipeline follows
-//! PostHog's capture (see `shared/reference/capture.md` §2): pick the payload (query `data` or
-//! body), optimistic base64, form decoding, the compression hint (query → form → header), gzip
-//! (also by magic bytes) / LZ-string / plain UTF-8 under the decompressed limit, a second
-//! base64 pass on legacy routes, then the JSON shapes: an array of events, a batch object, a
-//! single event, or (on `/engage`) a person update that becomes `$identify`.
+//! One pure module, so it can be property-tested: no I/O, no clock. The bytes become JSON text
+//! in [`crate::wire`] (shared with `/flags`); here come PostHog's capture shapes: an array of
+//! events, a batch object, a single event, or (on `/engage`) a person update that becomes
+//! `$identify`.
 //!
 //! Validation is all-or-nothing: one bad event rejects the whole request.
 
-use std::io::Read;
-
-use base64::Engine;
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
+
+use crate::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,245 +236,42 @@ fn too_large_message(kind: LimitKind, limit: usize, index: Option<usize>) -> Str
     }
 }
 
-const FORM_PREFIXES: [&[u8]; 5] = [b"data=", b"ver=", b"_=", b"ip=", b"compression="];
 /// Events that PostHog drops silently at capture.
 const DROPPED_EVENTS: [&str; 1] = ["$performance_event"];
 const MAX_TOKEN_LEN: usize = 64;
 pub const MAX_DISTINCT_ID_CHARS: usize = 200;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Compression {
-    Gzip,
-    Lz64,
-    Base64,
-}
-
-fn parse_hint(value: &str) -> Option<Compression> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "gzip" | "gzip-js" => Some(Compression::Gzip),
-        "lz64" | "lz-string" => Some(Compression::Lz64),
-        "base64" | "b64" => Some(Compression::Base64),
-        _ => None,
+impl From<WireError> for DecodeError {
+    fn from(err: WireError) -> Self {
+        match err {
+            WireError::EmptyPayload => DecodeError::EmptyPayload,
+            WireError::InvalidForm => DecodeError::InvalidForm,
+            WireError::InvalidBase64 => DecodeError::InvalidBase64,
+            WireError::InvalidGzip(e) => DecodeError::InvalidGzip(e),
+            WireError::InvalidLz64 => DecodeError::InvalidLz64,
+            WireError::NotUtf8 => DecodeError::NotUtf8,
+            WireError::TooLarge { limit } => DecodeError::TooLarge {
+                kind: LimitKind::Decompressed,
+                limit,
+                index: None,
+            },
+        }
     }
 }
 
 /// Decodes a capture request into its token and events.
 pub fn decode(payload: Payload<'_>, limits: Limits) -> Result<DecodedRequest, DecodeError> {
-    let text = decode_to_text(payload, limits)?;
+    let text = decode_text(
+        WireInput {
+            body: payload.body,
+            query_data: payload.query.data.as_deref(),
+            query_compression: payload.query.compression.as_deref(),
+            content_type: payload.content_type,
+            content_encoding: payload.content_encoding,
+        },
+        limits.max_decompressed_bytes,
+    )?;
     parse_events(&text, payload.route, payload.query, limits)
-}
-
-/// Steps 1–6: the bytes on the wire to JSON text.
-fn decode_to_text(payload: Payload<'_>, limits: Limits) -> Result<String, DecodeError> {
-    let mut bytes: Vec<u8> = match &payload.query.data {
-        Some(data) => data.as_bytes().to_vec(),
-        None => payload.body.to_vec(),
-    };
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(DecodeError::EmptyPayload);
-    }
-    let is_form_like = FORM_PREFIXES.iter().any(|p| bytes.starts_with(p));
-    // LZ-string output is itself base64 text: an explicit lz64 hint must keep it intact.
-    let lz64_hinted = payload.query.compression.as_deref().and_then(parse_hint)
-        == Some(Compression::Lz64)
-        || payload.content_encoding.and_then(parse_hint) == Some(Compression::Lz64);
-    if !is_form_like && !lz64_hinted {
-        if let Some(decoded) = optimistic_base64(&bytes) {
-            bytes = decoded;
-        }
-    }
-    let mut form_hint = None;
-    let is_form_content = payload
-        .content_type
-        .and_then(|ct| ct.split(';').next())
-        .is_some_and(|ct| {
-            ct.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    // A JSON body under a form content type (e.g. `curl -d '{…}'`) is read as JSON.
-    if is_form_content && payload.query.data.is_none() && !looks_like_json(&bytes) {
-        if !FORM_PREFIXES.iter().any(|p| bytes.starts_with(p)) {
-            return Err(DecodeError::InvalidForm);
-        }
-        let mut data = None;
-        for (k, v) in form_urlencoded_pairs(&bytes) {
-            match k.as_str() {
-                "data" => data = Some(v),
-                "compression" => form_hint = parse_hint(&v),
-                _ => {}
-            }
-        }
-        let Some(mut data) = data else {
-            return Err(DecodeError::InvalidForm);
-        };
-        // URL-decoding turned base64's `+` into spaces; put them back.
-        if data.contains(' ') && looks_like_base64(&data.replace(' ', "+").into_bytes()) {
-            data = data.replace(' ', "+");
-        }
-        bytes = data.into_bytes();
-    }
-    let hint = payload
-        .query
-        .compression
-        .as_deref()
-        .and_then(parse_hint)
-        .or(form_hint)
-        .or_else(|| {
-            payload.content_encoding.and_then(|ce| match ce {
-                "gzip" | "gzip-js" | "lz64" | "lz-string" | "base64" | "b64" => parse_hint(ce),
-                _ => None,
-            })
-        });
-    let is_gzip_magic = bytes.starts_with(&[0x1f, 0x8b, 0x08]);
-    let text = if hint == Some(Compression::Gzip) || is_gzip_magic {
-        gunzip(&bytes, limits.max_decompressed_bytes)?
-    } else if hint == Some(Compression::Lz64) {
-        lz64(&bytes, limits.max_decompressed_bytes)?
-    } else {
-        if hint == Some(Compression::Base64) && !looks_like_json(&bytes) {
-            bytes = base64::engine::general_purpose::STANDARD
-                .decode(trim_ascii(&bytes))
-                .map_err(|_| DecodeError::InvalidBase64)?;
-        }
-        if bytes.len() > limits.max_decompressed_bytes {
-            return Err(DecodeError::TooLarge {
-                kind: LimitKind::Decompressed,
-                limit: limits.max_decompressed_bytes,
-                index: None,
-            });
-        }
-        String::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8)?
-    };
-    // PostHog does this second pass on legacy routes only; JSON never looks like strict base64,
-    // so doing it everywhere accepts more clients (form `data=<base64>` on /batch) and breaks none.
-    if looks_like_base64(text.as_bytes()) {
-        if let Ok(inner) = base64::engine::general_purpose::STANDARD.decode(text.trim()) {
-            return String::from_utf8(inner).map_err(|_| DecodeError::NotUtf8);
-        }
-    }
-    Ok(text)
-}
-
-fn trim_ascii(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &bytes[start..end]
-}
-
-fn looks_like_json(bytes: &[u8]) -> bool {
-    matches!(trim_ascii(bytes).first(), Some(b'{') | Some(b'['))
-}
-
-fn is_base64_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='
-}
-
-/// Strict base64 shape: alphabet only (checked on the first 128 bytes, as PostHog does) and a
-/// length that is a multiple of 4.
-fn looks_like_base64(bytes: &[u8]) -> bool {
-    let bytes = trim_ascii(bytes);
-    !bytes.is_empty() && bytes.len() % 4 == 0 && bytes.iter().take(128).all(|b| is_base64_byte(*b))
-}
-
-fn optimistic_base64(bytes: &[u8]) -> Option<Vec<u8>> {
-    if !looks_like_base64(bytes) {
-        return None;
-    }
-    base64::engine::general_purpose::STANDARD
-        .decode(trim_ascii(bytes))
-        .ok()
-}
-
-fn form_urlencoded_pairs(bytes: &[u8]) -> Vec<(String, String)> {
-    bytes
-        .split(|b| *b == b'&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let mut it = pair.splitn(2, |b| *b == b'=');
-            let k = percent_decode(it.next().unwrap_or_default());
-            let v = percent_decode(it.next().unwrap_or_default());
-            (k, v)
-        })
-        .collect()
-}
-
-/// application/x-www-form-urlencoded decoding (`+` is a space, `%XX` a byte).
-fn percent_decode(input: &[u8]) -> String {
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        match input[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < input.len() => {
-                let hex = std::str::from_utf8(&input[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(byte) => {
-                        out.push(byte);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            other => out.push(other),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Inflates gzip, stopping as soon as the output passes `limit` (gzip-bomb safe).
-fn gunzip(bytes: &[u8], limit: usize) -> Result<String, DecodeError> {
-    // The trailer's ISIZE is the inflated size of a single-member stream: inflating into a
-    // buffer of that size saves the grow-and-copy steps. It is only a hint (the client writes
-    // it), so it is capped by a generous ratio of the compressed size and by the limit.
-    let trailer_size = bytes
-        .len()
-        .checked_sub(4)
-        .and_then(|at| bytes.get(at..))
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(|b| u32::from_le_bytes(b) as usize);
-    let capacity = trailer_size
-        .unwrap_or(0)
-        .max(bytes.len().saturating_mul(4))
-        .min(bytes.len().saturating_mul(64))
-        .min(limit);
-    let mut out = Vec::with_capacity(capacity);
-    let decoder = flate2::read::MultiGzDecoder::new(bytes);
-    decoder
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| DecodeError::InvalidGzip(e.to_string()))?;
-    if out.len() > limit {
-        return Err(DecodeError::TooLarge {
-            kind: LimitKind::Decompressed,
-            limit,
-            index: None,
-        });
-    }
-    String::from_utf8(out).map_err(|_| DecodeError::NotUtf8)
-}
-
-fn lz64(bytes: &[u8], limit: usize) -> Result<String, DecodeError> {
-    let text = std::str::from_utf8(trim_ascii(bytes)).map_err(|_| DecodeError::InvalidLz64)?;
-    let units = lz_str::decompress_from_base64(text).ok_or(DecodeError::InvalidLz64)?;
-    let decoded = String::from_utf16(&units).map_err(|_| DecodeError::InvalidLz64)?;
-    if decoded.len() > limit {
-        return Err(DecodeError::TooLarge {
-            kind: LimitKind::Decompressed,
-            limit,
-            index: None,
-        });
-    }
-    if decoded.trim().is_empty() {
-        return Err(DecodeError::InvalidLz64);
-    }
-    Ok(decoded)
 }
 
 #[derive(serde::Deserialize)]

@@ -20,6 +20,9 @@ pub use bootstrap::{
 pub use cache::MetaCache;
 pub use credential::{Credential, CredentialSource};
 pub use error::StoreError;
-pub use model::{NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, User};
+pub use model::{
+    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
+    ProjectUpdate, User,
+};
 pub use scopes::{Scope, ScopeSet};
 pub use store::{MetaStore, SCHEMA_VERSION};

@@ -30,6 +30,71 @@ pub struct Project {
     #[serde(default)]
     pub anonymize_ips: bool,
     pub created_at: DateTime<Utc>,
+    /// What browser SDKs are told to do (remote config). Stored and shown flat, with PostHog's
+    /// field names.
+    #[serde(flatten)]
+    pub settings: ProjectSettings,
+}
+
+/// A project's SDK settings, served to browsers as remote config (PostHog's team fields).
+/// Records written before a field existed read its default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProjectSettings {
+    /// Autocapture of clicks and page interactions is off.
+    pub autocapture_opt_out: bool,
+    /// Uncaught exceptions are captured as `$exception` events.
+    pub autocapture_exceptions_opt_in: bool,
+    /// Network timing is captured with page views.
+    pub capture_performance_opt_in: bool,
+    /// Web vitals are captured.
+    pub autocapture_web_vitals_opt_in: bool,
+    /// Heatmap data is captured.
+    pub heatmaps_opt_in: bool,
+    /// Dead clicks are captured.
+    pub capture_dead_clicks: bool,
+    /// Surveys are shown (when the project has running surveys).
+    pub surveys_opt_in: bool,
+    /// Session recordings are requested. Corvid does not store recordings, so this stays
+    /// false (remote config always answers `sessionRecording: false`).
+    pub session_recording_opt_in: bool,
+    /// Browsers create person profiles only for identified users (`person_profiles:
+    /// identified_only`) unless the site says otherwise.
+    pub default_identified_only: bool,
+}
+
+impl Default for ProjectSettings {
+    fn default() -> Self {
+        ProjectSettings {
+            autocapture_opt_out: false,
+            autocapture_exceptions_opt_in: false,
+            capture_performance_opt_in: false,
+            autocapture_web_vitals_opt_in: false,
+            heatmaps_opt_in: false,
+            capture_dead_clicks: false,
+            surveys_opt_in: true,
+            session_recording_opt_in: false,
+            default_identified_only: true,
+        }
+    }
+}
+
+/// A partial update of a project (`PATCH /api/projects/{id}/`): every field optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectUpdate {
+    pub name: Option<String>,
+    pub timezone: Option<String>,
+    pub anonymize_ips: Option<bool>,
+    pub autocapture_opt_out: Option<bool>,
+    pub autocapture_exceptions_opt_in: Option<bool>,
+    pub capture_performance_opt_in: Option<bool>,
+    pub autocapture_web_vitals_opt_in: Option<bool>,
+    pub heatmaps_opt_in: Option<bool>,
+    pub capture_dead_clicks: Option<bool>,
+    pub surveys_opt_in: Option<bool>,
+    pub session_recording_opt_in: Option<bool>,
+    pub default_identified_only: Option<bool>,
 }
 
 /// What a caller supplies to create a project.

@@ -11,7 +11,10 @@ use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
 use super::codec::{encode, get, u64_key};
-use super::model::{NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, User};
+use super::model::{
+    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
+    ProjectUpdate, User,
+};
 use super::{secrets, Credential, ScopeSet, StoreError};
 
 /// Version of the on-disk layout. Bump it with a migration when a record changes incompatibly.
@@ -158,6 +161,7 @@ impl MetaStore {
             timezone: new.timezone,
             anonymize_ips: new.anonymize_ips,
             created_at: Utc::now(),
+            settings: ProjectSettings::default(),
         };
         let record = encode(&project);
         (&self.projects, &self.project_tokens).transaction(|(projects, tokens)| {
@@ -176,6 +180,63 @@ impl MetaStore {
 
     pub fn project(&self, id: u64) -> Result<Option<Project>, StoreError> {
         get(&self.projects, "projects", &u64_key(id))
+    }
+
+    /// Applies a partial update to a project and returns the new record.
+    pub fn update_project(&self, id: u64, update: ProjectUpdate) -> Result<Project, StoreError> {
+        let mut project = self.project(id)?.ok_or_else(|| StoreError::NotFound {
+            what: format!("project {id}"),
+        })?;
+        if let Some(name) = update.name {
+            validate_project_name(&name)?;
+            project.name = name;
+        }
+        if let Some(timezone) = update.timezone {
+            validate_timezone(&timezone)?;
+            project.timezone = timezone;
+        }
+        if update.session_recording_opt_in == Some(true) {
+            return Err(StoreError::invalid(
+                "Session recordings are not stored by Corvid, so they cannot be turned on.",
+                "session_recording_opt_in",
+            ));
+        }
+        let s = &mut project.settings;
+        let flags = [
+            (update.anonymize_ips, &mut project.anonymize_ips),
+            (update.autocapture_opt_out, &mut s.autocapture_opt_out),
+            (
+                update.autocapture_exceptions_opt_in,
+                &mut s.autocapture_exceptions_opt_in,
+            ),
+            (
+                update.capture_performance_opt_in,
+                &mut s.capture_performance_opt_in,
+            ),
+            (
+                update.autocapture_web_vitals_opt_in,
+                &mut s.autocapture_web_vitals_opt_in,
+            ),
+            (update.heatmaps_opt_in, &mut s.heatmaps_opt_in),
+            (update.capture_dead_clicks, &mut s.capture_dead_clicks),
+            (update.surveys_opt_in, &mut s.surveys_opt_in),
+            (
+                update.session_recording_opt_in,
+                &mut s.session_recording_opt_in,
+            ),
+            (
+                update.default_identified_only,
+                &mut s.default_identified_only,
+            ),
+        ];
+        for (new, field) in flags {
+            if let Some(value) = new {
+                *field = value;
+            }
+        }
+        self.projects.insert(u64_key(id), encode(&project))?;
+        self.flush()?;
+        Ok(project)
     }
 
     pub fn project_by_token(&self, token: &str) -> Result<Option<Project>, StoreError> {

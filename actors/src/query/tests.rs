@@ -16,7 +16,7 @@ use crate::ingest::segment::{day_dir, write_segment, StoredEvent};
 use crate::persons::{Person, PersonStore};
 
 pub(crate) struct Fixture {
-    pub engine: QueryEngine,
+    pub engine: Arc<QueryEngine>,
     pub columns: Arc<PropertyColumns>,
     root: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -113,11 +113,13 @@ impl Fixture {
             )
             .expect("person");
         let columns = Arc::new(PropertyColumns::open(&db, materialized()).expect("columns"));
-        let engine = QueryEngine::new(
-            settings,
-            Sources::new(root, vec![t], persons, Arc::clone(&columns)),
-        )
-        .expect("engine");
+        let engine = Arc::new(
+            QueryEngine::new(
+                settings,
+                Sources::new(root, vec![t], persons, Arc::clone(&columns)),
+            )
+            .expect("engine"),
+        );
         Fixture {
             engine,
             columns,

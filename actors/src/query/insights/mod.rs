@@ -13,7 +13,8 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::hogql::{self, Bindings, Generated, Prepared};
+pub use super::hogql::Generated;
+use super::hogql::{self, Bindings, Prepared};
 use super::{QueryEngine, QueryError, QueryOutput};
 use filters::{properties_sql, Properties};
 
@@ -185,6 +186,16 @@ pub async fn run_with_limits(
             Ok(insight_answer(results, has_more, out))
         }
     }
+}
+
+/// Runs SQL another domain generated for its own reports (survey statistics, experiment
+/// results), with every value bound apart; it may return up to the insight row ceiling.
+pub async fn run_generated(
+    engine: &QueryEngine,
+    project_id: u64,
+    sql: &Generated,
+) -> Result<QueryOutput, QueryError> {
+    engine.run(project_id, generated(sql)?).await
 }
 
 /// Insight SQL returns whatever rows it computes; the user row limits do not apply.
