@@ -9,6 +9,7 @@
 //! - [`endpoints`]: saved queries as versioned APIs, materialization, execution logs.
 //! - [`wire`]: the public routes' body decoding, shared by capture and `/flags`.
 
+pub mod early_access;
 pub mod endpoints;
 pub mod flags;
 pub mod ingest;
@@ -17,5 +18,6 @@ pub mod oauth;
 pub mod persons;
 pub mod query;
 pub mod records;
+pub mod remote_config;
 pub mod surveys;
 pub mod wire;
