@@ -249,8 +249,14 @@ mod tests {
 
         let members: Map<String, Value> =
             serde_json::from_str(&format!("{{{}}}", doc.flags_members())).expect("members");
-        assert_eq!(members["supportedCompression"], doc.json()["supportedCompression"]);
-        assert_eq!(members["config"], json!({"enable_collect_everything": true}));
+        assert_eq!(
+            members["supportedCompression"],
+            doc.json()["supportedCompression"]
+        );
+        assert_eq!(
+            members["config"],
+            json!({"enable_collect_everything": true})
+        );
         assert_eq!(members["isAuthenticated"], json!(false));
         assert_eq!(members["surveys"], json!(false));
         assert!(members.get("token").is_none());

@@ -247,7 +247,11 @@ impl EarlyAccess {
     }
 
     /// The public list: features in `stages` (`beta` when empty).
-    pub async fn public(&self, project: u64, stages: Vec<Stage>) -> Result<Vec<Value>, RecordError> {
+    pub async fn public(
+        &self,
+        project: u64,
+        stages: Vec<Stage>,
+    ) -> Result<Vec<Value>, RecordError> {
         let stages = if stages.is_empty() {
             vec![Stage::Beta]
         } else {
@@ -286,7 +290,11 @@ impl Inner {
         Ok(FeatureView { feature, flag })
     }
 
-    fn views(&self, project: u64, stages: Option<&[Stage]>) -> Result<Vec<FeatureView>, RecordError> {
+    fn views(
+        &self,
+        project: u64,
+        stages: Option<&[Stage]>,
+    ) -> Result<Vec<FeatureView>, RecordError> {
         let flags = self.flags.flags(project)?;
         let mut features = self.store.list(project)?;
         features.retain(|f| stages.is_none_or(|s| s.contains(&f.stage)));
@@ -406,8 +414,7 @@ impl Inner {
         if let Some(url) = &c.documentation_url {
             let valid = url.is_empty()
                 || (url.len() <= 800
-                    && url::Url::parse(url)
-                        .is_ok_and(|u| matches!(u.scheme(), "http" | "https")));
+                    && url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")));
             if !valid {
                 return Err(RecordError::invalid(
                     "Enter a valid URL.",
@@ -430,7 +437,10 @@ impl Inner {
         feature: Option<Uuid>,
     ) -> Result<FlagRecord, RecordError> {
         let flag = self.flags.live_flag(project, id)?.ok_or_else(|| {
-            RecordError::invalid("Feature Flag with this ID does not exist", "feature_flag_id")
+            RecordError::invalid(
+                "Feature Flag with this ID does not exist",
+                "feature_flag_id",
+            )
         })?;
         let filters = &flag.definition.filters;
         let grouped = filters.aggregation_group_type_index.is_some()
@@ -444,7 +454,11 @@ impl Inner {
                 "feature_flag_id",
             ));
         }
-        if filters.multivariate.as_ref().is_some_and(|m| !m.variants.is_empty()) {
+        if filters
+            .multivariate
+            .as_ref()
+            .is_some_and(|m| !m.variants.is_empty())
+        {
             return Err(RecordError::invalid(
                 "Multivariate feature flags are not supported for Early Access Features.",
                 "feature_flag_id",
@@ -468,7 +482,12 @@ impl Inner {
     }
 
     /// Puts the flag in line with the feature's stage.
-    fn sync_flag(&self, project: u64, feature: &Feature, rollout_to_all: bool) -> Result<(), RecordError> {
+    fn sync_flag(
+        &self,
+        project: u64,
+        feature: &Feature,
+        rollout_to_all: bool,
+    ) -> Result<(), RecordError> {
         let Some(id) = feature.feature_flag_id else {
             return Ok(());
         };

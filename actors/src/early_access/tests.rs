@@ -17,7 +17,8 @@ fn setup() -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("sled");
     let flags = Arc::new(FlagStore::open(&db).expect("flags"));
-    let store = Arc::new(SledRecords::<Feature>::open(&db, "early_access_features").expect("store"));
+    let store =
+        Arc::new(SledRecords::<Feature>::open(&db, "early_access_features").expect("store"));
     Setup {
         eaf: EarlyAccess::new(store, Arc::clone(&flags)),
         flags,
@@ -45,7 +46,10 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
     let s = setup();
     let view = s
         .eaf
-        .create(1, changes(json!({"name": "Dark Mode!", "stage": "beta", "description": "d"})))
+        .create(
+            1,
+            changes(json!({"name": "Dark Mode!", "stage": "beta", "description": "d"})),
+        )
         .await
         .expect("create");
     let f = view.flag.expect("flag").definition;
@@ -91,7 +95,10 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
         .create(1, changes(json!({"name": "dark mode", "stage": "beta"})))
         .await
         .expect_err("key taken");
-    assert_eq!(detail(err), "There is already a feature flag with this key.");
+    assert_eq!(
+        detail(err),
+        "There is already a feature flag with this key."
+    );
 
     s.eaf.delete(1, id).await.expect("delete");
     assert!(matches!(
@@ -107,7 +114,11 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
     let save = |key: &str, filters: Value| {
         let filters: FlagFilters = serde_json::from_value(filters).expect("filters");
         s.flags
-            .save_flag(1, FlagDefinition::new(key.into(), key.into(), filters, true), None)
+            .save_flag(
+                1,
+                FlagDefinition::new(key.into(), key.into(), filters, true),
+                None,
+            )
             .expect("flag")
             .definition
             .id
@@ -118,32 +129,54 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
         json!({"groups": [], "multivariate": {"variants": [
             {"key": "a", "rollout_percentage": 50}, {"key": "b", "rollout_percentage": 50}]}}),
     );
-    let grouped = save("grouped", json!({"groups": [], "aggregation_group_type_index": 0}));
+    let grouped = save(
+        "grouped",
+        json!({"groups": [], "aggregation_group_type_index": 0}),
+    );
 
     let cases = [
         (999, "Feature Flag with this ID does not exist"),
-        (multi, "Multivariate feature flags are not supported for Early Access Features."),
-        (grouped, "Group-based feature flags are not supported for Early Access Features."),
+        (
+            multi,
+            "Multivariate feature flags are not supported for Early Access Features.",
+        ),
+        (
+            grouped,
+            "Group-based feature flags are not supported for Early Access Features.",
+        ),
     ];
     for (id, expected) in cases {
         let err = s
             .eaf
-            .create(1, changes(json!({"name": "X", "stage": "beta", "feature_flag_id": id})))
+            .create(
+                1,
+                changes(json!({"name": "X", "stage": "beta", "feature_flag_id": id})),
+            )
             .await
             .expect_err("refused");
         assert_eq!(detail(err), expected);
     }
     let linked = s
         .eaf
-        .create(1, changes(json!({"name": "X", "stage": "alpha", "feature_flag_id": plain})))
+        .create(
+            1,
+            changes(json!({"name": "X", "stage": "alpha", "feature_flag_id": plain})),
+        )
         .await
         .expect("link");
     let f = linked.flag.expect("flag").definition;
-    assert_eq!(f.filters.groups[0].rollout_percentage, Some(30.0), "own groups kept");
+    assert_eq!(
+        f.filters.groups[0].rollout_percentage,
+        Some(30.0),
+        "own groups kept"
+    );
     assert_eq!(f.filters.feature_enrollment, Some(true));
     let err = s
         .eaf
-        .create(1, changes(json!({"name": "Y", "stage": "beta", "feature_flag_id": plain})))
+        .create(
+            1,
+            changes(json!({"name": "Y", "stage": "beta", "feature_flag_id": plain})),
+        )
         .await
         .expect_err("taken");
     assert_eq!(
@@ -161,7 +194,12 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
 #[tokio::test]
 async fn the_public_list_filters_by_stage_beta_by_default() {
     let s = setup();
-    for (name, stage) in [("A", "beta"), ("B", "alpha"), ("C", "concept"), ("D", "beta")] {
+    for (name, stage) in [
+        ("A", "beta"),
+        ("B", "alpha"),
+        ("C", "concept"),
+        ("D", "beta"),
+    ] {
         s.eaf
             .create(
                 1,
