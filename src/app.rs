@@ -93,6 +93,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     );
     let (oauth, secret_scanning_keys) =
         state::oauth(&config, &meta).context("cannot start the OAuth server")?;
+    let surfaces = state::Surfaces::open(&meta, &flags, &query)
+        .context("cannot open surveys, experiments and early-access features")?;
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
     let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
@@ -116,6 +118,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         query,
         endpoints,
         oauth: Arc::new(oauth),
+        surfaces,
         secret_scanning_keys,
         lifecycle,
         metrics,
@@ -134,6 +137,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     watch_critical_components(&state);
     flush_usage_periodically(&state);
     prune_oauth_hourly(&state);
+    maintain_surveys(&state);
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -211,6 +215,24 @@ fn prune_oauth_hourly(state: &web::Data<AppState>) {
                 Ok(Ok(0)) => {}
                 Ok(Ok(n)) => tracing::info!(removed = n, "pruned expired OAuth records"),
                 _ => tracing::warn!("could not prune expired OAuth records; will retry"),
+            }
+        }
+    });
+}
+
+/// Stops surveys at their response limits and moves repeating surveys to their iteration.
+fn maintain_surveys(state: &web::Data<AppState>) {
+    let state = state.clone();
+    actix_web::rt::spawn(async move {
+        let mut tick = tokio::time::interval(state.config.surveys.maintenance_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !state.lifecycle.is_ready() {
+                return;
+            }
+            if let Err(err) = state.surfaces.surveys.maintain(chrono::Utc::now()).await {
+                tracing::warn!(error = %err, "survey upkeep failed; will retry");
             }
         }
     });

@@ -54,6 +54,8 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
     pub flags: FlagsConfig,
+    pub browser: BrowserConfig,
+    pub surveys: SurveysConfig,
     pub query: QueryConfig,
     pub endpoints: EndpointsConfig,
     #[serde(default)]
@@ -122,6 +124,27 @@ pub struct GeoIpConfig {
 pub struct FlagsConfig {
     #[serde(with = "humantime_serde")]
     pub stored_read_deadline: Duration,
+}
+
+/// `[browser]`: what browser SDKs are served besides capture and flags.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserConfig {
+    /// `Cache-Control: max-age` of `/array/{token}/config(.js)`.
+    #[serde(with = "humantime_serde")]
+    pub remote_config_max_age: Duration,
+    /// Where `/static/*` (the SDK's lazily loaded scripts: surveys, recorder, toolbar…) is
+    /// redirected; empty answers 404.
+    pub assets_url: String,
+}
+
+/// `[surveys]`: upkeep of running surveys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SurveysConfig {
+    /// How often surveys are checked against their response limits and iteration dates.
+    #[serde(with = "humantime_serde")]
+    pub maintenance_interval: Duration,
 }
 
 /// `[query]`: limits of SQL and insight queries.
@@ -292,6 +315,9 @@ impl Config {
         config.server.bind = SocketAddr::from(([127, 0, 0, 1], 0));
         config.server.workers = NonZeroUsize::new(2);
         config.server.shutdown_timeout = Duration::from_secs(5);
+        config.surveys.maintenance_interval = Duration::from_millis(200);
+        // Test traffic stays on loopback: no redirects to a public CDN.
+        config.browser.assets_url = String::new();
         config
     }
 
@@ -347,6 +373,21 @@ impl Config {
                     "oauth.region_urls entry `{url}` must be an http(s) URL without a trailing slash"
                 )));
             }
+        }
+        if self.surveys.maintenance_interval.is_zero() {
+            return Err(ConfigError::Invalid(
+                "surveys.maintenance_interval must be > 0".into(),
+            ));
+        }
+        let assets = &self.browser.assets_url;
+        if !assets.is_empty()
+            && (!(assets.starts_with("http://") || assets.starts_with("https://"))
+                || assets.ends_with('/'))
+        {
+            return Err(ConfigError::Invalid(
+                "browser.assets_url must be empty or an http(s) URL without a trailing slash"
+                    .into(),
+            ));
         }
         let o = &self.oauth;
         if o.cimd_cache_min > o.cimd_cache_max {

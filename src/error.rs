@@ -15,6 +15,7 @@ use corvid_actors::ingest::normalize::NormalizeError;
 use corvid_actors::ingest::IngestError;
 use corvid_actors::meta::StoreError;
 use corvid_actors::query::QueryError;
+use corvid_actors::records::RecordError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,12 @@ pub enum ApiError {
     /// A public route's project token is missing or unknown.
     #[error("{detail}")]
     InvalidProjectToken { detail: &'static str },
+    /// A public read route (surveys, early access) got no project token at all.
+    #[error("{detail}")]
+    MissingProjectToken { detail: &'static str },
+    /// The method is never allowed on this resource (e.g. hard-deleting an experiment).
+    #[error("{detail}")]
+    MethodNotAllowed { detail: &'static str },
     #[error("{detail}")]
     PermissionDenied { detail: String },
     /// A bearer credential without the scope a route needs: 403 whose `WWW-Authenticate`
@@ -127,6 +134,18 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
                 "invalid_api_key",
+                None,
+            ),
+            ApiError::MissingProjectToken { .. } => (
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "missing_api_key",
+                None,
+            ),
+            ApiError::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request",
+                "method_not_allowed",
                 None,
             ),
             ApiError::PermissionDenied { .. } | ApiError::InsufficientScope { .. } => (
@@ -351,6 +370,21 @@ impl From<EndpointError> for ApiError {
             EndpointError::Query(q) => ApiError::Query(q),
             EndpointError::Store(s) => ApiError::Store(s),
             EndpointError::Storage(text) => ApiError::Internal(anyhow::anyhow!(text)),
+        }
+    }
+}
+
+impl From<RecordError> for ApiError {
+    fn from(err: RecordError) -> Self {
+        match err {
+            RecordError::NotFound { what } => ApiError::not_found(what),
+            RecordError::Invalid { detail, attr } => ApiError::Validation {
+                detail,
+                attr: attr.map(str::to_string),
+            },
+            RecordError::NotAllowed { detail } => ApiError::MethodNotAllowed { detail },
+            RecordError::Store(err) => ApiError::Store(err),
+            RecordError::Query(err) => ApiError::Query(err),
         }
     }
 }

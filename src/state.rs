@@ -4,8 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
+use corvid_actors::early_access::EarlyAccess;
 use corvid_actors::endpoints::store::EndpointStore;
 use corvid_actors::endpoints::Endpoints;
+use corvid_actors::experiments::Experiments;
 use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
 use corvid_actors::ingest::Ingest;
@@ -14,6 +16,9 @@ use corvid_actors::oauth::secret_scanning::VerifyingKey;
 use corvid_actors::oauth::OAuth;
 use corvid_actors::persons::PersonStore;
 use corvid_actors::query::{QueryEngine, Sources};
+use corvid_actors::records::SledRecords;
+use corvid_actors::remote_config::RemoteConfig;
+use corvid_actors::surveys::Surveys;
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -42,6 +47,8 @@ pub struct AppState {
     pub endpoints: Arc<Endpoints>,
     /// The OAuth authorization server: grants, sessions and resolved CIMD clients.
     pub oauth: Arc<OAuth>,
+    /// The product surfaces `/flags` serves: remote config, early access, surveys, experiments.
+    pub surfaces: Surfaces,
     /// Keys that sign secret-scanning reports.
     pub secret_scanning_keys: Arc<[VerifyingKey]>,
     pub lifecycle: Arc<Lifecycle>,
@@ -112,6 +119,45 @@ impl AppState {
                         .strip_prefix(base)
                         .is_some_and(|rest| rest.starts_with('/'))
             })
+    }
+}
+
+/// The facades of the product surfaces built on flags.
+#[derive(Clone)]
+pub struct Surfaces {
+    pub remote_config: RemoteConfig,
+    pub early_access: EarlyAccess,
+    pub surveys: Surveys,
+    pub experiments: Experiments,
+}
+
+impl Surfaces {
+    /// The surfaces in the metadata store's database, over `flags` and `query`.
+    pub fn open(
+        meta: &MetaStore,
+        flags: &Arc<FlagStore>,
+        query: &Arc<QueryEngine>,
+    ) -> Result<Surfaces, StoreError> {
+        let db = meta.db();
+        let surveys = Surveys::new(
+            Arc::new(SledRecords::open(db, "surveys")?),
+            Arc::clone(flags),
+            Arc::clone(query),
+        );
+        Ok(Surfaces {
+            remote_config: RemoteConfig::new(Arc::clone(flags), surveys.clone()),
+            early_access: EarlyAccess::new(
+                Arc::new(SledRecords::open(db, "early_access_features")?),
+                Arc::clone(flags),
+            ),
+            experiments: Experiments::new(
+                Arc::new(SledRecords::open(db, "experiments")?),
+                Arc::new(SledRecords::open(db, "experiment_holdouts")?),
+                Arc::clone(flags),
+                Arc::clone(query),
+            ),
+            surveys,
+        })
     }
 }
 
@@ -219,7 +265,9 @@ impl AppState {
         let meta = Arc::new(meta);
         let endpoints = Arc::new(endpoints(&config, &meta, &query).expect("endpoints start"));
         let (oauth, secret_scanning_keys) = oauth(&config, &meta).expect("oauth opens");
+        let surfaces = Surfaces::open(&meta, &flags, &query).expect("surfaces open");
         AppState {
+            surfaces,
             oauth: Arc::new(oauth),
             secret_scanning_keys,
             endpoints,

@@ -343,7 +343,10 @@ fn flags_endpoint_rules() {
         .expect("sent");
     let with_config: Value = res.json().expect("json");
     assert_eq!(with_config["config"]["enable_collect_everything"], true);
-    assert_eq!(with_config["supportedCompression"], json!(["gzip", "lz64"]));
+    assert_eq!(
+        with_config["supportedCompression"],
+        json!(["gzip", "gzip-js", "lz64"])
+    );
     assert_eq!(with_config["isAuthenticated"], false);
     let res = server
         .client
@@ -609,7 +612,10 @@ fn legacy_decide_shapes() {
     // `/decide` includes the config unless `config=false`, in the v2 shape too.
     let v4 = decide("4");
     assert_eq!(v4["config"]["enable_collect_everything"], true);
-    assert_eq!(v4["supportedCompression"], json!(["gzip", "lz64"]));
+    assert_eq!(
+        v4["supportedCompression"],
+        json!(["gzip", "gzip-js", "lz64"])
+    );
     assert_eq!(v4["flags"]["on"]["reason"]["code"], "condition_match");
 }
 

@@ -70,6 +70,12 @@ impl ConfigDoc {
         );
         config.insert("toolbarParams".into(), json!({}));
         config.insert("isAuthenticated".into(), json!(false));
+        // Flags answers also name lz64, as PostHog's `/decide` did: older SDKs that cannot
+        // gzip pick it, and capture decodes it.
+        config.insert(
+            "supportedCompression".into(),
+            json!(["gzip", "gzip-js", "lz64"]),
+        );
         let text = Value::Object(config).to_string();
         text[1..text.len() - 1].to_string()
     }
@@ -251,8 +257,16 @@ mod tests {
             serde_json::from_str(&format!("{{{}}}", doc.flags_members())).expect("members");
         assert_eq!(
             members["supportedCompression"],
-            doc.json()["supportedCompression"]
+            json!(["gzip", "gzip-js", "lz64"])
         );
+        for same in [
+            "hasFeatureFlags",
+            "autocapture_opt_out",
+            "heatmaps",
+            "analytics",
+        ] {
+            assert_eq!(members[same], doc.json()[same], "{same}");
+        }
         assert_eq!(
             members["config"],
             json!({"enable_collect_everything": true})

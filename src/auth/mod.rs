@@ -12,4 +12,4 @@ pub mod scope;
 
 pub use bearer::Authed;
 pub use project::ProjectAccess;
-pub use project_token::{resolve_project_token, ProjectToken};
+pub use project_token::{public_project, resolve_project_token, ProjectToken};

@@ -54,6 +54,34 @@ impl FromRequest for ProjectToken {
     }
 }
 
+/// The project of a public read route (`/api/surveys/`, `/api/early_access_features/`), by the
+/// `token` (or `api_key`) query parameter. 401 `missing_api_key` without one, 401
+/// `invalid_api_key` for an unknown one (PostHog's codes for these routes).
+pub async fn public_project(state: &AppState, req: &HttpRequest) -> Result<Arc<Project>, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(req.query_string()).unwrap_or_default();
+    let token = pairs
+        .iter()
+        .find(|(k, v)| (k == "token" || k == "api_key") && !v.trim().is_empty())
+        .map(|(_, v)| v.trim().to_string());
+    let Some(token) = token else {
+        return Err(ApiError::MissingProjectToken {
+            detail:
+                "API key not provided. You can find your project API key in your project settings.",
+        });
+    };
+    let project = resolve_project_token(state, &token)
+        .await
+        .map_err(|err| match err {
+            ApiError::InvalidProjectToken { .. } => ApiError::InvalidProjectToken {
+                detail: "Project API key invalid. You can find your project API key in your project settings.",
+            },
+            other => other,
+        })?;
+    req.extensions_mut().insert(RequestProject(project.id));
+    Ok(project)
+}
+
 /// Resolves a project token (cache first, then sled). Missing or unknown tokens are a 401.
 pub async fn resolve_project_token(
     state: &AppState,

@@ -36,4 +36,10 @@ required_scopes! {
     OrganizationWrite => "organization:write",
     PersonalApiKeyRead => "personal_api_key:read",
     PersonalApiKeyWrite => "personal_api_key:write",
+    ExperimentRead => "experiment:read",
+    ExperimentWrite => "experiment:write",
+    SurveyRead => "survey:read",
+    SurveyWrite => "survey:write",
+    EarlyAccessFeatureRead => "early_access_feature:read",
+    EarlyAccessFeatureWrite => "early_access_feature:write",
 }

@@ -8,9 +8,10 @@ pub mod body;
 mod capture;
 mod cohorts;
 mod cors;
+mod early_access;
 mod endpoints;
+mod experiments;
 mod flags;
-mod flags_v2;
 mod health;
 mod insight_variables;
 mod oauth;
@@ -19,6 +20,8 @@ mod personal_api_keys;
 mod persons;
 mod projects;
 mod query;
+mod remote_config;
+mod surveys;
 mod users;
 
 use actix_web::{web, HttpResponse};
@@ -33,6 +36,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     // dynamic (regex-matched) API routes to fail; endpoint runs come next.
     capture::configure(cfg);
     flags::configure_public(cfg);
+    remote_config::configure(cfg);
     endpoints::configure(cfg);
     health::configure(cfg);
     projects::configure(cfg);
@@ -44,6 +48,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     organizations::configure(cfg);
     query::configure(cfg);
     insight_variables::configure(cfg);
+    early_access::configure(cfg);
+    surveys::configure(cfg);
+    experiments::configure(cfg);
     oauth::configure(cfg);
 }
 
@@ -71,6 +78,26 @@ pub fn client_ip(req: &actix_web::HttpRequest) -> Option<String> {
         return Some(addr.ip().to_string());
     }
     Some(raw.trim().to_string())
+}
+
+/// A UUID path segment; anything else is a 404 naming `what`.
+pub fn uuid_path(raw: &str, what: &'static str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(raw).map_err(|_| ApiError::not_found(what))
+}
+
+/// An integer id path segment; anything else is a 404 naming `what`.
+pub fn id_path(raw: &str, what: &'static str) -> Result<u64, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found(what))
+}
+
+/// The user summary shown as `created_by`.
+pub fn user_summary(user: &corvid_actors::meta::User) -> serde_json::Value {
+    serde_json::json!({
+        "id": user.id,
+        "uuid": user.uuid,
+        "email": user.email,
+        "first_name": user.first_name,
+    })
 }
 
 /// Unknown routes get the same JSON error shape as everything else.

@@ -202,24 +202,61 @@ fn time_param(
         .transpose()
 }
 
+/// `GET …/events/`: newest first, one page of `limit`; `next` carries a cursor (`before` =
+/// the last event's time, `before_uuid` its uuid), so following it never repeats or skips an
+/// event, even while new events arrive.
 async fn events(
+    req: actix_web::HttpRequest,
     access: ProjectAccess<QueryRead>,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
+    let before_uuid = params
+        .get("before_uuid")
+        .map(|u| {
+            uuid::Uuid::parse_str(u).map_err(|_| {
+                ApiError::validation("before_uuid must be a UUID", Some("before_uuid"))
+            })
+        })
+        .transpose()?;
+    let page_size = limit(&params)?;
     let filter = EventFilter {
         project_id: access.project.id,
         event: params.get("event").cloned(),
         distinct_id: params.get("distinct_id").cloned(),
         after: time_param(&params, "after")?,
         before: time_param(&params, "before")?,
-        limit: limit(&params)?,
+        before_uuid,
+        // One more than a page tells whether another page exists.
+        limit: page_size + 1,
     };
     let ingest = state.ingest.clone();
-    let found = web::block(move || ingest.query_events(&filter))
+    let mut found = web::block(move || ingest.query_events(&filter))
         .await?
         .map_err(|e| ApiError::Internal(e.into()))?;
-    Ok(page(found.into_iter().map(event_json).collect()))
+    let next = if found.len() > page_size {
+        found.truncate(page_size);
+        found.last().map(|last| {
+            let mut pairs: Vec<(String, String)> = params
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "before" | "before_uuid"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            pairs.sort();
+            pairs.push((
+                "before".into(),
+                last.timestamp
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ));
+            pairs.push(("before_uuid".into(), last.uuid.to_string()));
+            let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+            format!("{}{}?{query}", state.public_url, req.path())
+        })
+    } else {
+        None
+    };
+    let results: Vec<Value> = found.into_iter().map(event_json).collect();
+    Ok(HttpResponse::Ok().json(json!({"results": results, "next": next, "previous": null})))
 }
 
 async fn usage(

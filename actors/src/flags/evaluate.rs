@@ -38,6 +38,12 @@ impl FlagsOutcome {
             .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
     }
 
+    /// Whether the request is billed: it evaluated a flag other than a survey's.
+    pub fn billable(&self) -> bool {
+        self.returned()
+            .any(|(i, _)| !self.flag(i).key.starts_with(super::SURVEY_FLAG_PREFIX))
+    }
+
     /// Whether no flag was evaluated for the caller.
     pub fn is_empty(&self) -> bool {
         self.results.iter().all(Option::is_none)
@@ -116,6 +122,7 @@ pub fn selected_flags(
         .filter(|&i| {
             let f = &snapshot.flags[i];
             f.active
+                && (!request.only_survey_flags || f.key.starts_with(super::SURVEY_FLAG_PREFIX))
                 && is_selected(f, runtime, &request.evaluation_contexts)
                 && request
                     .flag_keys

@@ -13,3 +13,8 @@ pub mod properties;
 pub mod request;
 pub mod store;
 pub mod validate;
+
+/// Keys of the flags surveys own start with this (PostHog's `SURVEY_TARGETING_FLAG_PREFIX`):
+/// `/flags?only_evaluate_survey_feature_flags=true` evaluates only these, and requests that
+/// evaluate nothing else are not billed.
+pub const SURVEY_FLAG_PREFIX: &str = "survey-targeting-";

@@ -33,6 +33,8 @@ pub struct FlagRequest {
     pub evaluation_runtime: Option<Runtime>,
     pub geoip_disable: bool,
     pub disable_flags: bool,
+    /// Evaluate only survey flags (`only_evaluate_survey_feature_flags=true` in the query).
+    pub only_survey_flags: bool,
 }
 
 /// Decodes a `/flags` body with the wire decoder capture uses, then parses its JSON.
@@ -92,6 +94,7 @@ pub fn parse_request(value: &Value) -> Result<FlagRequest, FlagRequestError> {
             .map(Runtime::parse),
         geoip_disable: matches!(obj.get("geoip_disable"), Some(Value::Bool(true))),
         disable_flags: matches!(obj.get("disable_flags"), Some(Value::Bool(true))),
+        only_survey_flags: false,
     };
     if request.distinct_id.is_none() && !request.disable_flags {
         return Err(FlagRequestError::MissingDistinctId);

@@ -113,8 +113,10 @@ pub struct EventFilter {
     pub distinct_id: Option<String>,
     /// Exclusive lower bound.
     pub after: Option<DateTime<Utc>>,
-    /// Exclusive upper bound.
+    /// Exclusive upper bound; with `before_uuid`, the page cursor: events older than
+    /// `before`, or at `before` with a smaller uuid (the order pages are listed in).
     pub before: Option<DateTime<Utc>>,
+    pub before_uuid: Option<uuid::Uuid>,
     pub limit: usize,
 }
 
@@ -127,7 +129,19 @@ impl EventFilter {
                 .as_ref()
                 .is_none_or(|d| &e.distinct_id == d)
             && self.after.is_none_or(|a| e.timestamp > a)
-            && self.before.is_none_or(|b| e.timestamp < b)
+            && self.before.is_none_or(|b| {
+                e.timestamp < b
+                    || (e.timestamp == b && self.before_uuid.is_some_and(|u| e.uuid < u))
+            })
+    }
+
+    /// The upper bound segment reads may use (inclusive of the cursor's instant).
+    fn scan_before(&self) -> Option<DateTime<Utc>> {
+        match (self.before, self.before_uuid) {
+            (Some(b), Some(_)) => Some(b + chrono::Duration::microseconds(1)),
+            (before, None) => before,
+            (None, Some(_)) => None,
+        }
     }
 }
 
@@ -164,7 +178,7 @@ pub fn query_events(
     filter: &EventFilter,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
     let from = filter.after.map(|a| a.date_naive());
-    let to = filter.before.map(|b| b.date_naive());
+    let to = filter.scan_before().map(|b| b.date_naive());
     let snap = snapshot(root, tails, filter.project_id, from, to, |e| {
         filter.matches(e)
     })?;
@@ -182,7 +196,7 @@ pub fn query_events(
         event: filter.event.clone(),
         distinct_id: filter.distinct_id.clone(),
         after: filter.after,
-        before: filter.before,
+        before: filter.scan_before(),
     };
     let mut rows = snap.tail;
     for (day, files) in by_day.into_iter().rev() {

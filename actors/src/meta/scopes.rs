@@ -7,8 +7,10 @@ use std::fmt;
 /// The objects a scope can name. A subset of PostHog's list: the ones Corvid serves.
 pub const OBJECTS: &[&str] = &[
     "cohort",
+    "early_access_feature",
     "endpoint",
     "event_definition",
+    "experiment",
     "feature_flag",
     "group",
     "insight",
@@ -19,6 +21,7 @@ pub const OBJECTS: &[&str] = &[
     "personal_api_key",
     "project",
     "query",
+    "survey",
     "user",
 ];
 

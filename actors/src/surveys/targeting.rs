@@ -10,9 +10,8 @@ use crate::flags::model::{Condition, FlagDefinition, FlagFilters};
 use crate::flags::properties::PropertyFilter;
 use crate::records::RecordError;
 
-/// Every survey flag key starts with this (PostHog's `SURVEY_TARGETING_FLAG_PREFIX`); `/flags`
-/// can be asked to evaluate only these (`only_evaluate_survey_feature_flags=true`).
-pub const FLAG_PREFIX: &str = "survey-targeting-";
+/// Every survey flag key starts with this.
+pub use crate::flags::SURVEY_FLAG_PREFIX as FLAG_PREFIX;
 
 /// A new key: the prefix, ten random hex digits and `suffix` (`-custom` for internal flags).
 pub fn new_key(suffix: &str) -> String {

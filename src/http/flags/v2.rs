@@ -9,14 +9,9 @@
 use chrono::Utc;
 use corvid_actors::flags::evaluate::FlagsOutcome;
 
-/// What `config=true` adds to a flags response (every shape), as the members of a JSON
-/// object without its braces.
-pub const CONFIG_FIELDS: &str = "\"config\":{\"enable_collect_everything\":true},\
-    \"toolbarParams\":{},\"isAuthenticated\":false,\
-    \"supportedCompression\":[\"gzip\",\"lz64\"],\"sessionRecording\":false";
-
-/// The response body. `with_config` adds what `config=true` asks for.
-pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
+/// The response body. `config`: what `config=true` adds (the members of a JSON object without
+/// its braces, as remote config renders them).
+pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
     let snapshot = &outcome.snapshot;
     let mut out = Vec::with_capacity(64 + outcome.results.len() * 230);
     out.extend_from_slice(b"{\"flags\":{");
@@ -79,9 +74,9 @@ pub fn write(outcome: &FlagsOutcome, with_config: bool) -> Vec<u8> {
     );
     out.extend_from_slice(b"\",\"evaluatedAt\":");
     number(&mut out, Utc::now().timestamp_millis());
-    if with_config {
+    if let Some(members) = config.filter(|m| !m.is_empty()) {
         out.push(b',');
-        out.extend_from_slice(CONFIG_FIELDS.as_bytes());
+        out.extend_from_slice(members.as_bytes());
     }
     out.push(b'}');
     out
@@ -131,18 +126,6 @@ mod tests {
     }
 
     #[test]
-    fn config_fields_are_one_json_object_body() {
-        let fields: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!("{{{CONFIG_FIELDS}}}")).expect("valid JSON members");
-        assert_eq!(
-            Value::Object(fields),
-            json!({"config": {"enable_collect_everything": true}, "toolbarParams": {},
-                   "isAuthenticated": false, "supportedCompression": ["gzip", "lz64"],
-                   "sessionRecording": false})
-        );
-    }
-
-    #[test]
     fn writes_the_v2_shape_in_key_order_with_escaped_keys() {
         let flags = vec![flag(1, "zeta"), flag(2, "al\"pha\\"), flag(3, "hidden")];
         let snapshot = Arc::new(ProjectFlags::new(flags, HashMap::new(), HashMap::new()));
@@ -155,7 +138,8 @@ mod tests {
             ],
             errors: true,
         };
-        let bytes = write(&outcome, true);
+        let config = r#""config":{"enable_collect_everything":true},"supportedCompression":["gzip","gzip-js"]"#;
+        let bytes = write(&outcome, Some(config));
         let text = std::str::from_utf8(&bytes).expect("utf-8");
         let body: Value = serde_json::from_slice(&bytes).expect("valid JSON");
         assert!(text.find("al\\\"pha").expect("first") < text.find("zeta").expect("second"));
@@ -180,9 +164,9 @@ mod tests {
             .as_str()
             .is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()));
         assert!(body["evaluatedAt"].as_i64().is_some());
-        assert_eq!(body["supportedCompression"], json!(["gzip", "lz64"]));
+        assert_eq!(body["supportedCompression"], json!(["gzip", "gzip-js"]));
         assert_eq!(body["config"], json!({"enable_collect_everything": true}));
-        let plain: Value = serde_json::from_slice(&write(&outcome, false)).expect("JSON");
+        let plain: Value = serde_json::from_slice(&write(&outcome, None)).expect("JSON");
         assert!(plain.get("config").is_none() && plain.get("toolbarParams").is_none());
     }
 }

@@ -1,0 +1,411 @@
+//! `/flags` and `/decide` (POST evaluates; GET answers an empty set with the fallback config;
+//! HEAD and OPTIONS for browsers), in every query form the SDKs send.
+
+use actix_web::http::header;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use chrono::Utc;
+use corvid_actors::flags::evaluate::{
+    cached_stored, evaluate, load_stored, selected_flags, StoredData,
+};
+use corvid_actors::flags::properties::MatchContext;
+use corvid_actors::flags::request::{decode_body, detect_runtime, parse_request, FlagRequestError};
+use corvid_actors::wire::WireInput;
+use serde_json::json;
+
+use super::shapes::{add_config, decide_list_body, decide_map_body, legacy_body, v2_response};
+use crate::auth::resolve_project_token;
+use crate::error::ApiError;
+use crate::http::body::read_body;
+use crate::state::AppState;
+use crate::telemetry::RequestProject;
+
+/// What a flags answer holds when the project's remote config is not at hand (PostHog's
+/// fallback config), as the members of a JSON object without its braces.
+pub const FALLBACK_CONFIG: &str = "\"config\":{\"enable_collect_everything\":true},\
+    \"toolbarParams\":{},\"isAuthenticated\":false,\
+    \"supportedCompression\":[\"gzip\",\"gzip-js\",\"lz64\"],\"sessionRecording\":false,\
+    \"surveys\":false,\"heatmaps\":false,\"capturePerformance\":false,\
+    \"autocaptureExceptions\":false";
+
+/// Which endpoint answers: they differ only in response shapes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Endpoint {
+    Flags,
+    /// Legacy `/decide` for old SDKs.
+    Decide,
+}
+
+/// The query parameters the SDKs send (`v`/`version`, `config`, `compression`, `data`,
+/// `only_evaluate_survey_feature_flags`; `ip`, `_`, `ver` and others are accepted and ignored).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct FlagsQuery {
+    pub version: Option<u32>,
+    /// `v`/`version` was given (even unparseable: then it counts as 1).
+    pub versioned: bool,
+    pub config: Option<bool>,
+    pub compression: Option<String>,
+    pub data: Option<String>,
+    pub only_survey_flags: bool,
+}
+
+impl FlagsQuery {
+    pub fn parse(query_string: &str) -> FlagsQuery {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(query_string).unwrap_or_default();
+        let truthy = |v: &str| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes");
+        let mut q = FlagsQuery::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "v" | "version" => {
+                    q.versioned = true;
+                    q.version = Some(v.trim().parse().unwrap_or(1));
+                }
+                "config" => q.config = Some(truthy(&v)),
+                "compression" if !v.is_empty() => q.compression = Some(v),
+                "data" if !v.is_empty() => q.data = Some(v),
+                "only_evaluate_survey_feature_flags" => q.only_survey_flags = truthy(&v),
+                _ => {}
+            }
+        }
+        q
+    }
+}
+
+/// The body shape of an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    V2,
+    Legacy,
+    DecideList,
+    DecideMap,
+}
+
+/// PostHog's rules (`flags.md` §1.2, §2.3): with neither `v` nor `config`, `/flags` behaves as
+/// `v=2&config=true`; `/decide` includes config unless `config=false` and maps versions to
+/// its older shapes.
+pub fn shape(endpoint: Endpoint, q: &FlagsQuery) -> (Shape, bool) {
+    let version = q.version.unwrap_or(1);
+    match endpoint {
+        Endpoint::Flags => match (q.versioned, q.config) {
+            (false, None) => (Shape::V2, true),
+            (_, config) if version >= 2 => (Shape::V2, config.unwrap_or(false)),
+            (_, config) => (Shape::Legacy, config.unwrap_or(false)),
+        },
+        Endpoint::Decide => {
+            let config = q.config.unwrap_or(true);
+            match version {
+                0 | 1 => (Shape::DecideList, config),
+                2 => (Shape::DecideMap, config),
+                3 => (Shape::Legacy, config),
+                _ => (Shape::V2, config),
+            }
+        }
+    }
+}
+
+fn flag_error(err: FlagRequestError) -> ApiError {
+    match err {
+        FlagRequestError::TooLarge(limit) => ApiError::PayloadTooLarge { limit },
+        FlagRequestError::MissingDistinctId => {
+            ApiError::validation("The request has no distinct_id.", Some("distinct_id"))
+        }
+        other => ApiError::validation(other.to_string(), None),
+    }
+}
+
+fn header_str(req: &HttpRequest, name: header::HeaderName) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// `POST /flags`: evaluates every selected flag for the request's subject.
+pub async fn flags(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    evaluate_http(req, payload, state, Endpoint::Flags).await
+}
+
+/// `POST /decide`: `v` 1 → list of enabled keys; 2 → map of enabled flags; 3 → the legacy
+/// `/flags` shape; 4 and above → the v2 shape. Config is included unless `config=false`.
+pub async fn decide(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    evaluate_http(req, payload, state, Endpoint::Decide).await
+}
+
+/// `GET /flags`: no evaluation; an empty flag set with the fallback config.
+pub async fn flags_get(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q = FlagsQuery::parse(req.query_string());
+    let empty = json!({"flags": {}, "featureFlags": {}, "errorsWhileComputingFlags": false,
+                       "requestId": uuid::Uuid::new_v4(), "evaluatedAt": Utc::now().timestamp_millis()});
+    let mut body = empty;
+    if let Some(obj) = body.as_object_mut() {
+        if q.version.unwrap_or(1) >= 2 {
+            obj.remove("featureFlags");
+        } else {
+            obj.remove("flags");
+        }
+    }
+    add_config(&mut body, FALLBACK_CONFIG)?;
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `HEAD /flags`: 200 with no body.
+pub async fn flags_head() -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(header::ContentType::json())
+        .finish()
+}
+
+/// Any other method: 405 naming the allowed ones.
+pub async fn not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed {
+        detail: "Method not allowed: use POST (or GET, HEAD, OPTIONS).",
+    })
+}
+
+async fn evaluate_http(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    endpoint: Endpoint,
+) -> Result<HttpResponse, ApiError> {
+    let query = FlagsQuery::parse(req.query_string());
+    let limit = state.config.limits.max_body_bytes;
+    let body = read_body(&req, payload.into_inner(), limit).await?;
+    let content_type = header_str(&req, header::CONTENT_TYPE);
+    let content_encoding = header_str(&req, header::CONTENT_ENCODING);
+    let decoded = decode_body(
+        WireInput {
+            body: &body,
+            query_data: query.data.as_deref(),
+            query_compression: query.compression.as_deref(),
+            content_type: content_type.as_deref(),
+            content_encoding: content_encoding.as_deref(),
+        },
+        state.config.capture.max_decompressed_bytes,
+    )
+    .map_err(flag_error)?;
+    let mut request = parse_request(&decoded).map_err(flag_error)?;
+    request.only_survey_flags = query.only_survey_flags;
+    if let (Some(geoip), false) = (&state.geoip, request.geoip_disable) {
+        let ip = crate::http::client_ip(&req).and_then(|ip| ip.parse().ok());
+        if let Some(ip) = ip {
+            geoip.enrich(ip, &mut request.person_properties);
+        }
+    }
+    let project =
+        resolve_project_token(&state, request.token.as_deref().unwrap_or_default()).await?;
+    req.extensions_mut().insert(RequestProject(project.id));
+
+    let user_agent = header_str(&req, header::USER_AGENT);
+    let browser_headers = ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
+        .iter()
+        .any(|h| req.headers().contains_key(*h));
+    let runtime = detect_runtime(user_agent.as_deref(), browser_headers);
+    let timezone = project.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let ctx = MatchContext {
+        now: Utc::now(),
+        timezone,
+    };
+    let project_id = project.id;
+    let snapshot = match state.flags.cached_snapshot(project_id) {
+        Some(snapshot) => snapshot,
+        None => state.flags_op(move |f| f.snapshot(project_id)).await?,
+    };
+    let selected = selected_flags(&snapshot, &request, runtime);
+    let request = std::sync::Arc::new(request);
+
+    // Fast path: an organization known to be unlimited and everything needed in memory.
+    let needs_data = !selected.is_empty() && !request.disable_flags;
+    let fast = if state.cache.org_quota(project.organization_id) == Some(None) {
+        if needs_data {
+            cached_stored(&state.persons, project_id, &request)
+        } else {
+            Some(StoredData::default())
+        }
+    } else {
+        None
+    };
+    let stored = match fast {
+        Some(stored) => Some(stored),
+        None => {
+            // One trip to the blocking pool, under a deadline: the quota check and the stored person
+            // and groups. Past the deadline the request is still answered, with the flags that needed
+            // stored data marked `failed`.
+            let (persons, meta, cache) = (
+                state.persons.clone(),
+                state.meta.clone(),
+                state.cache.clone(),
+            );
+            let (org_id, needs_data) = (
+                project.organization_id,
+                !selected.is_empty() && !request.disable_flags,
+            );
+            let load_request = std::sync::Arc::clone(&request);
+            let load = web::block(move || {
+                if quota_exceeded(&meta, &cache, &persons, org_id, ctx.now)? {
+                    return Ok(None);
+                }
+                let stored = if needs_data {
+                    load_stored(&persons, project_id, &load_request)?
+                } else {
+                    StoredData::default()
+                };
+                Ok::<_, corvid_actors::meta::StoreError>(Some(stored))
+            });
+            let deadline = state.config.flags.stored_read_deadline;
+            let started = std::time::Instant::now();
+            let stored = match tokio::time::timeout(deadline, load).await {
+                // An answer that took longer than the deadline is as late as no answer.
+                Ok(Ok(Ok(Some(_)))) if started.elapsed() > deadline => {
+                    tracing::warn!(project_id, "stored flag data read after the deadline");
+                    None
+                }
+                Ok(Ok(Ok(Some(stored)))) => Some(stored),
+                Ok(Ok(Ok(None))) => {
+                    // Over quota: not an error status; flags are empty and `quotaLimited` says why.
+                    return Ok(HttpResponse::Ok().json(json!({
+                        "flags": {},
+                        "errorsWhileComputingFlags": false,
+                        "quotaLimited": ["feature_flags"],
+                        "requestId": uuid::Uuid::new_v4(),
+                        "evaluatedAt": Utc::now().timestamp_millis(),
+                    })));
+                }
+                Ok(Ok(Err(err))) => {
+                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+                    None
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(project_id, "stored flag data not read within the deadline");
+                    None
+                }
+            };
+            stored
+        }
+    };
+
+    let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
+    if evaluated.billable() {
+        state.persons.count_flag_request(project_id, ctx.now);
+    }
+
+    let (shape, with_config) = shape(endpoint, &query);
+    let config = if with_config {
+        Some(
+            state
+                .surfaces
+                .remote_config
+                .config(&project)
+                .await?
+                .flags_members(),
+        )
+    } else {
+        None
+    };
+    let mut body = match shape {
+        Shape::V2 => return Ok(v2_response(&evaluated, config.as_deref())),
+        Shape::Legacy => legacy_body(&evaluated),
+        Shape::DecideList => decide_list_body(&evaluated),
+        Shape::DecideMap => decide_map_body(&evaluated),
+    };
+    if let Some(members) = &config {
+        add_config(&mut body, members)?;
+    }
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// Whether the organization used up its monthly flag-request quota (`None` = unlimited).
+fn quota_exceeded(
+    meta: &corvid_actors::meta::MetaStore,
+    cache: &corvid_actors::meta::MetaCache,
+    persons: &corvid_actors::persons::PersonStore,
+    org: uuid::Uuid,
+    now: chrono::DateTime<Utc>,
+) -> Result<bool, corvid_actors::meta::StoreError> {
+    let quota = meta
+        .organization(org)?
+        .and_then(|o| o.feature_flag_request_quota);
+    cache.put_org_quota(org, quota);
+    let Some(quota) = quota else {
+        return Ok(false);
+    };
+    let month = now.format("%Y-%m").to_string();
+    let mut used = 0;
+    for project in meta.projects_of_organization(org)? {
+        used += persons
+            .usage(project.id)?
+            .iter()
+            .filter(|row| row.month == month)
+            .map(|row| row.flag_requests)
+            .sum::<u64>();
+    }
+    Ok(used >= quota)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_forms_and_shapes() {
+        let q = FlagsQuery::parse("v=2&compression=base64&ip=1&_=1700000000000&ver=1.449.2");
+        assert_eq!(q.version, Some(2));
+        assert_eq!(q.compression.as_deref(), Some("base64"));
+        assert_eq!(shape(Endpoint::Flags, &q), (Shape::V2, false));
+        let q = FlagsQuery::parse("v=2&config=true&only_evaluate_survey_feature_flags=true");
+        assert_eq!(shape(Endpoint::Flags, &q), (Shape::V2, true));
+        assert!(q.only_survey_flags);
+        assert_eq!(
+            shape(Endpoint::Flags, &FlagsQuery::parse("")),
+            (Shape::V2, true)
+        );
+        assert_eq!(
+            shape(Endpoint::Flags, &FlagsQuery::parse("v=nope")),
+            (Shape::Legacy, false)
+        );
+        assert_eq!(
+            shape(Endpoint::Flags, &FlagsQuery::parse("config=true")),
+            (Shape::Legacy, true)
+        );
+        assert_eq!(
+            shape(Endpoint::Decide, &FlagsQuery::parse("v=3")),
+            (Shape::Legacy, true)
+        );
+        assert_eq!(
+            shape(Endpoint::Decide, &FlagsQuery::parse("v=2&config=false")),
+            (Shape::DecideMap, false)
+        );
+        assert_eq!(
+            shape(Endpoint::Decide, &FlagsQuery::parse("")).0,
+            Shape::DecideList
+        );
+        assert_eq!(
+            shape(Endpoint::Decide, &FlagsQuery::parse("v=4")).0,
+            Shape::V2
+        );
+        // A malformed query string is not an error: it is ignored.
+        assert_eq!(FlagsQuery::parse("%zz=%%"), FlagsQuery::default());
+    }
+
+    #[test]
+    fn fallback_config_is_json_members() {
+        let v: serde_json::Value =
+            serde_json::from_str(&format!("{{{FALLBACK_CONFIG}}}")).expect("JSON");
+        assert_eq!(
+            v["supportedCompression"],
+            json!(["gzip", "gzip-js", "lz64"])
+        );
+    }
+}
