@@ -349,7 +349,8 @@ mod tests {
     #[test]
     fn every_encoding_the_sdks_send_decodes_to_the_same_text() {
         let form = |payload: &str| format!("data={}", uri_component(payload));
-        let cases: Vec<(&str, Vec<u8>, Option<&str>, Option<&str>)> = vec![
+        type Case<'a> = (&'a str, Vec<u8>, Option<&'a str>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
             ("plain JSON", JSON.into(), None, Some("application/json")),
             (
                 "gzip-js by hint",

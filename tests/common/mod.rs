@@ -122,6 +122,31 @@ impl TestServer {
         )
     }
 
+    pub fn patch_json(&self, path: &str, key: Option<&str>, body: &Value) -> Response {
+        self.send(self.client.patch(self.url(path)).json(body), key)
+    }
+
+    /// POSTs JSON with the admin key, asserts `status` and returns the body.
+    pub fn admin_post(&self, path: &str, body: &Value, status: u16) -> Value {
+        let res = self.post_json(path, Some(self.admin_key()), body);
+        assert_eq!(res.status(), status, "POST {path} {body}");
+        res.json().expect("json body")
+    }
+
+    /// PATCHes JSON with the admin key, asserts `status` and returns the body.
+    pub fn admin_patch(&self, path: &str, body: &Value, status: u16) -> Value {
+        let res = self.patch_json(path, Some(self.admin_key()), body);
+        assert_eq!(res.status(), status, "PATCH {path} {body}");
+        res.json().expect("json body")
+    }
+
+    /// GETs with the admin key, asserts 200 and returns the body.
+    pub fn admin_get(&self, path: &str) -> Value {
+        let res = self.get(path, Some(self.admin_key()));
+        assert_eq!(res.status(), 200, "GET {path}");
+        res.json().expect("json body")
+    }
+
     pub fn delete(&self, path: &str, key: Option<&str>) -> Response {
         self.send(self.client.delete(self.url(path)), key)
     }

@@ -195,7 +195,7 @@ impl EarlyAccess {
         let inner = Arc::clone(&self.inner);
         blocking(move || {
             let feature = inner.feature(project, id)?;
-            Ok(inner.view(project, feature)?)
+            inner.view(project, feature)
         })
         .await
     }
@@ -298,7 +298,7 @@ impl Inner {
         let flags = self.flags.flags(project)?;
         let mut features = self.store.list(project)?;
         features.retain(|f| stages.is_none_or(|s| s.contains(&f.stage)));
-        features.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        features.sort_by_key(|f| f.created_at);
         Ok(features
             .into_iter()
             .map(|feature| FeatureView {

@@ -95,7 +95,7 @@ pub fn compare(
     let effect = (mean_t - mean_c) / mean_c;
     let variance = (var_t / test.n as f64) / (mean_c * mean_c)
         + mean_t * mean_t * (var_c / control.n as f64) / mean_c.powi(4);
-    if !(variance > 0.0) {
+    if variance.is_nan() || variance <= 0.0 {
         return Err(NotComparable::NoVariance);
     }
     let sd = variance.sqrt();

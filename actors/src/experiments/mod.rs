@@ -254,7 +254,7 @@ impl Experiments {
                         .as_ref()
                         .is_none_or(|s| e.name.to_lowercase().contains(s))
             });
-            list.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            list.sort_by_key(|e| std::cmp::Reverse(e.created_at));
             list.into_iter().map(|e| inner.view(project, e)).collect()
         })
         .await

@@ -85,7 +85,7 @@ impl Surveys {
         blocking(move || {
             let mut surveys: Vec<Survey> = inner.surveys(project)?.as_ref().clone();
             surveys.retain(|s| archived.is_none_or(|a| s.archived == a));
-            surveys.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            surveys.sort_by_key(|s| std::cmp::Reverse(s.created_at));
             inner.views(project, surveys)
         })
         .await
@@ -146,7 +146,7 @@ impl Surveys {
         blocking(move || {
             let mut surveys: Vec<Survey> = inner.surveys(project)?.as_ref().clone();
             surveys.retain(|s| !s.archived);
-            surveys.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+            surveys.sort_by_key(|s| s.created_at);
             Ok(inner
                 .views(project, surveys)?
                 .iter()
@@ -240,8 +240,7 @@ fn iteration_at(survey: &Survey, now: DateTime<Utc>) -> Option<(u32, DateTime<Ut
         .iteration_start_dates
         .iter()
         .enumerate()
-        .filter(|(_, start)| **start <= now)
-        .last()
+        .rfind(|(_, start)| **start <= now)
         .map(|(i, start)| (i as u32 + 1, *start))
         .or_else(|| {
             survey

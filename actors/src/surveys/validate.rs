@@ -91,10 +91,11 @@ fn question(mut q: Map<String, Value>) -> Result<Map<String, Value>, RecordError
         }
         _ => {}
     }
-    if !q
+    let has_id = q
         .get("id")
-        .is_some_and(|id| id.as_str().is_some_and(|s| !s.is_empty()))
-    {
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty());
+    if !has_id {
         q.insert("id".into(), Value::String(Uuid::new_v4().to_string()));
     }
     Ok(q)
@@ -121,7 +122,7 @@ pub fn appearance(value: Value) -> Result<Option<Map<String, Value>>, RecordErro
         }
     }
     if let Some(delay) = map.get("surveyPopupDelaySeconds").filter(|d| !d.is_null()) {
-        if !delay.as_u64().is_some_and(|d| d > 0) {
+        if delay.as_u64().is_none_or(|d| d == 0) {
             return Err(RecordError::invalid(
                 "Survey popup delay seconds must be a positive integer",
                 "appearance",
