@@ -368,3 +368,25 @@ fn remote_config_rejects_bad_and_unknown_tokens() {
     // `/static/*` is not served without an asset host.
     assert_eq!(server.get("/static/surveys.js", None).status(), 404);
 }
+
+#[test]
+fn sdk_scripts_are_redirected_to_the_asset_host() {
+    let (_dir, mut config) = common::fresh();
+    config.browser.assets_url = "http://127.0.0.1:9/cdn".into();
+    let server = TestServer::start(config);
+    let client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let res = client
+        .get(server.url("/static/surveys.js?v=1.449.2"))
+        .header("origin", ORIGIN)
+        .send()
+        .expect("sent");
+    assert_eq!(res.status(), 302);
+    assert_eq!(
+        res.headers()["location"],
+        "http://127.0.0.1:9/cdn/static/surveys.js?v=1.449.2"
+    );
+    assert_eq!(res.headers()["access-control-allow-origin"], ORIGIN);
+}

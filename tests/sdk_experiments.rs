@@ -71,7 +71,7 @@ fn check_results(
         entry.0 += 1;
         entry.1 += amount(user);
     }
-    for (variant, (people, total)) in &expected {
+    for (variant, (people, _)) in &expected {
         assert_eq!(results["exposures"][variant], *people, "{variant}");
     }
     let metric = &results["metrics"][0];
