@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::auth::resolve_project_token;
 use crate::error::ApiError;
 use crate::http::body::read_body;
+use crate::http::header_string;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;
 
@@ -46,13 +47,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 async fn preflight() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "Ok"}))
-}
-
-fn header_string(req: &HttpRequest, name: header::HeaderName) -> Option<String> {
-    req.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
 }
 
 fn decode_owned(

@@ -80,6 +80,17 @@ pub fn client_ip(req: &actix_web::HttpRequest) -> Option<String> {
     Some(raw.trim().to_string())
 }
 
+/// A request header as text, when present and ASCII.
+pub fn header_string(
+    req: &actix_web::HttpRequest,
+    name: actix_web::http::header::HeaderName,
+) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// A UUID path segment; anything else is a 404 naming `what`.
 pub fn uuid_path(raw: &str, what: &'static str) -> Result<uuid::Uuid, ApiError> {
     uuid::Uuid::parse_str(raw).map_err(|_| ApiError::not_found(what))

@@ -108,34 +108,18 @@ pub struct DecodedRequest {
     pub sent_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKind {
-    Decompressed,
-    Event,
-}
-
 /// Why a capture request was rejected. Each variant says which HTTP class it belongs to via
 /// [`DecodeError::class`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("request missing data payload")]
-    EmptyPayload,
-    #[error("failed to decode request: expected form data (data=…) in a form-encoded payload")]
-    InvalidForm,
-    #[error("failed to decode request: invalid base64 data")]
-    InvalidBase64,
-    #[error("failed to decode request: invalid gzip data: {0}")]
-    InvalidGzip(String),
-    #[error("failed to decode request: invalid lz64 (LZ-string base64) data")]
-    InvalidLz64,
-    #[error("failed to decode request: payload is not valid UTF-8")]
-    NotUtf8,
-    #[error("{}", too_large_message(*.kind, *.limit, *.index))]
-    TooLarge {
-        kind: LimitKind,
-        limit: usize,
-        index: Option<usize>,
-    },
+    /// The bytes could not be turned into text (the wire decoder shared with `/flags`).
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// One event is over the per-event limit.
+    #[error(
+        "maximum event size exceeded: event {index} is over the per-event limit of {limit} bytes"
+    )]
+    EventTooLarge { limit: usize, index: usize },
     #[error("failed to parse request: {0}")]
     InvalidJson(String),
     #[error(
@@ -184,16 +168,13 @@ pub enum ErrorClass {
 impl DecodeError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            DecodeError::TooLarge { .. } => ErrorClass::TooLarge,
+            DecodeError::Wire(WireError::TooLarge { .. }) | DecodeError::EventTooLarge { .. } => {
+                ErrorClass::TooLarge
+            }
             DecodeError::NoToken
             | DecodeError::MultipleTokens
             | DecodeError::InvalidToken { .. } => ErrorClass::Unauthorized,
-            DecodeError::EmptyPayload
-            | DecodeError::InvalidForm
-            | DecodeError::InvalidBase64
-            | DecodeError::InvalidGzip(_)
-            | DecodeError::InvalidLz64
-            | DecodeError::NotUtf8
+            DecodeError::Wire(_)
             | DecodeError::InvalidJson(_)
             | DecodeError::WrongShape
             | DecodeError::NoEvents
@@ -215,23 +196,9 @@ impl DecodeError {
             | DecodeError::EmptyEventName { index }
             | DecodeError::MissingDistinctId { index }
             | DecodeError::InvalidUuid { index }
-            | DecodeError::InvalidField { index, .. } => Some(*index),
-            DecodeError::TooLarge { index, .. } => *index,
+            | DecodeError::InvalidField { index, .. }
+            | DecodeError::EventTooLarge { index, .. } => Some(*index),
             _ => None,
-        }
-    }
-}
-
-fn too_large_message(kind: LimitKind, limit: usize, index: Option<usize>) -> String {
-    match (kind, index) {
-        (LimitKind::Decompressed, _) => format!(
-            "maximum event size exceeded: the decompressed payload is over the limit of {limit} bytes"
-        ),
-        (LimitKind::Event, Some(i)) => format!(
-            "maximum event size exceeded: event {i} is over the per-event limit of {limit} bytes"
-        ),
-        (LimitKind::Event, None) => {
-            format!("maximum event size exceeded: an event is over the per-event limit of {limit} bytes")
         }
     }
 }
@@ -240,24 +207,6 @@ fn too_large_message(kind: LimitKind, limit: usize, index: Option<usize>) -> Str
 const DROPPED_EVENTS: [&str; 1] = ["$performance_event"];
 const MAX_TOKEN_LEN: usize = 64;
 pub const MAX_DISTINCT_ID_CHARS: usize = 200;
-
-impl From<WireError> for DecodeError {
-    fn from(err: WireError) -> Self {
-        match err {
-            WireError::EmptyPayload => DecodeError::EmptyPayload,
-            WireError::InvalidForm => DecodeError::InvalidForm,
-            WireError::InvalidBase64 => DecodeError::InvalidBase64,
-            WireError::InvalidGzip(e) => DecodeError::InvalidGzip(e),
-            WireError::InvalidLz64 => DecodeError::InvalidLz64,
-            WireError::NotUtf8 => DecodeError::NotUtf8,
-            WireError::TooLarge { limit } => DecodeError::TooLarge {
-                kind: LimitKind::Decompressed,
-                limit,
-                index: None,
-            },
-        }
-    }
-}
 
 /// Decodes a capture request into its token and events.
 pub fn decode(payload: Payload<'_>, limits: Limits) -> Result<DecodedRequest, DecodeError> {
@@ -336,7 +285,7 @@ fn parse_events(
         }
         _ => {
             return Err(if trimmed.is_empty() {
-                DecodeError::EmptyPayload
+                DecodeError::Wire(WireError::EmptyPayload)
             } else {
                 serde_json::from_str::<Value>(trimmed)
                     .map(|_| DecodeError::WrongShape)
@@ -353,10 +302,9 @@ fn parse_events(
     let mut event_tokens: Vec<String> = Vec::new();
     for (index, raw) in raw_events.into_iter().enumerate() {
         if raw.get().len() > limits.max_event_bytes {
-            return Err(DecodeError::TooLarge {
-                kind: LimitKind::Event,
+            return Err(DecodeError::EventTooLarge {
                 limit: limits.max_event_bytes,
-                index: Some(index),
+                index,
             });
         }
         let (event, token) = parse_event(index, raw, route)?;

@@ -16,6 +16,7 @@ use super::shapes::{add_config, decide_list_body, decide_map_body, legacy_body, 
 use crate::auth::resolve_project_token;
 use crate::error::ApiError;
 use crate::http::body::read_body;
+use crate::http::header_string;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;
 
@@ -113,13 +114,6 @@ fn flag_error(err: FlagRequestError) -> ApiError {
     }
 }
 
-fn header_str(req: &HttpRequest, name: header::HeaderName) -> Option<String> {
-    req.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
 /// `POST /flags`: evaluates every selected flag for the request's subject.
 pub async fn flags(
     req: HttpRequest,
@@ -179,8 +173,8 @@ async fn evaluate_http(
     let query = FlagsQuery::parse(req.query_string());
     let limit = state.config.limits.max_body_bytes;
     let body = read_body(&req, payload.into_inner(), limit).await?;
-    let content_type = header_str(&req, header::CONTENT_TYPE);
-    let content_encoding = header_str(&req, header::CONTENT_ENCODING);
+    let content_type = header_string(&req, header::CONTENT_TYPE);
+    let content_encoding = header_string(&req, header::CONTENT_ENCODING);
     let decoded = decode_body(
         WireInput {
             body: &body,
@@ -204,7 +198,7 @@ async fn evaluate_http(
         resolve_project_token(&state, request.token.as_deref().unwrap_or_default()).await?;
     req.extensions_mut().insert(RequestProject(project.id));
 
-    let user_agent = header_str(&req, header::USER_AGENT);
+    let user_agent = header_string(&req, header::USER_AGENT);
     let browser_headers = ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
         .iter()
         .any(|h| req.headers().contains_key(*h));

@@ -126,22 +126,6 @@ impl FlagBody {
     }
 }
 
-fn blank_flag() -> FlagDefinition {
-    FlagDefinition {
-        id: 0,
-        key: String::new(),
-        name: String::new(),
-        filters: FlagFilters::default(),
-        active: true,
-        deleted: false,
-        ensure_experience_continuity: false,
-        version: 0,
-        evaluation_runtime: None,
-        evaluation_contexts: Vec::new(),
-        bucketing_identifier: None,
-    }
-}
-
 async fn list(
     access: ProjectAccess<FeatureFlagRead>,
     state: web::Data<AppState>,
@@ -167,7 +151,12 @@ async fn create(
     }
     let project = access.project.id;
     let persons = state.persons.clone();
-    let definition = body.apply(blank_flag());
+    let definition = body.apply(FlagDefinition::new(
+        String::new(),
+        String::new(),
+        FlagFilters::default(),
+        true,
+    ));
     let record = state
         .flags_op(move |f| {
             validate_flag(&definition, persons.group_type_count(project)?)?;

@@ -10,11 +10,12 @@ plus every failed request, every 4xx/5xx answer and every console error.
 import gzip
 import http.server
 import json
-import os
 import sys
 import threading
 
 from playwright.sync_api import sync_playwright
+
+import chromium
 
 corvid, token, bundle = sys.argv[1:4]
 
@@ -108,21 +109,9 @@ def request_text(request):
     return body.decode("utf-8", "replace")
 
 
-chromium = os.environ.get("CORVID_CHROMIUM", "/usr/bin/chromium")
 problems = []
 with sync_playwright() as p:
-    browser = p.chromium.launch(
-        executable_path=chromium,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ],
-    )
+    browser = chromium.launch(p)
     page = browser.new_page()
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))

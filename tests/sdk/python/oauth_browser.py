@@ -16,6 +16,8 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
+import chromium
+
 base, client_id, email, password, screenshot = sys.argv[1:6]
 redirect = "http://127.0.0.1:45123/callback"
 verifier = base64.urlsafe_b64encode(os.urandom(48)).rstrip(b"=").decode()
@@ -31,21 +33,9 @@ query = urllib.parse.urlencode(
         "code_challenge_method": "S256",
     }
 )
-chromium = os.environ.get("CORVID_CHROMIUM", "/usr/bin/chromium")
 result = {}
 with sync_playwright() as p:
-    browser = p.chromium.launch(
-        executable_path=chromium,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ],
-    )
+    browser = chromium.launch(p)
     page = browser.new_page()
     callback = {}
 
