@@ -85,6 +85,18 @@ fn early_access_features_enroll_people_through_their_flag() {
         answer["flags"]["new-editor"]["reason"]["code"],
         "super_condition_value"
     );
+    // A client that sends no `$set` enrolls through the event's own fields.
+    capture(
+        &server,
+        &[
+            json!({"event": "$feature_enrollment_update", "distinct_id": "dan",
+        "properties": {"$feature_flag": "new-editor", "$feature_enrollment": true}}),
+        ],
+    );
+    assert_eq!(
+        flags_for(&server, "dan", json!({}))["flags"]["new-editor"]["enabled"],
+        true
+    );
     // Request overrides (what posthog-js sends before the event lands) work too.
     let answer = flags_for(
         &server,

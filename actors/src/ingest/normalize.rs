@@ -145,6 +145,9 @@ fn normalize_with(
     let mut properties = raw.properties;
     merge_top_level("$set", raw.set, &mut properties);
     merge_top_level("$set_once", raw.set_once, &mut properties);
+    if raw.event == ENROLLMENT_EVENT {
+        set_enrollment(&mut properties);
+    }
 
     if ctx.capture_ip {
         if !properties.contains_key("$ip") {
@@ -190,6 +193,32 @@ fn normalize_with(
 }
 
 /// Top-level `$set`/`$set_once` join `properties.$set`/`$set_once`; top-level keys win.
+/// The event posthog-js sends when a person opts in or out of an early-access feature.
+const ENROLLMENT_EVENT: &str = "$feature_enrollment_update";
+
+/// An enrollment event sets `$feature_enrollment/<flag>` on the person, as its `$set` says,
+/// or from `$feature_flag` and `$feature_enrollment` when a client sent no `$set`.
+fn set_enrollment(properties: &mut Map<String, Value>) {
+    let (Some(Value::String(flag)), Some(Value::Bool(enrolled))) = (
+        properties.get("$feature_flag").cloned(),
+        properties.get("$feature_enrollment").cloned(),
+    ) else {
+        return;
+    };
+    let mut set = Map::new();
+    set.insert(format!("$feature_enrollment/{flag}"), Value::Bool(enrolled));
+    match properties.get_mut("$set") {
+        Some(Value::Object(existing)) => {
+            for (k, v) in set {
+                existing.entry(k).or_insert(v);
+            }
+        }
+        _ => {
+            properties.insert("$set".into(), Value::Object(set));
+        }
+    }
+}
+
 fn merge_top_level(
     key: &str,
     top: Option<Map<String, Value>>,
@@ -262,6 +291,45 @@ mod tests {
         assert_eq!(e.properties["$ip"], "203.0.113.9");
         assert_eq!(e.properties["$set"], json!({"plan": "pro", "name": "Ann"}));
         assert_eq!(e.timestamp, ctx().now);
+    }
+
+    #[test]
+    fn enrollment_events_set_the_enrollment_property() {
+        let mut r = raw(0);
+        r.event = "$feature_enrollment_update".into();
+        r.properties = json!({"$feature_flag": "beta", "$feature_enrollment": false})
+            .as_object()
+            .cloned()
+            .expect("obj");
+        let e = normalize(r.clone(), &ctx()).expect("ok");
+        assert_eq!(
+            e.properties["$set"],
+            json!({"$feature_enrollment/beta": false})
+        );
+        // What the client's own `$set` says wins.
+        r.set = Some(
+            json!({"$feature_enrollment/beta": true, "x": 1})
+                .as_object()
+                .cloned()
+                .expect("obj"),
+        );
+        let e = normalize(r, &ctx()).expect("ok");
+        assert_eq!(
+            e.properties["$set"],
+            json!({"$feature_enrollment/beta": true, "x": 1})
+        );
+        let mut other = raw(1);
+        other
+            .properties
+            .insert("$feature_flag".into(), json!("beta"));
+        other
+            .properties
+            .insert("$feature_enrollment".into(), json!(true));
+        assert!(normalize(other, &ctx())
+            .expect("ok")
+            .properties
+            .get("$set")
+            .is_none());
     }
 
     #[test]
