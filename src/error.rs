@@ -15,7 +15,7 @@ use corvid_actors::ingest::normalize::NormalizeError;
 use corvid_actors::ingest::IngestError;
 use corvid_actors::meta::StoreError;
 use corvid_actors::query::QueryError;
-use corvid_actors::records::RecordError;
+use corvid_actors::surface::RecordError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]

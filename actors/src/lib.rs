@@ -14,11 +14,14 @@ pub mod endpoints;
 pub mod experiments;
 pub mod flags;
 pub mod ingest;
+pub mod json;
+pub mod kernel;
 pub mod meta;
 pub mod oauth;
 pub mod persons;
 pub mod query;
-pub mod records;
+
 pub mod remote_config;
+pub mod surface;
 pub mod surveys;
 pub mod wire;

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::flags::store::FlagStore;
+use crate::kernel::blocking;
 use crate::meta::Project;
-use crate::records::{blocking, RecordError};
+use crate::surface::RecordError;
 use crate::surveys::Surveys;
 
 /// The capture path the SDK is told to send events to (served by Corvid's capture).

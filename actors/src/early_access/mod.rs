@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::flags::model::{Condition, FlagDefinition, FlagFilters};
 use crate::flags::store::{FlagRecord, FlagStore};
-use crate::records::{blocking, RecordError, RecordStore};
+use crate::kernel::{blocking, RecordStore};
+use crate::surface::RecordError;
 
 /// A feature's release stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

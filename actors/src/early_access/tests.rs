@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::records::SledRecords;
+use crate::kernel::SledRecords;
 
 struct Setup {
     eaf: EarlyAccess,

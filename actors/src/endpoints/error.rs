@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
 use crate::query::QueryError;
 
 #[derive(Debug, Error)]

@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
 
 const TREE: &str = "endpoint_logs";
 /// How often buffered entries are handed to the writer.

@@ -8,8 +8,8 @@ use dashmap::DashMap;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use crate::meta::codec::{decode, encode, scan_prefix, u64_key};
-use crate::meta::StoreError;
+use crate::kernel::codec::{decode, encode, scan_prefix, u64_key};
+use crate::kernel::StoreError;
 
 const ENDPOINTS: &str = "endpoints";
 const DELETED: &str = "endpoints_deleted";

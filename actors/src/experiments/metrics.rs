@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::query::insights::dates::utc_text;
 use crate::query::insights::Generated;
-use crate::records::RecordError;
+use crate::surface::RecordError;
 
 /// The bucket of people seen in several variants when they are excluded.
 pub const MULTIPLE: &str = "$multiple";

@@ -21,8 +21,9 @@ use crate::flags::model::{
     Condition, FlagDefinition, FlagFilters, Holdout as FlagHoldout, Multivariate, Variant,
 };
 use crate::flags::store::{FlagRecord, FlagStore};
+use crate::kernel::{blocking, RecordStore};
 use crate::query::QueryEngine;
-use crate::records::{blocking, RecordError, RecordStore};
+use crate::surface::RecordError;
 
 pub use model::{Action, Experiment, ExperimentChanges, Holdout, HoldoutChanges, Status};
 pub use results::ExperimentResults;

@@ -12,7 +12,7 @@ use super::metrics::{self, Exposure, Measure, Metric, MULTIPLE};
 use super::ExperimentView;
 use crate::query::insights::run_generated;
 use crate::query::QueryEngine;
-use crate::records::RecordError;
+use crate::surface::RecordError;
 
 /// The default credible level (PostHog's `ci_level`).
 const LEVEL: f64 = 0.95;

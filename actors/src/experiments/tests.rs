@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::ingest::StoredEvent;
+use crate::kernel::SledRecords;
 use crate::query::tests::{event, Fixture};
-use crate::records::SledRecords;
 
 struct Setup {
     experiments: Experiments,

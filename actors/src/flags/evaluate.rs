@@ -14,7 +14,7 @@ use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
 use super::store::ProjectFlags;
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
 use crate::persons::{Group, Person, PersonStore};
 
 /// The evaluated flags of one request.

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
-use crate::meta::codec::{get, scan_prefix};
-use crate::meta::StoreError;
+use crate::kernel::codec::{get, scan_prefix};
+use crate::kernel::StoreError;
 
 /// A stored flag: the definition plus bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,17 +144,8 @@ impl FlagStore {
     }
 
     fn next_id(&self, name: &str) -> Result<i64, StoreError> {
-        let next = self.sequences.update_and_fetch(name.as_bytes(), |old| {
-            let current = old
-                .and_then(|b| b.try_into().ok())
-                .map(i64::from_be_bytes)
-                .unwrap_or(0);
-            Some((current + 1).to_be_bytes().to_vec())
-        })?;
-        Ok(next
-            .and_then(|b| b.as_ref().try_into().ok())
-            .map(i64::from_be_bytes)
-            .unwrap_or(1))
+        let id = crate::kernel::sequence::next(&self.sequences, name)?;
+        i64::try_from(id).map_err(|_| StoreError::Sequence { name: name.into() })
     }
 
     /// All flags of a project, deleted ones included.

@@ -2,7 +2,7 @@
 
 use super::model::{Condition, FlagDefinition};
 use super::properties::PROPERTY_OPERATORS;
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
 
 /// Checks key format, variant shares, payloads, operators and group type indexes.
 /// `group_types` is the number of group types the project has.

@@ -23,7 +23,7 @@ use super::shard::{
 };
 use super::wal::Wal;
 use super::CapturedEvent;
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
 use crate::persons::PersonStore;
 
 /// What an acknowledgement promises.

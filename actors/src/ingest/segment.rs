@@ -22,7 +22,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
-use crate::query::functions::{property_text, top_level_values};
+use crate::json::{property_text, top_level_values};
 
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]

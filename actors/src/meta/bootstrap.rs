@@ -1,7 +1,8 @@
 //! First-run setup: the default organization, project and admin user.
 
 use super::model::{NewProject, Organization, Project, User};
-use super::{secrets, MetaStore, StoreError};
+use super::MetaStore;
+use crate::kernel::{secrets, StoreError};
 
 pub const DEFAULT_ORGANIZATION: &str = "Default";
 pub const DEFAULT_PROJECT: &str = "Default project";

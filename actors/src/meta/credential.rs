@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 
 use super::model::{NewPersonalApiKey, PersonalApiKey, Project, User};
-use super::{Scope, ScopeSet, StoreError};
+use super::{Scope, ScopeSet};
+use crate::kernel::StoreError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CredentialSource {

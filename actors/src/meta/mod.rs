@@ -6,20 +6,17 @@
 
 mod bootstrap;
 mod cache;
-pub(crate) mod codec;
 mod credential;
-mod error;
 mod model;
 pub mod scopes;
-pub mod secrets;
 mod store;
 
+pub use crate::kernel::StoreError;
 pub use bootstrap::{
     ensure_defaults, Defaults, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
 };
 pub use cache::MetaCache;
 pub use credential::{Credential, CredentialSource};
-pub use error::StoreError;
 pub use model::{
     NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, User,

@@ -10,12 +10,13 @@ use serde::de::DeserializeOwned;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
-use super::codec::{encode, get, u64_key};
 use super::model::{
     NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, User,
 };
-use super::{secrets, Credential, ScopeSet, StoreError};
+use super::{Credential, ScopeSet};
+use crate::kernel::codec::{encode, get, u64_key};
+use crate::kernel::{secrets, StoreError};
 
 /// Version of the on-disk layout. Bump it with a migration when a record changes incompatibly.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -94,18 +95,7 @@ impl MetaStore {
 
     /// Allocates the next id of a sequence (1, 2, 3, …). Durable once the caller flushes.
     fn next_id(&self, sequence: &str) -> Result<u64, StoreError> {
-        let key = format!("seq/{sequence}");
-        let next = self.meta.update_and_fetch(key.as_bytes(), |old| {
-            let current = old
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
-            Some((current + 1).to_be_bytes().to_vec())
-        })?;
-        Ok(next
-            .and_then(|b| b.as_ref().try_into().ok())
-            .map(u64::from_be_bytes)
-            .unwrap_or(1))
+        crate::kernel::sequence::next(&self.meta, &format!("seq/{sequence}"))
     }
 
     // ---- organizations ----
@@ -445,7 +435,7 @@ fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
 }
 
 fn scan<V: DeserializeOwned>(tree: &sled::Tree, name: &'static str) -> Result<Vec<V>, StoreError> {
-    super::codec::scan_prefix(tree, name, [])
+    crate::kernel::codec::scan_prefix(tree, name, [])
 }
 
 fn validate_project_name(name: &str) -> Result<(), StoreError> {

@@ -15,7 +15,7 @@ use url::Url;
 
 use super::fetch::{FetchError, FetchSettings, Fetcher};
 use super::{client_id, redirect};
-use crate::meta::secrets::sha256_hex;
+use crate::kernel::secrets::sha256_hex;
 
 /// Cache and size bounds for client documents and logos.
 #[derive(Debug, Clone)]

@@ -22,8 +22,8 @@ use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use uuid::Uuid;
 
-use crate::meta::secrets::{random_base62, sha256_hex};
-use crate::meta::StoreError;
+use crate::kernel::secrets::{random_base62, sha256_hex};
+use crate::kernel::StoreError;
 use cimd::{ClientSettings, Registry};
 use store::{CodeRecord, FamilyRecord, OAuthStore, Redeemed, TokenKind, TokenRecord, TokenState};
 

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::meta::codec::{decode, encode};
-use crate::meta::StoreError;
+use crate::kernel::codec::{decode, encode};
+use crate::kernel::StoreError;
 
 const CODES: &str = "oauth_codes";
 const TOKENS: &str = "oauth_tokens";

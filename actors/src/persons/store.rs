@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::meta::codec::{get, scan_prefix};
-use crate::meta::StoreError;
+use crate::kernel::codec::{get, scan_prefix};
+use crate::kernel::StoreError;
 
 /// At most this many group types per project (PostHog's `MAX_GROUP_TYPES_PER_TEAM`).
 pub const MAX_GROUP_TYPES: u8 = 5;

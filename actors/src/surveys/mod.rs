@@ -19,9 +19,10 @@ use uuid::Uuid;
 
 use crate::flags::model::FlagDefinition;
 use crate::flags::store::{FlagRecord, FlagStore};
-use crate::meta::StoreError;
+use crate::kernel::StoreError;
+use crate::kernel::{blocking, RecordStore};
 use crate::query::QueryEngine;
-use crate::records::{blocking, RecordError, RecordStore};
+use crate::surface::RecordError;
 
 pub use model::{EventStats, Survey, SurveyChanges, SurveyStats, SurveyType};
 pub use stats::Period;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::model::Survey;
 use crate::flags::model::{Condition, FlagDefinition, FlagFilters};
 use crate::flags::properties::PropertyFilter;
-use crate::records::RecordError;
+use crate::surface::RecordError;
 
 /// Every survey flag key starts with this.
 pub use crate::flags::SURVEY_FLAG_PREFIX as FLAG_PREFIX;

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use super::*;
 use crate::flags::store::FlagStore;
 use crate::ingest::StoredEvent;
+use crate::kernel::SledRecords;
 use crate::query::tests::{event, Fixture};
-use crate::records::SledRecords;
 
 struct Setup {
     surveys: Surveys,

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::records::RecordError;
+use crate::surface::RecordError;
 
 /// The question kinds the SDKs render.
 pub const QUESTION_TYPES: &[&str] = &["open", "link", "rating", "single_choice", "multiple_choice"];

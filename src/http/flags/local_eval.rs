@@ -80,7 +80,7 @@ pub(super) async fn definitions(
         .collect();
     let body = json!({"flags": flag_list, "group_type_mapping": mapping, "cohorts": cohorts});
     let text = body.to_string();
-    let etag = format!("\"{}\"", corvid_actors::meta::secrets::sha256_hex(&text));
+    let etag = format!("\"{}\"", corvid_actors::kernel::secrets::sha256_hex(&text));
     let matches = req
         .headers()
         .get(header::IF_NONE_MATCH)

@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::meta::secrets::{hash_password, random_base62, verify_password};
+use corvid_actors::kernel::secrets::{hash_password, random_base62, verify_password};
 
 use super::pages;
 use super::session::{self, LOGIN_CSRF_COOKIE, SESSION_COOKIE};

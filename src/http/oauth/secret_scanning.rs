@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::meta::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
+use corvid_actors::kernel::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
 use corvid_actors::oauth::secret_scanning::{self, Report};
 use corvid_actors::oauth::{ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX};
 use serde_json::json;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use chrono::Utc;
-use corvid_actors::meta::secrets::{random_base62, sha256_hex};
+use corvid_actors::kernel::secrets::{random_base62, sha256_hex};
 use corvid_actors::meta::User;
 use corvid_actors::oauth::store::SessionRecord;
 use subtle::ConstantTimeEq;

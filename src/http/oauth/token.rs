@@ -8,7 +8,7 @@ use std::sync::Arc;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::meta::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
+use corvid_actors::kernel::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
 use corvid_actors::oauth::store::TokenKind;
 use corvid_actors::oauth::{epoch, CodeExchange, Issued, TokenError, ACCESS_TOKEN_PREFIX};
 use serde_json::{json, Value};

@@ -182,7 +182,7 @@ async fn run_job(
                     applied = true;
                 }
             })?;
-            Ok::<bool, crate::meta::StoreError>(applied)
+            Ok::<bool, crate::kernel::StoreError>(applied)
         }
     };
     let mark_attempt = mark.clone();

@@ -11,8 +11,8 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::meta::codec::{decode, encode, get, scan_prefix};
-use crate::meta::StoreError;
+use super::codec::{decode, encode, get, scan_prefix};
+use super::StoreError;
 
 /// Where one kind of project-scoped record lives.
 pub trait RecordStore<T>: Send + Sync {
@@ -98,64 +98,9 @@ impl<T: Serialize + DeserializeOwned> RecordStore<T> for SledRecords<T> {
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
-        let next = self
-            .sequences
-            .update_and_fetch(self.name.as_bytes(), |old| {
-                let current = old
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(u64::from_be_bytes)
-                    .unwrap_or(0);
-                Some((current + 1).to_be_bytes().to_vec())
-            })?
-            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
-            .map(u64::from_be_bytes)
-            .ok_or(StoreError::Sequence { name: self.name })?;
+        let next = super::sequence::next(&self.sequences, self.name)?;
         self.db.flush()?;
         Ok(next)
-    }
-}
-
-/// What can go wrong in the product-surface domains (early access, surveys, experiments): one
-/// enum for the four facades, since they fail the same ways. The service maps it to HTTP in
-/// one place.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    #[error("{what} not found.")]
-    NotFound { what: &'static str },
-    /// The caller's input breaks a rule: 400 with the field (`attr`) when one is to blame.
-    #[error("{detail}")]
-    Invalid {
-        detail: String,
-        attr: Option<&'static str>,
-    },
-    /// The operation is never allowed on this resource (e.g. hard-deleting an experiment): 405.
-    #[error("{detail}")]
-    NotAllowed { detail: &'static str },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Query(#[from] crate::query::QueryError),
-}
-
-impl RecordError {
-    pub(crate) fn invalid(detail: impl Into<String>, attr: &'static str) -> RecordError {
-        RecordError::Invalid {
-            detail: detail.into(),
-            attr: Some(attr),
-        }
-    }
-}
-
-/// Runs blocking storage work off the async runtime's threads.
-pub(crate) async fn blocking<T, E, F>(work: F) -> Result<T, E>
-where
-    F: FnOnce() -> Result<T, E> + Send + 'static,
-    T: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-{
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(join) => Err(StoreError::TaskFailed(join.to_string()).into()),
     }
 }
 

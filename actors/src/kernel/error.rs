@@ -27,7 +27,7 @@ pub enum StoreError {
     #[error("password hashing failed")]
     PasswordHash,
     #[error("the id sequence `{name}` holds an unreadable value")]
-    Sequence { name: &'static str },
+    Sequence { name: String },
     /// A blocking storage task panicked or was cancelled.
     #[error("a storage task failed: {0}")]
     TaskFailed(String),

@@ -1,0 +1,28 @@
+//! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
+//! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
+//! parsing, the record-store trait of definition records ([`records`]), and the helper that
+//! keeps blocking storage work off async threads. It depends on no domain.
+
+pub(crate) mod codec;
+mod error;
+pub(crate) mod records;
+pub mod secrets;
+pub(crate) mod sequence;
+pub mod time;
+
+pub use error::StoreError;
+pub use records::{RecordStore, SledRecords};
+pub use time::parse_timestamp;
+
+/// Runs blocking storage work off the async runtime's threads.
+pub(crate) async fn blocking<T, E, F>(work: F) -> Result<T, E>
+where
+    F: FnOnce() -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join) => Err(StoreError::TaskFailed(join.to_string()).into()),
+    }
+}

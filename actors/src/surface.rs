@@ -1,0 +1,35 @@
+//! What the product-surface domains (remote config, early access, surveys, experiments)
+//! share: their error enum.
+
+use crate::kernel::StoreError;
+
+/// What can go wrong in the product-surface domains (early access, surveys, experiments): one
+/// enum for the four facades, since they fail the same ways. The service maps it to HTTP in
+/// one place.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{what} not found.")]
+    NotFound { what: &'static str },
+    /// The caller's input breaks a rule: 400 with the field (`attr`) when one is to blame.
+    #[error("{detail}")]
+    Invalid {
+        detail: String,
+        attr: Option<&'static str>,
+    },
+    /// The operation is never allowed on this resource (e.g. hard-deleting an experiment): 405.
+    #[error("{detail}")]
+    NotAllowed { detail: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Query(#[from] crate::query::QueryError),
+}
+
+impl RecordError {
+    pub(crate) fn invalid(detail: impl Into<String>, attr: &'static str) -> RecordError {
+        RecordError::Invalid {
+            detail: detail.into(),
+            attr: Some(attr),
+        }
+    }
+}
