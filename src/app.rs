@@ -22,8 +22,9 @@ use corvid_actors::persons::PersonStore;
 use crate::bootstrap::{self, Credentials, MintKey};
 use crate::config::Config;
 use crate::http;
+use crate::metrics::Metrics;
 use crate::state::{self, AppState, Lifecycle};
-use crate::telemetry::{self, Metrics};
+use crate::telemetry;
 
 /// A started server.
 pub struct Running {

@@ -3,10 +3,12 @@
 
 pub mod app;
 pub mod auth;
+pub mod body;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod state;
 pub mod telemetry;

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::telemetry::Metrics;
+use crate::metrics::Metrics;
 
 pub struct AppState {
     pub config: Arc<Config>,

@@ -143,7 +143,7 @@ async fn access_token_credential(
             let Some(user) = meta.user(found.token.user_id)? else {
                 return Ok(None);
             };
-            Ok(Credential::from_access_token(hash, &found.token, user))
+            Ok(found.token.credential(hash, user))
         })
         .await
 }

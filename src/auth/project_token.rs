@@ -9,8 +9,8 @@ use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
 
 use super::bearer::app_state;
+use crate::body::read_body;
 use crate::error::ApiError;
-use crate::http::body::read_body;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;
 

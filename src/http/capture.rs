@@ -16,8 +16,8 @@ use corvid_actors::ingest::WalBatch;
 use serde_json::json;
 
 use crate::auth::resolve_project_token;
+use crate::body::read_body;
 use crate::error::ApiError;
-use crate::http::body::read_body;
 use crate::http::header_string;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;

@@ -12,10 +12,10 @@ use corvid_actors::flags::validate::validate_cohort;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::{parse_json, read_body};
 use super::project_route;
 use crate::auth::scope::{CohortRead, CohortWrite};
 use crate::auth::ProjectAccess;
+use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -7,10 +7,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use corvid_actors::early_access::{FeatureChanges, Stage};
 use serde_json::{json, Value};
 
-use super::body::ValidJson;
 use super::{cors, project_route, uuid_path};
 use crate::auth::scope::{EarlyAccessFeatureRead, EarlyAccessFeatureWrite};
 use crate::auth::{public_project, ProjectAccess};
+use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -14,11 +14,11 @@ use corvid_actors::meta::{Credential, CredentialSource};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::body::{parse_json, read_body};
 use super::project_route;
 use super::query::project_timezone;
 use crate::auth::scope::{EndpointRead, EndpointWrite};
 use crate::auth::ProjectAccess;
+use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 use crate::state::AppState;
 

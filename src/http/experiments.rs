@@ -7,10 +7,10 @@ use corvid_actors::experiments::{Action, ExperimentChanges, HoldoutChanges, List
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::{parse_json, read_body, ValidJson};
 use super::{id_path, project_route, user_summary};
 use crate::auth::scope::{ExperimentRead, ExperimentWrite};
 use crate::auth::ProjectAccess;
+use crate::body::{parse_json, read_body, ValidJson};
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -8,10 +8,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::body::ValidJson;
 use super::project_route;
 use crate::auth::scope::{InsightVariableRead, InsightVariableWrite};
 use crate::auth::ProjectAccess;
+use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
 

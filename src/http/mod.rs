@@ -4,7 +4,6 @@
 //! Routes are declared without a trailing slash; `NormalizePath` trims it from requests, so
 //! PostHog-style `/api/projects/` and `/api/projects` both work.
 
-pub mod body;
 mod capture;
 mod cohorts;
 mod cors;

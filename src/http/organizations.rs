@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use crate::auth::scope::{OrganizationRead, OrganizationWrite};
 use crate::auth::Authed;
+use crate::body::ValidJson;
 use crate::error::ApiError;
-use crate::http::body::ValidJson;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

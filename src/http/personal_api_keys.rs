@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use crate::auth::scope::{PersonalApiKeyRead, PersonalApiKeyWrite};
 use crate::auth::Authed;
+use crate::body::ValidJson;
 use crate::error::ApiError;
-use crate::http::body::ValidJson;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

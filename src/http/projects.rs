@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::auth::scope::{ProjectRead, ProjectWrite};
 use crate::auth::{Authed, ProjectAccess};
+use crate::body::ValidJson;
 use crate::error::ApiError;
-use crate::http::body::ValidJson;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -11,10 +11,10 @@ use corvid_actors::query::insights::{self, QueryKind};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::ValidJson;
 use super::project_route;
 use crate::auth::scope::QueryRead;
 use crate::auth::ProjectAccess;
+use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
 

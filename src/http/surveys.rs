@@ -8,10 +8,10 @@ use corvid_actors::ingest::time::parse_timestamp;
 use corvid_actors::surveys::{Period, SurveyChanges};
 use serde_json::{json, Value};
 
-use super::body::ValidJson;
 use super::{cors, project_route, user_summary, uuid_path};
 use crate::auth::scope::{SurveyRead, SurveyWrite};
 use crate::auth::{public_project, ProjectAccess};
+use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -391,7 +391,7 @@ fn absolute_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
             return local_to_utc(t, ctx.timezone);
         }
     }
-    crate::ingest::time::parse_timestamp(text)
+    crate::kernel::parse_timestamp(text)
 }
 
 /// The property side: numbers (and numeric strings) are epoch seconds.

@@ -12,8 +12,10 @@ pub mod decode;
 #[cfg(test)]
 mod decode_tests;
 mod dedup;
+mod error;
 pub mod messages;
 pub mod normalize;
+mod persons;
 mod pipeline;
 pub mod read;
 pub mod segment;
@@ -21,8 +23,9 @@ mod shard;
 pub mod time;
 pub mod wal;
 
+pub use error::IngestError;
+pub use messages::ShardStats;
 pub use normalize::CapturedEvent;
-pub use pipeline::{Durability, Ingest, IngestConfig, IngestError, WalBatch};
+pub use pipeline::{Durability, Ingest, IngestConfig, WalBatch};
 pub use read::{EventFilter, Tail};
 pub use segment::StoredEvent;
-pub use shard::ShardStats;

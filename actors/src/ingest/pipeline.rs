@@ -14,16 +14,18 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::columns::PropertyColumns;
-use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart};
+use super::error::IngestError;
+use super::messages::{
+    BatchDone, FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats,
+};
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{read_segment, SegmentError, StoredEvent};
 use super::shard::{
     checkpoint_dir, checkpoint_path, drop_unread_properties, shard_of, write_checkpoint,
-    IngestShard, ShardConfig, ShardShared, ShardStats,
+    IngestShard, ShardConfig, ShardShared,
 };
 use super::wal::Wal;
 use super::CapturedEvent;
-use crate::kernel::StoreError;
 use crate::persons::PersonStore;
 
 /// What an acknowledgement promises.
@@ -57,61 +59,6 @@ pub struct WalBatch {
     #[serde(default)]
     pub historical: bool,
     pub events: Vec<CapturedEvent>,
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum IngestError {
-    #[error("ingest buffers are full; retry shortly")]
-    Overloaded,
-    #[error("ingest is shutting down")]
-    ShuttingDown,
-    #[error("write-ahead log failure")]
-    Wal(#[source] Arc<std::io::Error>),
-    #[error("segment write failure")]
-    Segment(#[source] Arc<SegmentError>),
-    #[error("person store failure")]
-    Store(#[source] Arc<StoreError>),
-    #[error("an ingest actor is not running")]
-    ActorGone,
-}
-
-impl From<std::io::Error> for IngestError {
-    fn from(e: std::io::Error) -> Self {
-        IngestError::Wal(Arc::new(e))
-    }
-}
-impl From<SegmentError> for IngestError {
-    fn from(e: SegmentError) -> Self {
-        IngestError::Segment(Arc::new(e))
-    }
-}
-impl From<StoreError> for IngestError {
-    fn from(e: StoreError) -> Self {
-        IngestError::Store(Arc::new(e))
-    }
-}
-
-/// Answers a live request once every shard has processed its batch, so an acknowledged event
-/// is both durable and visible to reads.
-pub struct BatchDone {
-    remaining: AtomicUsize,
-    reply: Mutex<Option<tokio::sync::oneshot::Sender<Result<(), IngestError>>>>,
-}
-
-impl BatchDone {
-    pub(crate) fn shard_finished(&self) {
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(reply) = self.reply.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = reply.send(Ok(()));
-            }
-        }
-    }
-
-    fn fail(&self, err: IngestError) {
-        if let Some(reply) = self.reply.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = reply.send(Err(err));
-        }
-    }
 }
 
 enum WalCommand {
@@ -322,10 +269,7 @@ impl Ingest {
             drop_unread_properties(event);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let done = Arc::new(BatchDone {
-            remaining: AtomicUsize::new(inner.shards.len()),
-            reply: Mutex::new(Some(tx)),
-        });
+        let done = Arc::new(BatchDone::new(inner.shards.len(), tx));
         let command = WalCommand::Append {
             payload,
             batch,

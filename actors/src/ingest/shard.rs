@@ -20,14 +20,16 @@ use uuid::Uuid;
 
 use super::columns::PropertyColumns;
 use super::dedup::RecentUuids;
-use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart};
-use super::pipeline::IngestError;
+use super::error::IngestError;
+use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats};
+use super::persons::{
+    may_change_properties, person_uuid, process_event, Outcome, PROCESSING_READS,
+};
 use super::read::{FrozenRows, Tail};
 use super::segment::{day_dir, write_segment, StoredEvent};
 use super::wal::sync_dir;
 use super::CapturedEvent;
-use crate::persons::process::{may_change_properties, PROCESSING_READS};
-use crate::persons::{process_event, Outcome, Person, PersonStore, UsageKind};
+use crate::persons::{Person, PersonStore, UsageKind};
 
 /// Property keys the shard reads itself (besides person processing's).
 const SHARD_READS: [&str; 2] = ["$session_id", "$window_id"];
@@ -70,20 +72,6 @@ pub struct ShardConfig {
     pub flush_interval: Duration,
     pub dedup_window: usize,
     pub columns: Arc<PropertyColumns>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, actix::MessageResponse)]
-pub struct ShardStats {
-    pub shard: usize,
-    pub buffered_rows: usize,
-    pub buffered_bytes: usize,
-    pub processed_seq: u64,
-    pub checkpoint: u64,
-    pub segments_written: u64,
-    pub events_stored: u64,
-    pub events_dropped: u64,
-    pub duplicates_skipped: u64,
-    pub flush_failures: u64,
 }
 
 /// State shared between a shard and its flusher.
@@ -203,7 +191,7 @@ impl IngestShard {
             let outcome = process_event(&self.persons, project_id, &mut event).unwrap_or_else(|err| {
                 tracing::error!(error = %err, project_id, "person processing failed; storing the event without a person update");
                 Outcome::Keep {
-                    person_id: crate::persons::process::person_uuid(project_id, &event.distinct_id),
+                    person_id: person_uuid(project_id, &event.distinct_id),
                     person: None,
                     groups: Default::default(),
                 }

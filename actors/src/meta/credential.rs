@@ -51,28 +51,6 @@ impl Credential {
         })
     }
 
-    /// The credential an active OAuth access token grants: its scopes, for its user, with no
-    /// project restriction beyond the user's own organization. `None` when its stored scopes
-    /// no longer parse.
-    pub fn from_access_token(
-        sha256_hex: String,
-        token: &crate::oauth::store::TokenRecord,
-        user: User,
-    ) -> Option<Credential> {
-        Some(Credential {
-            user,
-            scopes: ScopeSet::parse(&token.scopes).ok()?,
-            scoped_teams: None,
-            scoped_organizations: None,
-            source: CredentialSource::OAuthAccessToken {
-                sha256_hex,
-                client_id: token.client_id.clone(),
-                family_id: token.family_id,
-                expires_at: token.expires_at,
-            },
-        })
-    }
-
     /// Whether the credential has run out (only OAuth access tokens expire).
     pub fn expired(&self, now: DateTime<Utc>) -> bool {
         match &self.source {

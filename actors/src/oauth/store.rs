@@ -374,3 +374,27 @@ fn redeem<T: Serialize + DeserializeOwned>(
         }
     }
 }
+
+impl TokenRecord {
+    /// The credential this access token grants: its scopes, for its user, with no project
+    /// restriction beyond the user's own organization. `None` when its stored scopes no longer
+    /// parse (a token from a newer build is treated as invalid, never as `*`).
+    pub fn credential(
+        &self,
+        sha256_hex: String,
+        user: crate::meta::User,
+    ) -> Option<crate::meta::Credential> {
+        Some(crate::meta::Credential {
+            user,
+            scopes: crate::meta::ScopeSet::parse(&self.scopes).ok()?,
+            scoped_teams: None,
+            scoped_organizations: None,
+            source: crate::meta::CredentialSource::OAuthAccessToken {
+                sha256_hex,
+                client_id: self.client_id.clone(),
+                family_id: self.family_id,
+                expires_at: self.expires_at,
+            },
+        })
+    }
+}

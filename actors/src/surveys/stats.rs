@@ -62,7 +62,7 @@ fn number(v: &Value) -> u64 {
 }
 
 fn time(v: &Value) -> Option<DateTime<Utc>> {
-    v.as_str().and_then(crate::ingest::time::parse_timestamp)
+    v.as_str().and_then(crate::kernel::parse_timestamp)
 }
 
 /// Shown / dismissed / sent statistics of one survey over `period`.

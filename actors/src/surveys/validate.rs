@@ -194,11 +194,9 @@ pub fn optional_date(
 ) -> Result<Option<chrono::DateTime<chrono::Utc>>, RecordError> {
     match value {
         Value::Null => Ok(None),
-        Value::String(s) => crate::ingest::time::parse_timestamp(&s)
-            .map(Some)
-            .ok_or_else(|| {
-                RecordError::invalid(format!("{attr} must be an ISO 8601 date-time."), attr)
-            }),
+        Value::String(s) => crate::kernel::parse_timestamp(&s).map(Some).ok_or_else(|| {
+            RecordError::invalid(format!("{attr} must be an ISO 8601 date-time."), attr)
+        }),
         _ => Err(RecordError::invalid(
             format!("{attr} must be an ISO 8601 date-time."),
             attr,

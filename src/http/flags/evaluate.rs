@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::shapes::{add_config, decide_list_body, decide_map_body, legacy_body, v2_response};
 use crate::auth::resolve_project_token;
+use crate::body::read_body;
 use crate::error::ApiError;
-use crate::http::body::read_body;
 use crate::http::header_string;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;

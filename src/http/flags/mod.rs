@@ -15,10 +15,10 @@ use corvid_actors::flags::validate::validate_flag;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::ValidJson;
 use super::{cors, project_route};
 use crate::auth::scope::{FeatureFlagRead, FeatureFlagWrite};
 use crate::auth::ProjectAccess;
+use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
 

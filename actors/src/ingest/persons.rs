@@ -7,9 +7,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::store::{Group, Person, PersonStore};
-use crate::ingest::CapturedEvent;
+use super::normalize::CapturedEvent;
 use crate::kernel::StoreError;
+use crate::persons::{Group, Person, PersonStore};
 
 /// Namespace of deterministic person ids: UUIDv5 of `"{project_id}:{distinct_id}"`.
 pub const PERSONLESS_NAMESPACE: Uuid = Uuid::from_u128(0x932979b4_65c3_4424_8467_0b66ec27bc22);
