@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use corvid_actors::ingest::catalog::{
+    write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
+};
 use corvid_actors::ingest::columns::PropertyColumns;
 use corvid_actors::ingest::read::Tail;
-use corvid_actors::ingest::segment::{day_dir, write_segment, StoredEvent};
+use corvid_actors::ingest::segment::StoredEvent;
 use corvid_actors::persons::PersonStore;
 use corvid_actors::query::hogql::{prepare_user_sql, Bindings};
 use corvid_actors::query::insights::{self, QueryKind};
@@ -120,6 +123,7 @@ fn ensure_data(root: &Path, total: usize, materialized: &[String]) {
     }
     eprintln!("generating {total} events into {}", root.display());
     let _ = std::fs::remove_dir_all(root);
+    let catalog = DirCatalog::open(root.to_path_buf()).expect("events directory");
     let mut rng = StdRng::seed_from_u64(42);
     let per_day = total / DAYS as usize;
     for d in 0..DAYS {
@@ -128,13 +132,17 @@ fn ensure_data(root: &Path, total: usize, materialized: &[String]) {
         // Two files per day, as two ingest shards would write.
         for (shard, half) in events.chunks(per_day.div_ceil(2)).enumerate() {
             let mut rows: Vec<&StoredEvent> = half.iter().collect();
-            let dir = day_dir(root, 1, day);
-            write_segment(
-                &dir.join(format!("s{shard}-0.parquet")),
-                &mut rows,
-                materialized,
-            )
-            .expect("segment written");
+            let segment = SegmentRef {
+                project: 1,
+                day,
+                name: SegmentName {
+                    shard,
+                    first: 1,
+                    last: 1,
+                    version: 0,
+                },
+            };
+            write_committed(&catalog, &segment, &mut rows, materialized).expect("segment written");
         }
     }
     std::fs::write(done, b"").expect("marker");
@@ -164,7 +172,7 @@ fn setup() -> (QueryEngine, tempfile::TempDir) {
     let engine = QueryEngine::new(
         settings,
         Sources::new(
-            root,
+            Arc::new(DirCatalog::open(root).expect("events directory")) as Arc<dyn SegmentCatalog>,
             vec![Arc::new(Tail::default())],
             persons,
             Arc::new(PropertyColumns::fixed(&db, materialized).expect("columns")),

@@ -14,6 +14,7 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use corvid_actors::flags::geoip::GeoIp;
 use corvid_actors::flags::store::FlagStore;
+use corvid_actors::ingest::catalog::{DirCatalog, SegmentCatalog};
 use corvid_actors::ingest::columns::{Compactor, PropertyColumns};
 use corvid_actors::ingest::Ingest;
 use corvid_actors::meta::{MetaCache, MetaStore};
@@ -77,10 +78,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         meta.db(),
         config.ingest.materialized_properties.clone(),
     )?);
+    let catalog: Arc<dyn SegmentCatalog> = Arc::new(
+        DirCatalog::open(config.events_dir()).context("cannot open the events directory")?,
+    );
     let ingest = Ingest::start(
         config.ingest_config(),
         Arc::clone(&persons),
         Arc::clone(&columns),
+        catalog,
     )
     .await
     .context("cannot start the ingest pipeline")?;
@@ -126,7 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     });
     let compactor_stop = Arc::new(AtomicBool::new(false));
     Compactor::new(
-        state.ingest.events_root().to_path_buf(),
+        Arc::clone(state.ingest.catalog()),
         columns,
         config.compaction_config(),
     )

@@ -446,6 +446,11 @@ impl Config {
     }
 
     /// Where the sled metadata store lives.
+    /// Where the embedded segment catalog keeps events (`<data_dir>/events`).
+    pub fn events_dir(&self) -> PathBuf {
+        self.data_dir.join("events")
+    }
+
     pub fn meta_dir(&self) -> PathBuf {
         self.data_dir.join("meta")
     }

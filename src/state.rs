@@ -188,7 +188,7 @@ pub fn query_engine(
     QueryEngine::new(
         config.query_settings(),
         Sources::new(
-            ingest.events_root().to_path_buf(),
+            Arc::clone(ingest.catalog()),
             ingest.tails().to_vec(),
             Arc::clone(persons),
             Arc::clone(ingest.columns()),
@@ -257,9 +257,18 @@ impl AppState {
             )
             .expect("property columns open"),
         );
-        let ingest = Ingest::start(config.ingest_config(), Arc::clone(&persons), columns)
-            .await
-            .expect("ingest starts");
+        let catalog = Arc::new(
+            corvid_actors::ingest::catalog::DirCatalog::open(config.events_dir())
+                .expect("events directory"),
+        );
+        let ingest = Ingest::start(
+            config.ingest_config(),
+            Arc::clone(&persons),
+            columns,
+            catalog,
+        )
+        .await
+        .expect("ingest starts");
         let flags = Arc::new(FlagStore::open(meta.db()).expect("flags open"));
         let query = Arc::new(query_engine(&config, &ingest, &persons).expect("query engine"));
         let meta = Arc::new(meta);

@@ -13,8 +13,7 @@
 //! longer than any query can run.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -22,6 +21,7 @@ use std::time::{Duration, SystemTime};
 use dashmap::DashMap;
 use serde::de::IgnoredAny;
 
+use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
 use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
 
 /// Suffix of a compaction's file while it is being written; recovery deletes leftovers.
@@ -126,41 +126,6 @@ impl PropertyColumns {
     }
 }
 
-/// `stem` and version of a segment file name (`s0-1-2.parquet` is version 0 of `s0-1-2`).
-pub fn segment_version(name: &str) -> Option<(&str, u32)> {
-    let stem = name.strip_suffix(".parquet")?;
-    match stem.rsplit_once(".v") {
-        Some((base, v)) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
-            Some((base, v.parse().ok()?))
-        }
-        _ => Some((stem, 0)),
-    }
-}
-
-/// Keeps only the newest version of each segment among `files`.
-pub fn newest_versions(files: Vec<PathBuf>) -> Vec<PathBuf> {
-    let mut newest: BTreeMap<(PathBuf, String), (u32, PathBuf)> = BTreeMap::new();
-    for f in files {
-        let Some(name) = f.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let Some((stem, version)) = segment_version(name) else {
-            continue;
-        };
-        let key = (
-            f.parent().map(Path::to_path_buf).unwrap_or_default(),
-            stem.to_string(),
-        );
-        match newest.get(&key) {
-            Some((v, _)) if *v >= version => {}
-            _ => {
-                newest.insert(key, (version, f));
-            }
-        }
-    }
-    newest.into_values().map(|(_, f)| f).collect()
-}
-
 /// What one compaction pass did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct CompactionReport {
@@ -170,19 +135,19 @@ pub struct CompactionReport {
 }
 
 pub struct Compactor {
-    root: PathBuf,
+    catalog: Arc<dyn SegmentCatalog>,
     columns: Arc<PropertyColumns>,
     config: CompactionConfig,
 }
 
 impl Compactor {
     pub fn new(
-        root: PathBuf,
+        catalog: Arc<dyn SegmentCatalog>,
         columns: Arc<PropertyColumns>,
         config: CompactionConfig,
     ) -> Compactor {
         Compactor {
-            root,
+            catalog,
             columns,
             config,
         }
@@ -222,18 +187,8 @@ impl Compactor {
     /// delete superseded versions past the grace period.
     pub fn run_once(&self) -> std::io::Result<CompactionReport> {
         let mut report = CompactionReport::default();
-        let Ok(projects) = std::fs::read_dir(&self.root) else {
-            return Ok(report);
-        };
-        for entry in projects.filter_map(|e| e.ok()) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(project) = name
-                .strip_prefix("project=")
-                .and_then(|p| p.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            let files = newest_versions(segment::list_segment_versions(&self.root, project)?);
+        for project in self.catalog.projects()? {
+            let files = self.catalog.segments(project, None, None)?;
             let frequent = self.frequent_keys(&files)?;
             if !frequent.is_empty()
                 && self
@@ -251,15 +206,14 @@ impl Compactor {
                     report.rewritten += 1;
                 }
             }
-            let all = segment::list_segment_versions(&self.root, project)?;
-            report.deleted += self.delete_superseded(all)?;
+            report.deleted += self.delete_superseded(project)?;
         }
         Ok(report)
     }
 
     /// Keys in at least `min_share` of the rows sampled from the newest segments, most
     /// frequent first.
-    fn frequent_keys(&self, files: &[PathBuf]) -> std::io::Result<Vec<String>> {
+    fn frequent_keys(&self, files: &[SegmentRef]) -> std::io::Result<Vec<String>> {
         if self.config.auto_keys == 0 {
             return Ok(Vec::new());
         }
@@ -270,7 +224,8 @@ impl Compactor {
                 break;
             }
             // Segments are sorted by event: sample evenly across the file, not its first rows.
-            let events = read_segment(file).map_err(std::io::Error::other)?;
+            let events =
+                read_segment(&self.catalog.local_path(file)?).map_err(std::io::Error::other)?;
             let step = events.len().div_ceil(self.config.sample_rows - rows).max(1);
             for e in events.iter().step_by(step) {
                 if rows >= self.config.sample_rows {
@@ -295,67 +250,45 @@ impl Compactor {
         Ok(frequent.into_iter().map(|(k, _)| k).collect())
     }
 
-    /// Rewrites `file` as its next version when it lacks a column of `keys`.
-    fn backfill(&self, file: &Path, keys: &[String]) -> std::io::Result<bool> {
-        let columns = segment::column_names(file).map_err(std::io::Error::other)?;
+    /// Rewrites `segment` as its next version when it lacks a column of `keys`.
+    fn backfill(&self, segment: &SegmentRef, keys: &[String]) -> std::io::Result<bool> {
+        let path = self.catalog.local_path(segment)?;
+        let columns = segment::column_names(&path).map_err(std::io::Error::other)?;
         if keys
             .iter()
             .all(|k| columns.contains(&materialized_column(k)))
         {
             return Ok(false);
         }
-        let name = file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        let Some((stem, version)) = segment_version(&name) else {
-            return Ok(false);
-        };
-        let target = file.with_file_name(format!("{stem}.v{}.parquet", version + 1));
-        let tmp = file.with_file_name(format!(
-            "{stem}.v{}.parquet{COMPACTING_SUFFIX}",
-            version + 1
-        ));
-        let rows: Vec<StoredEvent> = read_segment(file).map_err(std::io::Error::other)?;
+        let next = segment.next_version();
+        let staged = self.catalog.version_staging_path(&next)?;
+        let rows: Vec<StoredEvent> = read_segment(&path).map_err(std::io::Error::other)?;
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
-        write_segment(&tmp, &mut refs, keys).map_err(std::io::Error::other)?;
-        std::fs::rename(&tmp, &target)?;
-        if let Some(dir) = target.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+        write_segment(&staged, &mut refs, keys).map_err(std::io::Error::other)?;
+        self.catalog.publish_version(&next)?;
         Ok(true)
     }
 
-    /// Deletes versions older than the newest one of their stem, once that one is older than
-    /// the grace period (no query can still be reading the old file).
-    fn delete_superseded(&self, all: Vec<PathBuf>) -> std::io::Result<usize> {
-        let newest = newest_versions(all.clone());
+    /// Deletes versions older than the current one of their segment, once that one is older
+    /// than the grace period (no query can still be reading the old file).
+    fn delete_superseded(&self, project: u64) -> std::io::Result<usize> {
+        let all = self.catalog.versions(project)?;
+        let current = newest_versions(all.clone());
         let mut deleted = 0;
-        for file in all {
-            if newest.contains(&file) {
-                continue;
-            }
-            let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
-                continue;
+        for old in all.iter().filter(|s| !current.contains(s)) {
+            let successor = current
+                .iter()
+                .find(|c| c.day == old.day && c.name.same_segment(&old.name));
+            let old_enough = match successor {
+                Some(s) => self
+                    .catalog
+                    .published_at(s)?
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .is_some_and(|age| age >= self.config.grace),
+                None => false,
             };
-            let Some((stem, _)) = segment_version(name) else {
-                continue;
-            };
-            let successor = newest.iter().find(|n| {
-                n.parent() == file.parent()
-                    && n.file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(segment_version)
-                        .is_some_and(|(s, _)| s == stem)
-            });
-            let old_enough = successor
-                .and_then(|s| std::fs::metadata(s).ok())
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .is_some_and(|age| age >= self.config.grace);
             if old_enough {
-                std::fs::remove_file(&file)?;
+                self.catalog.remove(old)?;
                 deleted += 1;
             }
         }
@@ -366,7 +299,7 @@ impl Compactor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::segment::{day_dir, list_segments};
+    use crate::ingest::catalog::{DirCatalog, Flush, SegmentName};
     use chrono::{TimeZone, Utc};
     use uuid::Uuid;
 
@@ -398,26 +331,6 @@ mod tests {
     }
 
     #[test]
-    fn versions_parse_and_the_newest_wins() {
-        assert_eq!(segment_version("s0-1-2.parquet"), Some(("s0-1-2", 0)));
-        assert_eq!(segment_version("s0-1-2.v3.parquet"), Some(("s0-1-2", 3)));
-        assert_eq!(segment_version("s0-1-2.parquet.tmp"), None);
-        let files = vec![
-            PathBuf::from("/d/s0-1-2.parquet"),
-            PathBuf::from("/d/s0-1-2.v2.parquet"),
-            PathBuf::from("/d/s0-1-2.v1.parquet"),
-            PathBuf::from("/d/s1-1-2.parquet"),
-        ];
-        assert_eq!(
-            newest_versions(files),
-            vec![
-                PathBuf::from("/d/s0-1-2.v2.parquet"),
-                PathBuf::from("/d/s1-1-2.parquet")
-            ]
-        );
-    }
-
-    #[test]
     fn promotes_frequent_keys_and_backfills_old_segments() {
         let dir = tempfile::tempdir().expect("test setup");
         let root = dir.path().join("events");
@@ -430,8 +343,32 @@ mod tests {
         let rows: Vec<StoredEvent> = (0..50).map(event).collect();
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
         let day = rows[0].day();
-        let original = day_dir(&root, 7, day).join("s0-1-50.parquet");
-        write_segment(&original, &mut refs, &[]).expect("test setup");
+        let catalog: Arc<dyn SegmentCatalog> =
+            Arc::new(DirCatalog::open(root.clone()).expect("test setup"));
+        let written = SegmentRef {
+            project: 7,
+            day,
+            name: SegmentName {
+                shard: 0,
+                first: 1,
+                last: 50,
+                version: 0,
+            },
+        };
+        let flush = Flush {
+            shard: 0,
+            checkpoint: 50,
+            segments: vec![written.clone()],
+        };
+        write_segment(
+            &catalog.staging_path(&written).expect("test setup"),
+            &mut refs,
+            &[],
+        )
+        .expect("test setup");
+        catalog.record_flush(&flush).expect("test setup");
+        catalog.publish_flush(&flush).expect("test setup");
+        let original = catalog.local_path(&written).expect("test setup");
 
         let config = CompactionConfig {
             auto_keys: 5,
@@ -439,7 +376,7 @@ mod tests {
             sample_rows: 1_000,
             grace: Duration::from_secs(3600),
         };
-        let compactor = Compactor::new(root.clone(), Arc::clone(&columns), config.clone());
+        let compactor = Compactor::new(Arc::clone(&catalog), Arc::clone(&columns), config.clone());
         let report = compactor.run_once().expect("test setup");
         // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
         assert_eq!(
@@ -447,11 +384,9 @@ mod tests {
             vec![(7, vec!["$browser".to_string(), "plan".to_string()])]
         );
         assert_eq!((report.rewritten, report.deleted), (1, 0));
-        let listed = list_segments(&root, 7, None, None).expect("test setup");
-        assert_eq!(
-            listed,
-            vec![day_dir(&root, 7, day).join("s0-1-50.v1.parquet")]
-        );
+        let current = catalog.segments(7, None, None).expect("test setup");
+        assert_eq!(current, vec![written.next_version()]);
+        let listed = vec![catalog.local_path(&current[0]).expect("test setup")];
         let names = segment::column_names(&listed[0]).expect("test setup");
         assert!(names.contains("properties.plan") && names.contains("properties.$browser"));
         let mut before: Vec<Uuid> = rows.iter().map(|e| e.uuid).collect();
@@ -466,7 +401,7 @@ mod tests {
         // The old version stays during the grace period, then goes; nothing else changes.
         assert!(original.exists());
         let later = Compactor::new(
-            root.clone(),
+            Arc::clone(&catalog),
             Arc::clone(&columns),
             CompactionConfig {
                 grace: Duration::ZERO,

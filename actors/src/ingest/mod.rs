@@ -7,6 +7,7 @@
 //! forward by the checkpoints and the WAL is replayed past them, skipping events whose uuid is
 //! already in a segment, so every acknowledged event is stored exactly once.
 
+pub mod catalog;
 pub mod columns;
 pub mod decode;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! recovery and WAL replay, and the shard actors' wiring.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::catalog::SegmentCatalog;
 use super::columns::PropertyColumns;
 use super::error::IngestError;
 use super::messages::{
@@ -20,10 +21,7 @@ use super::messages::{
 };
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{read_segment, SegmentError, StoredEvent};
-use super::shard::{
-    checkpoint_dir, checkpoint_path, drop_unread_properties, shard_of, write_checkpoint,
-    IngestShard, ShardConfig, ShardShared,
-};
+use super::shard::{drop_unread_properties, shard_of, IngestShard, ShardConfig, ShardShared};
 use super::wal::Wal;
 use super::CapturedEvent;
 use crate::persons::PersonStore;
@@ -87,7 +85,7 @@ struct Inner {
     tails: Vec<Arc<Tail>>,
     pending: Arc<AtomicUsize>,
     max_pending: usize,
-    events_root: PathBuf,
+    catalog: Arc<dyn SegmentCatalog>,
     columns: Arc<PropertyColumns>,
     wal_thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -102,25 +100,24 @@ impl Ingest {
         config: IngestConfig,
         persons: Arc<PersonStore>,
         columns: Arc<PropertyColumns>,
+        catalog: Arc<dyn SegmentCatalog>,
     ) -> Result<Ingest, IngestError> {
         let shards_n = config.shards.max(1);
-        let events_root = config.data_dir.join("events");
-        std::fs::create_dir_all(&events_root)?;
         let (wal, replayed) = Wal::open(&config.data_dir.join("wal"), config.wal_segment_bytes)?;
 
-        let on_disk = read_checkpoints(&events_root)?;
-        recover_uncommitted_segments(&events_root, &on_disk)?;
+        catalog.recover()?;
+        let on_disk = catalog.checkpoints()?;
         let low = on_disk.iter().map(|(_, seq)| *seq).min().unwrap_or(0);
-        let skip = Arc::new(uuids_in_segments_after(&events_root, low)?);
+        let skip = Arc::new(uuids_in_segments_after(catalog.as_ref(), low)?);
         // Every current shard restarts from the lowest checkpoint; replayed events already in
         // segments are skipped by uuid, whatever shard held them before.
         for (shard, _) in &on_disk {
             if *shard >= shards_n {
-                std::fs::remove_file(checkpoint_path(&events_root, *shard))?;
+                catalog.remove_checkpoint(*shard)?;
             }
         }
         for shard in 0..shards_n {
-            write_checkpoint(&checkpoint_path(&events_root, shard), low)?;
+            catalog.set_checkpoint(shard, low)?;
         }
 
         let pending = Arc::new(AtomicUsize::new(0));
@@ -133,7 +130,7 @@ impl Ingest {
             .map(|shard| {
                 let cfg = ShardConfig {
                     shard,
-                    events_root: events_root.clone(),
+                    catalog: Arc::clone(&catalog),
                     flush_max_rows: config.flush_max_rows,
                     flush_max_bytes: config.flush_max_bytes,
                     flush_interval: config.flush_interval,
@@ -225,7 +222,7 @@ impl Ingest {
                 tails,
                 pending,
                 max_pending: config.max_buffered_events,
-                events_root,
+                catalog,
                 columns,
                 wal_thread: Mutex::new(Some(wal_thread)),
             }),
@@ -360,12 +357,13 @@ impl Ingest {
 
     /// Events of a project matching `filter`, newest first (blocking: call off the event loop).
     pub fn query_events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>, SegmentError> {
-        query_events(&self.inner.events_root, &self.inner.tails, filter)
+        query_events(self.inner.catalog.as_ref(), &self.inner.tails, filter)
     }
 
     /// Root of the segment files, for the query engine.
-    pub fn events_root(&self) -> &Path {
-        &self.inner.events_root
+    /// The segment catalog the shards commit to.
+    pub fn catalog(&self) -> &Arc<dyn SegmentCatalog> {
+        &self.inner.catalog
     }
 
     /// Which property columns segments materialize, per project.
@@ -503,103 +501,18 @@ fn wal_loop(
     }
 }
 
-/// `(shard, seq)` of every checkpoint file.
-fn read_checkpoints(events_root: &Path) -> std::io::Result<Vec<(usize, u64)>> {
-    let dir = checkpoint_dir(events_root);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for entry in entries.filter_map(|e| e.ok()) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(shard) = name.strip_prefix("shard-").and_then(|s| s.parse().ok()) else {
-            continue;
-        };
-        let seq = std::fs::read_to_string(entry.path())?
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        out.push((shard, seq));
-    }
-    Ok(out)
-}
-
-/// Parses `s<shard>-<first>-<last>.parquet[.tmp]`.
-fn segment_name_parts(name: &str) -> Option<(usize, u64, u64)> {
-    let name = name.strip_suffix(".tmp").unwrap_or(name);
-    // Compacted versions (`….vN.parquet`) cover the same sequence range.
-    let (stem, _) = super::columns::segment_version(name)?;
-    let mut parts = stem.strip_prefix('s')?.split('-');
-    let shard = parts.next()?.parse().ok()?;
-    let first = parts.next()?.parse().ok()?;
-    let last = parts.next()?.parse().ok()?;
-    Some((shard, first, last))
-}
-
-fn all_segment_paths(events_root: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let Ok(projects) = std::fs::read_dir(events_root) else {
-        return Ok(out);
-    };
-    for project in projects
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("project="))
-    {
-        for day in std::fs::read_dir(project.path())?.filter_map(|e| e.ok()) {
-            for file in std::fs::read_dir(day.path())?.filter_map(|e| e.ok()) {
-                out.push(file.path());
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Finishes or undoes flushes a crash interrupted: a `.tmp` segment whose range ends at or
-/// below its shard's checkpoint was committed (rename it); otherwise it was not (delete it).
-fn recover_uncommitted_segments(
-    events_root: &Path,
-    checkpoints: &[(usize, u64)],
-) -> std::io::Result<()> {
-    for path in all_segment_paths(events_root)? {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name.ends_with(super::columns::COMPACTING_SUFFIX) {
-            // A compaction the crash interrupted: its source segment is still in place.
-            std::fs::remove_file(&path)?;
-            continue;
-        }
-        if !name.ends_with(".tmp") {
-            continue;
-        }
-        let committed = segment_name_parts(&name).is_some_and(|(shard, _, last)| {
-            checkpoints
-                .iter()
-                .any(|(s, seq)| *s == shard && last <= *seq)
-        });
-        if committed {
-            std::fs::rename(&path, path.with_extension(""))?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
-}
-
 /// Uuids of committed segments that may overlap the WAL records still to be replayed.
-fn uuids_in_segments_after(events_root: &Path, low: u64) -> Result<HashSet<Uuid>, IngestError> {
+fn uuids_in_segments_after(
+    catalog: &dyn SegmentCatalog,
+    low: u64,
+) -> Result<HashSet<Uuid>, IngestError> {
     let mut out = HashSet::new();
-    for path in all_segment_paths(events_root)? {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name.ends_with(".tmp") {
-            continue;
-        }
-        if segment_name_parts(&name).is_some_and(|(_, _, last)| last > low) {
-            out.extend(read_segment(&path)?.into_iter().map(|e| e.uuid));
+    for project in catalog.projects()? {
+        for segment in catalog.segments(project, None, None)? {
+            if segment.name.last > low {
+                let path = catalog.local_path(&segment)?;
+                out.extend(read_segment(&path)?.into_iter().map(|e| e.uuid));
+            }
         }
     }
     Ok(out)

@@ -1,14 +1,13 @@
 //! Reading stored events: committed Parquet segments plus each shard's not-yet-flushed tail, so
 //! an event is visible as soon as it is acknowledged and processed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::segment::{
-    list_segments, read_segment_filtered, SegmentError, SegmentFilter, StoredEvent,
-};
+use super::catalog::SegmentCatalog;
+use super::segment::{read_segment_filtered, SegmentError, SegmentFilter, StoredEvent};
 
 /// A shard's buffered rows, shared read-only with readers: the `active` rows being appended
 /// to, and `frozen` batches handed to the shard's flusher but not yet committed to segments.
@@ -145,15 +144,16 @@ impl EventFilter {
     }
 }
 
-/// A consistent view: the segment files and tail rows at one instant. Flushes rename segment
-/// files under the tails' write locks, so a view never sees a row twice or not at all.
+/// A consistent view: the segment files (with their day) and tail rows at one instant.
+/// Flushes publish segments under the tails' write locks, so a view never sees a row twice or
+/// not at all.
 pub struct Snapshot {
-    pub files: Vec<PathBuf>,
+    pub files: Vec<(NaiveDate, PathBuf)>,
     pub tail: Vec<StoredEvent>,
 }
 
 pub fn snapshot(
-    root: &Path,
+    catalog: &dyn SegmentCatalog,
     tails: &[Arc<Tail>],
     project_id: u64,
     from: Option<NaiveDate>,
@@ -161,7 +161,11 @@ pub fn snapshot(
     keep: impl Fn(&StoredEvent) -> bool,
 ) -> std::io::Result<Snapshot> {
     let guards: Vec<_> = tails.iter().map(|t| t.read()).collect();
-    let files = list_segments(root, project_id, from, to)?;
+    let files = catalog
+        .segments(project_id, from, to)?
+        .into_iter()
+        .map(|s| Ok((s.day, catalog.local_path(&s)?)))
+        .collect::<std::io::Result<Vec<_>>>()?;
     let tail = guards
         .iter()
         .flat_map(|g| g.iter())
@@ -173,23 +177,18 @@ pub fn snapshot(
 
 /// Events matching `filter`, newest first, at most `filter.limit`.
 pub fn query_events(
-    root: &Path,
+    catalog: &dyn SegmentCatalog,
     tails: &[Arc<Tail>],
     filter: &EventFilter,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
     let from = filter.after.map(|a| a.date_naive());
     let to = filter.scan_before().map(|b| b.date_naive());
-    let snap = snapshot(root, tails, filter.project_id, from, to, |e| {
+    let snap = snapshot(catalog, tails, filter.project_id, from, to, |e| {
         filter.matches(e)
     })?;
     // Newest day first; stop once a whole day leaves us with enough rows.
-    let mut by_day: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
-    for file in snap.files {
-        let day = file
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|d| d.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<PathBuf>> = Default::default();
+    for (day, file) in snap.files {
         by_day.entry(day).or_default().push(file);
     }
     let segment_filter = SegmentFilter {
@@ -202,13 +201,8 @@ pub fn query_events(
     for (day, files) in by_day.into_iter().rev() {
         // Every row of this day and older days is older than rows of newer days: once those
         // fill the page, nothing further can make it.
-        if let Some(d) = day
-            .strip_prefix("day=")
-            .and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
-        {
-            if rows.iter().filter(|e| e.day() > d).count() >= filter.limit {
-                break;
-            }
+        if rows.iter().filter(|e| e.day() > day).count() >= filter.limit {
+            break;
         }
         for file in files {
             rows.extend(

@@ -1,13 +1,11 @@
 //! The stored event row, its Arrow schema, and Parquet segment files.
 //!
-//! Layout: `<data_dir>/events/project=<id>/day=<YYYY-MM-DD>/s<shard>-<first seq>-<last seq>.parquet`
-//! (day of the event's UTC timestamp). A segment is written as `….parquet.tmp`, fsynced, and
-//! renamed only after the shard's checkpoint covering it is durable, so a crash never leaves a
-//! half-committed flush visible (see `shard.rs`).
+//! Where segments live, how they are named and when they become visible is the catalog's
+//! business (`catalog.rs`); this module writes and reads one file.
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
@@ -437,16 +435,6 @@ pub fn from_record_batch(
         .collect())
 }
 
-/// `<root>/project=<id>`.
-pub fn project_dir(root: &Path, project_id: u64) -> PathBuf {
-    root.join(format!("project={project_id}"))
-}
-
-/// `<root>/project=<id>/day=<date>`.
-pub fn day_dir(root: &Path, project_id: u64, day: NaiveDate) -> PathBuf {
-    project_dir(root, project_id).join(format!("day={}", day.format("%Y-%m-%d")))
-}
-
 /// Column names of a segment, from its footer.
 pub fn column_names(path: &Path) -> Result<std::collections::BTreeSet<String>, SegmentError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?;
@@ -456,55 +444,4 @@ pub fn column_names(path: &Path) -> Result<std::collections::BTreeSet<String>, S
         .iter()
         .map(|f| f.name().clone())
         .collect())
-}
-
-/// Every committed segment file of a project, every version (see `columns.rs`).
-pub fn list_segment_versions(root: &Path, project_id: u64) -> std::io::Result<Vec<PathBuf>> {
-    list_all_versions(root, project_id, None, None)
-}
-
-/// The committed segment files of a project whose day lies in `[from, to]` (inclusive; open
-/// ends allowed), for partition pruning: the newest version of each segment.
-pub fn list_segments(
-    root: &Path,
-    project_id: u64,
-    from: Option<NaiveDate>,
-    to: Option<NaiveDate>,
-) -> std::io::Result<Vec<PathBuf>> {
-    Ok(super::columns::newest_versions(list_all_versions(
-        root, project_id, from, to,
-    )?))
-}
-
-fn list_all_versions(
-    root: &Path,
-    project_id: u64,
-    from: Option<NaiveDate>,
-    to: Option<NaiveDate>,
-) -> std::io::Result<Vec<PathBuf>> {
-    let dir = project_dir(root, project_id);
-    let Ok(days) = std::fs::read_dir(&dir) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for day in days.filter_map(|d| d.ok()) {
-        let name = day.file_name().to_string_lossy().into_owned();
-        let Some(date) = name
-            .strip_prefix("day=")
-            .and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
-        else {
-            continue;
-        };
-        if from.is_some_and(|f| date < f) || to.is_some_and(|t| date > t) {
-            continue;
-        }
-        for file in std::fs::read_dir(day.path())?.filter_map(|f| f.ok()) {
-            let path = file.path();
-            if path.extension().is_some_and(|e| e == "parquet") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
 }

@@ -6,8 +6,6 @@
 //! processed a batch) never wait behind Parquet encoding.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::catalog::{Flush, SegmentCatalog, SegmentName, SegmentRef};
 use super::columns::PropertyColumns;
 use super::dedup::RecentUuids;
 use super::error::IngestError;
@@ -26,8 +25,7 @@ use super::persons::{
     may_change_properties, person_uuid, process_event, Outcome, PROCESSING_READS,
 };
 use super::read::{FrozenRows, Tail};
-use super::segment::{day_dir, write_segment, StoredEvent};
-use super::wal::sync_dir;
+use super::segment::{write_segment, StoredEvent};
 use super::CapturedEvent;
 use crate::persons::{Person, PersonStore, UsageKind};
 
@@ -63,10 +61,10 @@ pub fn shard_of(project_id: u64, distinct_id: &str, shards: usize) -> usize {
     (h.finalize() as usize) % shards.max(1)
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ShardConfig {
     pub shard: usize,
-    pub events_root: PathBuf,
+    pub catalog: Arc<dyn SegmentCatalog>,
     pub flush_max_rows: usize,
     pub flush_max_bytes: usize,
     pub flush_interval: Duration,
@@ -122,7 +120,7 @@ impl IngestShard {
         let (tx, rx) = crossbeam_channel::unbounded();
         let flusher = Flusher {
             shard: cfg.shard,
-            events_root: cfg.events_root.clone(),
+            catalog: Arc::clone(&cfg.catalog),
             columns: Arc::clone(&cfg.columns),
             persons: Arc::clone(&persons),
             shared: Arc::clone(&shared),
@@ -368,7 +366,7 @@ impl Handler<GetStats> for IngestShard {
 /// Writes frozen batches to segments, in order, and advances the shard's checkpoint.
 struct Flusher {
     shard: usize,
-    events_root: PathBuf,
+    catalog: Arc<dyn SegmentCatalog>,
     columns: Arc<PropertyColumns>,
     persons: Arc<PersonStore>,
     shared: Arc<ShardShared>,
@@ -403,14 +401,20 @@ impl Flusher {
         }
     }
 
-    /// Segment files as `.tmp`, then persons durable, then the checkpoint, then the renames
-    /// (recovery finishes or undoes an interrupted commit by comparing names and checkpoints).
+    /// Segment files staged, then persons durable, then the flush recorded (the catalog's
+    /// commit point), then published under the tail's write lock while the rows leave the
+    /// tail, so a reader sees each row exactly once; recovery finishes or drops a flush a
+    /// crash interrupted.
     fn commit(&self, job: &FlushJob) -> Result<(), IngestError> {
         let current = self.shared.checkpoint.load(Ordering::SeqCst);
         if job.rows.is_none() && job.last <= current {
             return Ok(());
         }
-        let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut flush = Flush {
+            shard: self.shard,
+            checkpoint: job.last,
+            segments: Vec::new(),
+        };
         let result = (|| -> Result<(), IngestError> {
             if let Some(frozen) = &job.rows {
                 let mut partitions: BTreeMap<(u64, NaiveDate), Vec<&StoredEvent>> = BTreeMap::new();
@@ -421,30 +425,33 @@ impl Flusher {
                         .push(row);
                 }
                 for ((project, day), mut events) in partitions {
-                    let dir = day_dir(&self.events_root, project, day);
-                    let name =
-                        format!("s{}-{:020}-{:020}.parquet", self.shard, job.first, job.last);
-                    let tmp = dir.join(format!("{name}.tmp"));
-                    written.push((tmp.clone(), dir.join(&name)));
-                    write_segment(&tmp, &mut events, &self.columns.keys_for(project))?;
+                    let segment = SegmentRef {
+                        project,
+                        day,
+                        name: SegmentName {
+                            shard: self.shard,
+                            first: job.first,
+                            last: job.last,
+                            version: 0,
+                        },
+                    };
+                    let staged = self.catalog.staging_path(&segment)?;
+                    flush.segments.push(segment);
+                    write_segment(&staged, &mut events, &self.columns.keys_for(project))?;
                 }
             }
             // Person effects of these events must be durable before the WAL may forget them.
             self.persons.flush()?;
-            write_checkpoint(&checkpoint_path(&self.events_root, self.shard), job.last)?;
+            self.catalog.record_flush(&flush)?;
             Ok(())
         })();
         if let Err(err) = result {
-            for (tmp, _) in &written {
-                let _ = fs::remove_file(tmp);
-            }
+            self.catalog.abandon_flush(&flush);
             return Err(err);
         }
         let count = {
             let mut tail = self.shared.tail.write();
-            for (tmp, final_path) in &written {
-                fs::rename(tmp, final_path)?;
-            }
+            self.catalog.publish_flush(&flush)?;
             match &job.rows {
                 Some(frozen) => {
                     tail.frozen.retain(|f| f.id != frozen.id);
@@ -453,36 +460,11 @@ impl Flusher {
                 None => 0,
             }
         };
-        for dir in written.iter().filter_map(|(_, f)| f.parent()) {
-            let _ = sync_dir(dir);
-        }
         self.shared.pending.fetch_sub(count, Ordering::SeqCst);
         self.shared.checkpoint.store(job.last, Ordering::SeqCst);
         self.shared
             .segments_written
-            .fetch_add(written.len() as u64, Ordering::SeqCst);
+            .fetch_add(flush.segments.len() as u64, Ordering::SeqCst);
         Ok(())
     }
-}
-
-pub fn checkpoint_dir(events_root: &Path) -> PathBuf {
-    events_root.join("_checkpoints")
-}
-
-pub fn checkpoint_path(events_root: &Path, shard: usize) -> PathBuf {
-    checkpoint_dir(events_root).join(format!("shard-{shard}"))
-}
-
-/// Durably replaces a checkpoint file (temp file, fsync, rename, fsync dir).
-pub fn write_checkpoint(path: &Path, seq: u64) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, seq.to_string().as_bytes())?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
 }

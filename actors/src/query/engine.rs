@@ -26,6 +26,7 @@ use super::results;
 use super::run_count;
 use super::tables;
 use super::uniq;
+use crate::ingest::catalog::SegmentCatalog;
 use crate::ingest::columns::PropertyColumns;
 use crate::ingest::read::{snapshot, Tail};
 use crate::ingest::segment;
@@ -71,7 +72,8 @@ impl QuerySettings {
 
 /// Where a project's data lives.
 pub struct Sources {
-    pub events_root: PathBuf,
+    /// Which segments exist, and where their files are.
+    pub catalog: Arc<dyn SegmentCatalog>,
     pub tails: Vec<Arc<Tail>>,
     pub persons: Arc<PersonStore>,
     /// Property keys ingest writes as their own segment columns, per project.
@@ -84,13 +86,13 @@ pub struct Sources {
 
 impl Sources {
     pub fn new(
-        events_root: PathBuf,
+        catalog: Arc<dyn SegmentCatalog>,
         tails: Vec<Arc<Tail>>,
         persons: Arc<PersonStore>,
         columns: Arc<PropertyColumns>,
     ) -> Sources {
         Sources {
-            events_root,
+            catalog,
             tails,
             persons,
             columns,
@@ -105,9 +107,9 @@ impl Sources {
     }
 
     /// `project`'s materialized keys present in every one of `files`.
-    fn materialized_in(&self, project: u64, files: &[PathBuf]) -> Vec<String> {
+    fn materialized_in(&self, project: u64, files: &[(chrono::NaiveDate, PathBuf)]) -> Vec<String> {
         let mut keys: Vec<String> = self.columns.keys_for(project);
-        for file in files {
+        for (_, file) in files {
             if keys.is_empty() {
                 break;
             }
@@ -305,7 +307,7 @@ async fn execute(
 /// The `events` snapshot of a query, registered once the statement says which materialized
 /// columns it reads.
 struct EventsSnapshot {
-    files: Vec<PathBuf>,
+    files: Vec<(chrono::NaiveDate, PathBuf)>,
     tail: Vec<crate::ingest::segment::StoredEvent>,
     /// Materialized keys every file has.
     available: BTreeSet<String>,
@@ -358,7 +360,7 @@ fn session(
     let mut events = None;
     if wants("events") {
         let snap = snapshot(
-            &sources.events_root,
+            sources.catalog.as_ref(),
             &sources.tails,
             project_id,
             None,

@@ -32,7 +32,7 @@ use crate::persons::{Group, Person};
 
 /// The `events` table of one project at one instant.
 pub struct EventsTable {
-    /// Committed segments with the day their directory names.
+    /// Committed segments with their day.
     files: Vec<(NaiveDate, PathBuf)>,
     tail: Arc<MemTable>,
     schema: SchemaRef,
@@ -49,22 +49,10 @@ impl fmt::Debug for EventsTable {
 impl EventsTable {
     /// `materialized`: property keys every file has as a column (the tail computes them).
     pub fn new(
-        files: Vec<PathBuf>,
+        files: Vec<(NaiveDate, PathBuf)>,
         tail: &[StoredEvent],
         materialized: &[String],
     ) -> DfResult<EventsTable> {
-        let files = files
-            .into_iter()
-            .filter_map(|f| {
-                let day = f
-                    .parent()?
-                    .file_name()?
-                    .to_str()?
-                    .strip_prefix("day=")
-                    .and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())?;
-                Some((day, f))
-            })
-            .collect();
         let rows: Vec<&StoredEvent> = tail.iter().collect();
         let schema = string_views(&segment::schema_with(materialized));
         let batch = segment::to_record_batch_with(&rows, materialized)?;

@@ -10,15 +10,18 @@ use uuid::Uuid;
 
 use super::hogql::{prepare_user_sql, Bindings};
 use super::{QueryEngine, QueryError, QueryOutput, QuerySettings, Sources};
+use crate::ingest::catalog::{
+    write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
+};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::read::Tail;
-use crate::ingest::segment::{day_dir, write_segment, StoredEvent};
+use crate::ingest::segment::StoredEvent;
 use crate::persons::{Person, PersonStore};
 
 pub(crate) struct Fixture {
     pub engine: Arc<QueryEngine>,
     pub columns: Arc<PropertyColumns>,
-    root: std::path::PathBuf,
+    pub catalog: Arc<dyn SegmentCatalog>,
     _dir: tempfile::TempDir,
 }
 
@@ -79,15 +82,25 @@ impl Fixture {
         settings: QuerySettings,
     ) -> Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().join("events");
+        let catalog: Arc<dyn SegmentCatalog> =
+            Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog"));
         let mut by_file: std::collections::BTreeMap<_, Vec<&StoredEvent>> = Default::default();
         for e in &segments {
             by_file.entry((e.project_id, e.day())).or_default().push(e);
         }
         for ((project, day), mut rows) in by_file {
-            let d = day_dir(&root, project, day);
-            std::fs::create_dir_all(&d).expect("mkdir");
-            write_segment(&d.join("s0-1-1.parquet"), &mut rows, &materialized()).expect("segment");
+            let segment = SegmentRef {
+                project,
+                day,
+                name: SegmentName {
+                    shard: 0,
+                    first: 1,
+                    last: 1,
+                    version: 0,
+                },
+            };
+            write_committed(catalog.as_ref(), &segment, &mut rows, &materialized())
+                .expect("segment");
         }
         let t = Arc::new(Tail::default());
         t.write().active.extend(tail);
@@ -116,24 +129,33 @@ impl Fixture {
         let engine = Arc::new(
             QueryEngine::new(
                 settings,
-                Sources::new(root, vec![t], persons, Arc::clone(&columns)),
+                Sources::new(Arc::clone(&catalog), vec![t], persons, Arc::clone(&columns)),
             )
             .expect("engine"),
         );
         Fixture {
             engine,
             columns,
-            root: dir.path().join("events"),
+            catalog,
             _dir: dir,
         }
     }
 
-    /// Adds one more committed segment, materializing `keys`.
-    pub fn add_segment(&self, name: &str, events: Vec<StoredEvent>, keys: &[String]) {
+    /// Adds one more committed segment of project 1 (`shard` tells it apart), materializing
+    /// `keys`.
+    pub fn add_segment(&self, shard: usize, events: Vec<StoredEvent>, keys: &[String]) {
         let mut rows: Vec<&StoredEvent> = events.iter().collect();
-        let d = day_dir(&self.root, 1, events[0].day());
-        std::fs::create_dir_all(&d).expect("mkdir");
-        write_segment(&d.join(name), &mut rows, keys).expect("segment");
+        let segment = SegmentRef {
+            project: 1,
+            day: events[0].day(),
+            name: SegmentName {
+                shard,
+                first: 1,
+                last: 1,
+                version: 0,
+            },
+        };
+        write_committed(self.catalog.as_ref(), &segment, &mut rows, keys).expect("segment");
     }
 
     pub fn run_with(&self, sql: &str, bindings: &Bindings<'_>) -> Result<QueryOutput, QueryError> {
@@ -760,7 +782,7 @@ fn datafusion_options_apply_and_bad_ones_are_refused() {
         ("datafusion.execution.batch_size", "many"),
     ] {
         let sources = Sources::new(
-            dir.path().join("events"),
+            Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog")),
             vec![],
             Arc::new(PersonStore::open(&db).expect("persons")),
             Arc::new(PropertyColumns::open(&db, vec![]).expect("columns")),
@@ -862,7 +884,7 @@ fn materialized_property_columns_answer_like_json() {
     assert_eq!(joined.rows, expected);
     // A segment written before `$browser` was materialized: every read goes back to JSON.
     f.add_segment(
-        "old.parquet",
+        1,
         vec![event(
             1,
             "$pageview",
@@ -878,7 +900,7 @@ fn materialized_property_columns_answer_like_json() {
     // Compaction backfills the column into a new version of the old segment: fast again,
     // same answer, and the superseded version goes once past its grace period.
     let compactor = Compactor::new(
-        f.root.clone(),
+        Arc::clone(&f.catalog),
         Arc::clone(&f.columns),
         CompactionConfig {
             auto_keys: 0,
