@@ -386,7 +386,7 @@ mod tests {
         assert_eq!((report.rewritten, report.deleted), (1, 0));
         let current = catalog.segments(7, None, None).expect("test setup");
         assert_eq!(current, vec![written.next_version()]);
-        let listed = vec![catalog.local_path(&current[0]).expect("test setup")];
+        let listed = [catalog.local_path(&current[0]).expect("test setup")];
         let names = segment::column_names(&listed[0]).expect("test setup");
         assert!(names.contains("properties.plan") && names.contains("properties.$browser"));
         let mut before: Vec<Uuid> = rows.iter().map(|e| e.uuid).collect();
