@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,15 +11,10 @@ use actix_web::dev::ServerHandle;
 use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use corvid_actors::flags::geoip::GeoIp;
-use corvid_actors::flags::store::FlagStore;
-use corvid_actors::ingest::catalog::{DirCatalog, SegmentCatalog};
-use corvid_actors::ingest::columns::{Compactor, PropertyColumns};
-use corvid_actors::ingest::Ingest;
-use corvid_actors::meta::{MetaCache, MetaStore};
-use corvid_actors::persons::PersonStore;
+use corvid_actors::engine::Engine;
+use corvid_actors::meta::MintKey;
 
-use crate::bootstrap::{self, Credentials, MintKey};
+use crate::bootstrap::{self, Credentials};
 use crate::config::Config;
 use crate::http;
 use crate::metrics::Metrics;
@@ -35,26 +29,20 @@ pub struct Running {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     /// Set when this start created the data directory's default tenancy.
     pub first_run: Option<Credentials>,
-    /// Stops the property-column compactor between passes.
-    compactor_stop: Arc<AtomicBool>,
 }
 
 /// Opens state under `config.data_dir`, bootstraps it if new, and starts serving.
 /// Must be called inside an actix system (e.g. `actix_web::rt::System`).
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let meta_dir = config.meta_dir();
-    let meta = tokio::task::spawn_blocking(move || MetaStore::open(&meta_dir))
-        .await?
-        .context("cannot open the metadata store (is another Corvid using this data dir?)")?;
-    let meta = Arc::new(meta);
-
-    let first_run = {
-        let meta = Arc::clone(&meta);
-        tokio::task::spawn_blocking(move || bootstrap::bootstrap(&meta, MintKey::OnFirstRun))
-            .await??
-    };
+    // Bind first so the public URL can name the real port when port 0 was asked for (OAuth
+    // issues tokens for that URL).
+    let listener = std::net::TcpListener::bind(config.server.bind)
+        .with_context(|| format!("cannot bind {}", config.server.bind))?;
+    let addr = listener.local_addr()?;
+    let public_url: Arc<str> = config.public_url_for(addr).into();
+    let engine = Engine::start_embedded(config.engine_settings(&public_url)?).await?;
+    let outcome = engine.tenancy.bootstrap(MintKey::OnFirstRun).await?;
+    let first_run = bootstrap::credentials(outcome);
     if let Some(credentials) = &first_run {
         let path = config.credentials_path();
         bootstrap::write_credentials(&path, credentials)
@@ -67,79 +55,20 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             tracing::warn!(error = %err, "could not print first-run credentials to stdout");
         }
     }
-
-    let persons = Arc::new(PersonStore::open(meta.db())?);
-    let flags = Arc::new(FlagStore::open(meta.db())?);
-    let geoip = match &config.geoip.database_path {
-        Some(path) => Some(Arc::new(GeoIp::open(path)?)),
-        None => None,
-    };
-    let columns = Arc::new(PropertyColumns::open(
-        meta.db(),
-        config.ingest.materialized_properties.clone(),
-    )?);
-    let catalog: Arc<dyn SegmentCatalog> = Arc::new(
-        DirCatalog::open(config.events_dir()).context("cannot open the events directory")?,
-    );
-    let ingest = Ingest::start(
-        config.ingest_config(),
-        Arc::clone(&persons),
-        Arc::clone(&columns),
-        catalog,
-    )
-    .await
-    .context("cannot start the ingest pipeline")?;
-
-    let query = Arc::new(
-        state::query_engine(&config, &ingest, &persons)
-            .context("cannot start the query runtime")?,
-    );
-    let endpoints = Arc::new(
-        state::endpoints(&config, &meta, &query).context("cannot start the endpoints engine")?,
-    );
-    let (oauth, secret_scanning_keys) =
-        state::oauth(&config, &meta).context("cannot start the OAuth server")?;
-    let surfaces = state::Surfaces::open(&meta, &flags, &query)
-        .context("cannot open surveys, experiments and early-access features")?;
+    let secret_scanning_keys = state::secret_scanning_keys(&config)?;
     let lifecycle = Arc::new(Lifecycle::default());
     let metrics = Arc::new(Metrics::new());
-    let cache = Arc::new(MetaCache::new(config.auth.credential_cache_ttl));
     let config = Arc::new(config);
 
-    // Bind first so the public URL can name the real port when port 0 was asked for.
-    let listener = std::net::TcpListener::bind(config.server.bind)
-        .with_context(|| format!("cannot bind {}", config.server.bind))?;
-    let addr = listener.local_addr()?;
-    let public_url: Arc<str> = config.public_url_for(addr).into();
     let state = web::Data::new(AppState {
         resource_metadata_url: format!("{public_url}/.well-known/oauth-protected-resource").into(),
         public_url,
         config: Arc::clone(&config),
-        meta,
-        cache,
-        persons,
-        ingest,
-        flags,
-        geoip,
-        query,
-        endpoints,
-        oauth: Arc::new(oauth),
-        surfaces,
+        engine,
         secret_scanning_keys,
         lifecycle,
         metrics,
     });
-    let compactor_stop = Arc::new(AtomicBool::new(false));
-    Compactor::new(
-        Arc::clone(state.ingest.catalog()),
-        columns,
-        config.compaction_config(),
-    )
-    .spawn(
-        config.ingest.compaction_interval,
-        Arc::clone(&compactor_stop),
-    )
-    .context("cannot start the compactor thread")?;
     watch_critical_components(&state);
     flush_usage_periodically(&state);
     prune_oauth_hourly(&state);
@@ -170,7 +99,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         handle,
         server,
         first_run,
-        compactor_stop,
     })
 }
 
@@ -195,7 +123,7 @@ where
 /// Writes in-memory usage counts to sled every second.
 fn flush_usage_periodically(state: &web::Data<AppState>) {
     every_second(state, |state| async move {
-        let persons = Arc::clone(&state.persons);
+        let persons = Arc::clone(&state.engine.persons);
         if !matches!(
             web::block(move || persons.flush_pending_usage()).await,
             Ok(Ok(()))
@@ -216,11 +144,12 @@ fn prune_oauth_hourly(state: &web::Data<AppState>) {
             if !state.lifecycle.is_ready() {
                 return;
             }
-            let oauth = Arc::clone(&state.oauth);
-            match web::block(move || oauth.prune()).await {
-                Ok(Ok(0)) => {}
-                Ok(Ok(n)) => tracing::info!(removed = n, "pruned expired OAuth records"),
-                _ => tracing::warn!("could not prune expired OAuth records; will retry"),
+            match state.engine.oauth.prune(chrono::Utc::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, "pruned expired OAuth records"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not prune expired OAuth records; will retry")
+                }
             }
         }
     });
@@ -237,7 +166,7 @@ fn maintain_surveys(state: &web::Data<AppState>) {
             if !state.lifecycle.is_ready() {
                 return;
             }
-            if let Err(err) = state.surfaces.surveys.maintain(chrono::Utc::now()).await {
+            if let Err(err) = state.engine.surveys.maintain(chrono::Utc::now()).await {
                 tracing::warn!(error = %err, "survey upkeep failed; will retry");
             }
         }
@@ -247,7 +176,7 @@ fn maintain_surveys(state: &web::Data<AppState>) {
 /// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).
 fn watch_critical_components(state: &web::Data<AppState>) {
     every_second(state, |state| async move {
-        if state.ingest.has_failed() {
+        if state.engine.ingest.has_failed() {
             state
                 .lifecycle
                 .request_shutdown("the write-ahead log failed");
@@ -285,27 +214,9 @@ impl Running {
             tracing::info!(?grace, "readiness is 503; waiting before closing listeners");
             tokio::time::sleep(grace).await;
         }
-        self.compactor_stop.store(true, Ordering::SeqCst);
         self.handle.stop(true).await;
         let served = self.server.await;
-        // Runs have been answered: write their last execution-log entries.
-        let endpoints = Arc::clone(&self.state.endpoints);
-        if !tokio::task::spawn_blocking(move || endpoints.sync_logs()).await? {
-            tracing::warn!("the last execution-log entries could not be written");
-        }
-        // In-flight captures have been answered; make everything buffered durable.
-        if let Err(err) = self.state.ingest.shutdown().await {
-            tracing::error!(error = %err, "ingest did not flush cleanly; the WAL will be replayed on start");
-        }
-        let persons = Arc::clone(&self.state.persons);
-        if let Err(err) = tokio::task::spawn_blocking(move || persons.flush_pending_usage()).await?
-        {
-            tracing::error!(error = %err, "could not write the last usage counts");
-        }
-        let meta = Arc::clone(&self.state.meta);
-        tokio::task::spawn_blocking(move || meta.flush())
-            .await?
-            .context("final flush of the metadata store failed")?;
+        self.state.engine.shutdown().await?;
         tracing::info!("corvid stopped cleanly");
         served?.context("HTTP server failed")
     }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use corvid_actors::meta::{ensure_defaults, MetaStore, NewPersonalApiKey, StoreError};
+use corvid_actors::meta::Bootstrapped;
 use serde::Serialize;
 
 /// What `corvid bootstrap --json` prints and `credentials.json` holds.
@@ -18,35 +18,15 @@ pub struct Credentials {
     pub password: Option<String>,
 }
 
-/// When to mint a personal API key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MintKey {
-    /// Only when the data directory was new (server start).
-    OnFirstRun,
-    /// Every call (`corvid bootstrap`).
-    Always,
-}
-
-/// Ensures the default tenancy exists; returns credentials when a key was minted.
-pub fn bootstrap(store: &MetaStore, mint: MintKey) -> Result<Option<Credentials>, StoreError> {
-    let defaults = ensure_defaults(store)?;
-    if mint == MintKey::OnFirstRun && !defaults.created() {
-        return Ok(None);
-    }
-    let (_, secret) = store.create_personal_api_key(NewPersonalApiKey {
-        user_id: defaults.admin.id,
-        label: "bootstrap".into(),
-        scopes: vec!["*".into()],
-        scoped_teams: None,
-        scoped_organizations: None,
-    })?;
-    Ok(Some(Credentials {
-        project_id: defaults.project.id,
-        project_token: defaults.project.api_token,
-        personal_api_key: secret,
-        email: defaults.admin.email,
-        password: defaults.admin_password,
-    }))
+/// The credentials to show and save, when the bootstrap minted a key.
+pub fn credentials(outcome: Bootstrapped) -> Option<Credentials> {
+    Some(Credentials {
+        project_id: outcome.project.id,
+        project_token: outcome.project.api_token,
+        personal_api_key: outcome.personal_api_key?,
+        email: outcome.admin.email,
+        password: outcome.admin_password,
+    })
 }
 
 /// Writes the credentials file with mode 0600, atomically (temp file, fsync, rename).

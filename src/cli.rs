@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bootstrap::{self, MintKey};
+use corvid_actors::engine::Engine;
+use corvid_actors::meta::MintKey;
+
+use crate::bootstrap;
 use crate::config::{Config, LogFormat, Overrides};
 use crate::{app, telemetry};
 
@@ -124,11 +127,18 @@ fn run_bootstrap(args: BootstrapArgs, log_format: Option<LogFormat>) -> anyhow::
             ..Overrides::default()
         },
     )?;
-    std::fs::create_dir_all(&config.data_dir)?;
-    let store = corvid_actors::meta::MetaStore::open(&config.meta_dir())?;
-    let credentials = bootstrap::bootstrap(&store, MintKey::Always)?
+    let settings = config.engine_settings(&config.public_url_for(config.server.bind))?;
+    let credentials = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async move {
+            let tenancy = Engine::open_tenancy(&settings).await?;
+            let outcome = tenancy.bootstrap(MintKey::Always).await?;
+            tenancy.flush().await?;
+            Ok::<_, anyhow::Error>(outcome)
+        })?;
+    let credentials = bootstrap::credentials(credentials)
         .ok_or_else(|| anyhow::anyhow!("bootstrap minted no key"))?;
-    store.flush()?;
     let path = config.credentials_path();
     if credentials.password.is_some() {
         bootstrap::write_credentials(&path, &credentials)?;

@@ -12,11 +12,12 @@ use std::time::Duration;
 use corvid_actors::endpoints::materialize::storage::{ResultStorage, S3Settings};
 use corvid_actors::endpoints::throttle::Rates;
 use corvid_actors::endpoints::EndpointSettings;
+use corvid_actors::engine::EngineSettings;
+use corvid_actors::flags::FlagsSettings;
 use corvid_actors::ingest::columns::CompactionConfig;
 use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
-use corvid_actors::oauth::cimd::ClientSettings;
-use corvid_actors::oauth::fetch::FetchSettings;
-use corvid_actors::oauth::Lifetimes;
+use corvid_actors::meta::TenancySettings;
+use corvid_actors::oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
 use corvid_actors::query::QuerySettings;
 use serde::Deserialize;
 
@@ -445,16 +446,6 @@ impl Config {
             .unwrap_or_else(|| format!("http://{bound}"))
     }
 
-    /// Where the sled metadata store lives.
-    /// Where the embedded segment catalog keeps events (`<data_dir>/events`).
-    pub fn events_dir(&self) -> PathBuf {
-        self.data_dir.join("events")
-    }
-
-    pub fn meta_dir(&self) -> PathBuf {
-        self.data_dir.join("meta")
-    }
-
     /// The capture decoder's limits.
     pub fn capture_limits(&self) -> Limits {
         Limits {
@@ -552,6 +543,37 @@ impl Config {
             .map_err(|e| anyhow::anyhow!(e))?),
             None => Ok(ResultStorage::local(&self.materialized_dir())?),
         }
+    }
+
+    /// Everything the engine is started with.
+    /// The engine's settings; `public_url` is where clients reach this server (OAuth issues
+    /// tokens for it and the region URLs only).
+    pub fn engine_settings(&self, public_url: &str) -> anyhow::Result<EngineSettings> {
+        Ok(EngineSettings {
+            data_dir: self.data_dir.clone(),
+            tenancy: TenancySettings {
+                cache_ttl: self.auth.credential_cache_ttl,
+                last_used_resolution: self.auth.last_used_resolution,
+            },
+            ingest: self.ingest_config(),
+            materialized_properties: self.ingest.materialized_properties.clone(),
+            compaction: self.compaction_config(),
+            compaction_interval: self.ingest.compaction_interval,
+            query: self.query_settings(),
+            endpoints: self.endpoint_settings(),
+            results: self.result_storage()?,
+            oauth: OAuthSettings {
+                clients: self.oauth_client_settings()?,
+                lifetimes: self.oauth_lifetimes(),
+                resources: std::iter::once(public_url.to_string())
+                    .chain(self.oauth.region_urls.iter().cloned())
+                    .collect(),
+            },
+            flags: FlagsSettings {
+                stored_read_deadline: self.flags.stored_read_deadline,
+            },
+            geoip: self.geoip.database_path.clone(),
+        })
     }
 
     /// Where first-run credentials are written.

@@ -14,6 +14,7 @@ use corvid_actors::ingest::decode::{DecodeError, ErrorClass};
 use corvid_actors::ingest::normalize::NormalizeError;
 use corvid_actors::ingest::IngestError;
 use corvid_actors::meta::StoreError;
+use corvid_actors::oauth::OAuthError;
 use corvid_actors::query::QueryError;
 use corvid_actors::surface::RecordError;
 use serde::Serialize;
@@ -247,6 +248,7 @@ impl ApiError {
                 | StoreError::SchemaTooNew { .. }
                 | StoreError::PasswordHash
                 | StoreError::Sequence { .. }
+                | StoreError::Encode { .. }
                 | StoreError::TaskFailed(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -385,6 +387,17 @@ impl From<RecordError> for ApiError {
             RecordError::NotAllowed { detail } => ApiError::MethodNotAllowed { detail },
             RecordError::Store(err) => ApiError::Store(err),
             RecordError::Query(err) => ApiError::Query(err),
+        }
+    }
+}
+
+impl From<OAuthError> for ApiError {
+    /// Outside the token endpoint (which answers in RFC 6749's format itself), an OAuth
+    /// error is a validation error or a storage failure.
+    fn from(err: OAuthError) -> Self {
+        match err {
+            OAuthError::Store(e) => ApiError::Store(e),
+            other => ApiError::validation(other.to_string(), None),
         }
     }
 }

@@ -738,7 +738,7 @@ fn the_fetcher_refuses_redirects_oversize_and_slow_documents() {
 }
 
 #[test]
-fn a_changed_document_takes_effect_only_when_the_cached_copy_expires() {
+fn a_changed_document_is_not_used_while_the_cached_copy_is_fresh() {
     let cimd = CimdServer::start();
     let (_dir, server) = oauth_server(&cimd, true, |_| {});
     let id = cimd.url("client.json");
@@ -773,12 +773,8 @@ fn a_changed_document_takes_effect_only_when_the_cached_copy_expires() {
         400,
         "still the cached copy"
     );
-    std::thread::sleep(Duration::from_millis(3200));
-    assert_eq!(
-        status_for(&mut browser, "https://two.example.com/cb"),
-        303,
-        "the new redirect after expiry"
-    );
+    // When the copy expires the document is fetched again: the engine's registry tests pass
+    // a later clock instead of waiting here.
 }
 
 #[test]
@@ -1007,7 +1003,7 @@ fn a_real_browser_signs_in_consents_and_the_code_is_exchanged() {
 }
 
 #[test]
-fn access_tokens_expire_even_when_cached() {
+fn access_token_lifetimes_come_from_the_config_and_refresh_renews_them() {
     let cimd = CimdServer::start();
     let (_dir, server) = oauth_server(&cimd, true, |c| {
         c.oauth.access_token_ttl = Duration::from_secs(1);
@@ -1017,9 +1013,8 @@ fn access_tokens_expire_even_when_cached() {
     assert_eq!(tokens["expires_in"], 1);
     let access = tokens["access_token"].as_str().expect("at");
     assert_eq!(user_me(&server, access).status(), 200, "now cached");
-    std::thread::sleep(Duration::from_millis(1300));
-    assert_eq!(user_me(&server, access).status(), 401);
-    // The refresh token still gets a new access token.
+    // Expiry of the cached credential is checked by the engine's tests with a later clock.
+    // The refresh token gets a new access token.
     let (status, body, _) = post_token(
         &server,
         "/oauth/token",

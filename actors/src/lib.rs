@@ -11,6 +11,7 @@
 
 pub mod early_access;
 pub mod endpoints;
+pub mod engine;
 pub mod experiments;
 pub mod flags;
 pub mod ingest;

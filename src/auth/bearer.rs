@@ -6,8 +6,7 @@ use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest};
 use chrono::Utc;
 use corvid_actors::kernel::secrets;
-use corvid_actors::meta::{Credential, CredentialSource, Scope};
-use corvid_actors::oauth::store::TokenKind;
+use corvid_actors::meta::{Credential, Scope};
 use corvid_actors::oauth::ACCESS_TOKEN_PREFIX;
 use futures_util::future::LocalBoxFuture;
 
@@ -77,112 +76,25 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
             "authentication_failed",
         ));
     };
-    let oauth = token.starts_with(ACCESS_TOKEN_PREFIX);
-    if !oauth && !token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
-        return Err(unauthenticated(
+    let engine = &state.engine;
+    let found = if token.starts_with(ACCESS_TOKEN_PREFIX) {
+        engine.oauth.authenticate(token, Utc::now()).await?
+    } else if token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
+        engine.tenancy.authenticate_key(token).await?
+    } else {
+        None
+    };
+    found.ok_or_else(|| {
+        unauthenticated(
             state,
-            "Invalid or expired access token.",
-            "authentication_failed",
-        ));
-    }
-    let hash = secrets::sha256_hex(token);
-    let cached = state.cache.credential(&hash).filter(|c| {
-        let family_revoked = matches!(&c.source,
-            CredentialSource::OAuthAccessToken { family_id, .. } if state.oauth.family_revoked(family_id));
-        let live = !c.expired(Utc::now()) && !family_revoked;
-        if !live {
-            state.cache.forget_credential(&hash);
-        }
-        live
-    });
-    let credential = match cached {
-        Some(credential) => credential,
-        None => {
-            let lookup = hash.clone();
-            let found = if oauth {
-                access_token_credential(state, lookup).await?
+            if token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
+                "Personal API key is invalid."
             } else {
-                state
-                    .meta(move |store| store.credential_for_key_hash(&lookup))
-                    .await?
-            };
-            let Some(credential) = found else {
-                return Err(unauthenticated(
-                    state,
-                    if oauth {
-                        "Invalid or expired access token."
-                    } else {
-                        "Personal API key is invalid."
-                    },
-                    "authentication_failed",
-                ));
-            };
-            let credential = Arc::new(credential);
-            state.cache.put_credential(hash, Arc::clone(&credential));
-            credential
-        }
-    };
-    note_use(state, &credential);
-    Ok(credential)
-}
-
-/// The credential of an active OAuth access token, read from sled on the blocking pool.
-async fn access_token_credential(
-    state: &AppState,
-    hash: String,
-) -> Result<Option<Credential>, ApiError> {
-    let oauth = Arc::clone(&state.oauth);
-    state
-        .meta(move |meta| {
-            let Some(found) = oauth.store.token(&hash)? else {
-                return Ok(None);
-            };
-            if found.token.kind != TokenKind::Access || !found.is_active(Utc::now()) {
-                return Ok(None);
-            }
-            let Some(user) = meta.user(found.token.user_id)? else {
-                return Ok(None);
-            };
-            Ok(found.token.credential(hash, user))
-        })
-        .await
-}
-
-/// Updates `last_used_at` off the request path, at most once per configured resolution.
-fn note_use(state: &AppState, credential: &Arc<Credential>) {
-    let CredentialSource::PersonalApiKey {
-        id,
-        sha256_hex,
-        last_used_at,
-    } = &credential.source
-    else {
-        return;
-    };
-    let resolution = chrono::Duration::from_std(state.config.auth.last_used_resolution)
-        .unwrap_or(chrono::Duration::hours(1));
-    let stale = last_used_at.is_none_or(|at| Utc::now() - at >= resolution);
-    if !stale {
-        return;
-    }
-    // Refresh the cached copy first so concurrent requests do not all write.
-    let mut updated = (**credential).clone();
-    updated.source = CredentialSource::PersonalApiKey {
-        id: id.clone(),
-        sha256_hex: sha256_hex.clone(),
-        last_used_at: Some(Utc::now()),
-    };
-    state
-        .cache
-        .put_credential(sha256_hex.clone(), Arc::new(updated));
-    let store = Arc::clone(&state.meta);
-    let id = id.clone();
-    actix_web::rt::spawn(async move {
-        match web::block(move || store.touch_personal_api_key(&id)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::warn!(error = %err, "could not record personal API key use"),
-            Err(err) => tracing::warn!(error = %err, "could not record personal API key use"),
-        }
-    });
+                "Invalid or expired access token."
+            },
+            "authentication_failed",
+        )
+    })
 }
 
 pub(super) fn require_scope(

@@ -61,13 +61,5 @@ pub(crate) async fn load_project(
     state: &AppState,
     id: u64,
 ) -> Result<Option<Arc<Project>>, ApiError> {
-    if let Some(project) = state.cache.project(id) {
-        return Ok(Some(project));
-    }
-    let found = state.meta(move |store| store.project(id)).await?;
-    Ok(found.map(|p| {
-        let p = Arc::new(p);
-        state.cache.put_project(Arc::clone(&p));
-        p
-    }))
+    Ok(state.engine.tenancy.project(id).await?)
 }

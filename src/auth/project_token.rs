@@ -93,24 +93,18 @@ pub async fn resolve_project_token(
             detail: "Project token (`api_key` or `token`) was not provided.",
         });
     }
-    if let Some(project) = state.cache.project_by_token(token) {
-        return Ok(project);
-    }
-    let lookup = token.to_string();
-    let found = state
-        .meta(move |store| store.project_by_token(&lookup))
-        .await?;
-    let project = found.map(Arc::new).ok_or(ApiError::InvalidProjectToken {
-        detail: "Project token is not valid.",
-    })?;
-    state.cache.put_project(Arc::clone(&project));
+    let project = state.engine.tenancy.project_by_token(token).await?.ok_or(
+        ApiError::InvalidProjectToken {
+            detail: "Project token is not valid.",
+        },
+    )?;
     Ok(project)
 }
 
 #[cfg(test)]
 mod tests {
     use actix_web::{test, web, App, HttpResponse};
-    use corvid_actors::meta::ensure_defaults;
+    use corvid_actors::meta::MintKey;
 
     use super::*;
 
@@ -122,7 +116,12 @@ mod tests {
     async fn resolves_tokens_from_body_fields_or_query_and_rejects_others() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = AppState::for_test(dir.path()).await;
-        let defaults = ensure_defaults(&state.meta).expect("defaults");
+        let defaults = state
+            .engine
+            .tenancy
+            .bootstrap(MintKey::OnFirstRun)
+            .await
+            .expect("defaults");
         let token = defaults.project.api_token.clone();
         let app = test::init_service(
             App::new()

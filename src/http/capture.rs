@@ -111,6 +111,7 @@ async fn capture(
     let events = normalize_all(decoded.events, &context)?;
     if !events.is_empty() {
         state
+            .engine
             .ingest
             .submit(WalBatch {
                 project_id: project.id,

@@ -5,11 +5,8 @@ use std::collections::HashMap;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::Utc;
-use corvid_actors::flags::model::{CohortDefinition, CohortFilters};
 use corvid_actors::flags::store::CohortRecord;
-use corvid_actors::flags::validate::validate_cohort;
-use serde::Deserialize;
+use corvid_actors::flags::CohortChanges;
 use serde_json::{json, Value};
 
 use super::project_route;
@@ -39,22 +36,16 @@ fn cohort_json(c: &CohortRecord) -> Value {
     })
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct CohortBody {
-    name: Option<String>,
-    description: Option<String>,
-    filters: Option<CohortFilters>,
-    is_static: Option<bool>,
-    distinct_ids: Option<Vec<String>>,
+fn cohort_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found("Cohort"))
 }
 
-/// JSON, or CSV (first column; a `distinct_id` header row is skipped) for static cohorts.
-async fn body(
+/// JSON, or static members as CSV (`Content-Type: text/csv`, name in `?name=`).
+async fn changes(
     req: &HttpRequest,
     payload: web::Payload,
     state: &AppState,
-) -> Result<CohortBody, ApiError> {
+) -> Result<CohortChanges, ApiError> {
     let bytes = read_body(
         req,
         payload.into_inner(),
@@ -69,68 +60,21 @@ async fn body(
     if !is_csv {
         return parse_json(&bytes);
     }
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| ApiError::validation("CSV must be UTF-8.", None))?;
-    let ids: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.split(',').next())
-        .map(|c| c.trim().trim_matches('"').to_string())
-        .filter(|c| !c.is_empty())
-        .enumerate()
-        .filter(|(i, c)| !(*i == 0 && c.eq_ignore_ascii_case("distinct_id")))
-        .map(|(_, c)| c)
-        .collect();
     let query = web::Query::<HashMap<String, String>>::from_query(req.query_string()).ok();
-    Ok(CohortBody {
-        name: query.and_then(|q| q.get("name").cloned()),
-        is_static: Some(true),
-        distinct_ids: Some(ids),
-        ..CohortBody::default()
-    })
+    Ok(CohortChanges::from_csv(
+        &bytes,
+        query.and_then(|q| q.get("name").cloned()),
+    )?)
 }
 
 async fn list(
     access: ProjectAccess<CohortRead>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let cohorts = state.flags_op(move |f| f.cohorts(project)).await?;
-    let results: Vec<Value> = cohorts
-        .iter()
-        .filter(|c| !c.deleted)
-        .map(cohort_json)
-        .collect();
+    let cohorts = state.engine.flags.list_cohorts(access.project.id).await?;
+    let results: Vec<Value> = cohorts.iter().map(cohort_json).collect();
     Ok(HttpResponse::Ok()
         .json(json!({"count": results.len(), "next": null, "previous": null, "results": results})))
-}
-
-fn apply(body: CohortBody, mut record: CohortRecord) -> Result<CohortRecord, ApiError> {
-    let _ = body.description;
-    if let Some(name) = body.name {
-        record.definition.name = name;
-    }
-    if let Some(is_static) = body.is_static {
-        record.definition.is_static = is_static;
-    }
-    if let Some(filters) = body.filters {
-        record.definition.filters = Some(filters);
-    }
-    if let Some(ids) = body.distinct_ids {
-        record.static_distinct_ids = ids;
-    }
-    if record.definition.is_static && record.definition.filters.is_some() {
-        return Err(ApiError::validation(
-            "A static cohort has members, not filters.",
-            Some("filters"),
-        ));
-    }
-    if !record.definition.is_static && record.definition.filters.is_none() {
-        return Err(ApiError::validation(
-            "A cohort needs filters or is_static with distinct_ids.",
-            Some("filters"),
-        ));
-    }
-    Ok(record)
 }
 
 async fn create(
@@ -139,36 +83,13 @@ async fn create(
     access: ProjectAccess<CohortWrite>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = body(&req, payload, &state).await?;
-    let blank = CohortRecord {
-        definition: CohortDefinition {
-            id: 0,
-            name: String::new(),
-            is_static: false,
-            filters: None,
-        },
-        project_id: access.project.id,
-        static_distinct_ids: Vec::new(),
-        deleted: false,
-        created_at: Utc::now(),
-    };
-    let record = apply(body, blank)?;
-    let project = access.project.id;
+    let changes = changes(&req, payload, &state).await?;
     let saved = state
-        .flags_op(move |f| {
-            validate_cohort(&record.definition, &f.cohorts(project)?)?;
-            f.save_cohort(project, record)
-        })
+        .engine
+        .flags
+        .create_cohort(access.project.id, changes)
         .await?;
     Ok(HttpResponse::Created().json(cohort_json(&saved)))
-}
-
-async fn existing(state: &AppState, project: u64, raw: &str) -> Result<CohortRecord, ApiError> {
-    let id: i64 = raw.parse().map_err(|_| ApiError::not_found("Cohort"))?;
-    let found = state.flags_op(move |f| f.cohort(project, id)).await?;
-    found
-        .filter(|c| !c.deleted)
-        .ok_or_else(|| ApiError::not_found("Cohort"))
 }
 
 async fn get(
@@ -176,9 +97,12 @@ async fn get(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(cohort_json(
-        &existing(&state, access.project.id, &path.1).await?,
-    )))
+    let cohort = state
+        .engine
+        .flags
+        .cohort(access.project.id, cohort_id(&path.1)?)
+        .await?;
+    Ok(HttpResponse::Ok().json(cohort_json(&cohort)))
 }
 
 async fn update(
@@ -188,14 +112,12 @@ async fn update(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let old = existing(&state, project, &path.1).await?;
-    let record = apply(body(&req, payload, &state).await?, old)?;
+    let id = cohort_id(&path.1)?;
+    let changes = changes(&req, payload, &state).await?;
     let saved = state
-        .flags_op(move |f| {
-            validate_cohort(&record.definition, &f.cohorts(project)?)?;
-            f.save_cohort(project, record)
-        })
+        .engine
+        .flags
+        .update_cohort(access.project.id, id, changes)
         .await?;
     Ok(HttpResponse::Ok().json(cohort_json(&saved)))
 }
@@ -205,11 +127,10 @@ async fn delete(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let mut record = existing(&state, project, &path.1).await?;
-    record.deleted = true;
     state
-        .flags_op(move |f| f.save_cohort(project, record))
+        .engine
+        .flags
+        .delete_cohort(access.project.id, cohort_id(&path.1)?)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -44,7 +44,7 @@ async fn list(
     access: ProjectAccess<EarlyAccessFeatureRead>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let features = state.surfaces.early_access.list(access.project.id).await?;
+    let features = state.engine.early_access.list(access.project.id).await?;
     Ok(page(features.iter().map(|f| f.admin_json()).collect()))
 }
 
@@ -54,7 +54,7 @@ async fn create(
     ValidJson(body): ValidJson<FeatureChanges>,
 ) -> Result<HttpResponse, ApiError> {
     let view = state
-        .surfaces
+        .engine
         .early_access
         .create(access.project.id, body)
         .await?;
@@ -67,11 +67,7 @@ async fn get(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Early access feature")?;
-    let view = state
-        .surfaces
-        .early_access
-        .get(access.project.id, id)
-        .await?;
+    let view = state.engine.early_access.get(access.project.id, id).await?;
     Ok(HttpResponse::Ok().json(view.admin_json()))
 }
 
@@ -83,7 +79,7 @@ async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Early access feature")?;
     let view = state
-        .surfaces
+        .engine
         .early_access
         .update(access.project.id, id, body)
         .await?;
@@ -97,7 +93,7 @@ async fn delete(
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Early access feature")?;
     state
-        .surfaces
+        .engine
         .early_access
         .delete(access.project.id, id)
         .await?;
@@ -114,10 +110,6 @@ async fn public(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
         .filter(|(k, _)| k == "stage")
         .map(|(_, v)| Stage::parse(v))
         .collect::<Result<Vec<_>, _>>()?;
-    let features = state
-        .surfaces
-        .early_access
-        .public(project.id, stages)
-        .await?;
+    let features = state.engine.early_access.public(project.id, stages).await?;
     Ok(HttpResponse::Ok().json(json!({"earlyAccessFeatures": features})))
 }

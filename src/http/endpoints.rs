@@ -78,6 +78,7 @@ fn pick_version(endpoint: &Endpoint, n: Option<u32>) -> Result<&EndpointVersion,
 
 async fn load(state: &AppState, project_id: u64, name: &str) -> Result<Endpoint, ApiError> {
     state
+        .engine
         .endpoints
         .load(project_id, name)
         .await?
@@ -144,7 +145,7 @@ async fn create(
         })
         .await?;
     if endpoint.versions.iter().any(|v| v.is_materialized()) {
-        state.endpoints.kick_materializer();
+        state.engine.endpoints.kick_materializer();
     }
     Ok(HttpResponse::Created().json(crud::endpoint_json(&endpoint, &state.public_url, None)))
 }
@@ -185,7 +186,7 @@ async fn update(
             .endpoint_store(move |store| store.delete(project, &name))
             .await?;
         let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-        state.endpoints.forget(deleted.id);
+        state.engine.endpoints.forget(deleted.id);
         return Ok(HttpResponse::Ok().json(json!({"success": true})));
     }
     let updated = state
@@ -197,9 +198,9 @@ async fn update(
         })
         .await?;
     let (endpoint, outcome) = updated.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-    state.endpoints.forget(endpoint.id);
+    state.engine.endpoints.forget(endpoint.id);
     if outcome.kick_materializer {
-        state.endpoints.kick_materializer();
+        state.engine.endpoints.kick_materializer();
     }
     let body = match outcome.version.and_then(|n| endpoint.version(n)) {
         Some(v) => crud::version_json(&endpoint, v, &state.public_url),
@@ -219,7 +220,7 @@ async fn delete(
         .endpoint_store(move |store| store.delete(project, &name))
         .await?;
     let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-    state.endpoints.forget(deleted.id);
+    state.engine.endpoints.forget(deleted.id);
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -278,6 +279,7 @@ async fn run(
         credential: caller_key(&access.credential),
     };
     let answer = state
+        .engine
         .endpoints
         .run(&caller, &name, body, &query_map(&req))
         .await?;
@@ -361,7 +363,7 @@ async fn logs(
             _ => {}
         }
     }
-    let entries = state.endpoints.logs(project, endpoint.id, q).await?;
+    let entries = state.engine.endpoints.logs(project, endpoint.id, q).await?;
     let results: Vec<Value> = entries
         .iter()
         .map(|e| {

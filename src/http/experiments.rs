@@ -109,7 +109,7 @@ async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let filter = list_filter(&req)?;
     let list = state
-        .surfaces
+        .engine
         .experiments
         .list(access.project.id, filter)
         .await?;
@@ -123,7 +123,7 @@ async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let creator = Some(user_summary(&access.credential.user));
     let view = state
-        .surfaces
+        .engine
         .experiments
         .create(access.project.id, body, creator)
         .await?;
@@ -136,11 +136,7 @@ async fn get(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Experiment")?;
-    let view = state
-        .surfaces
-        .experiments
-        .get(access.project.id, id)
-        .await?;
+    let view = state.engine.experiments.get(access.project.id, id).await?;
     Ok(HttpResponse::Ok().json(view.to_json()))
 }
 
@@ -152,7 +148,7 @@ async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Experiment")?;
     let view = state
-        .surfaces
+        .engine
         .experiments
         .update(access.project.id, id, body)
         .await?;
@@ -215,7 +211,7 @@ async fn act(
         _ => Action::Unarchive,
     };
     let view = state
-        .surfaces
+        .engine
         .experiments
         .act(access.project.id, id, action, Utc::now())
         .await?;
@@ -231,7 +227,7 @@ async fn results(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Experiment")?;
     let results = state
-        .surfaces
+        .engine
         .experiments
         .results(access.project.id, id, Utc::now())
         .await?;
@@ -242,11 +238,7 @@ async fn list_holdouts(
     access: ProjectAccess<ExperimentRead>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let list = state
-        .surfaces
-        .experiments
-        .holdouts(access.project.id)
-        .await?;
+    let list = state.engine.experiments.holdouts(access.project.id).await?;
     Ok(page(list.iter().map(|h| h.to_json()).collect()))
 }
 
@@ -256,7 +248,7 @@ async fn create_holdout(
     ValidJson(body): ValidJson<HoldoutChanges>,
 ) -> Result<HttpResponse, ApiError> {
     let holdout = state
-        .surfaces
+        .engine
         .experiments
         .create_holdout(access.project.id, body)
         .await?;
@@ -270,7 +262,7 @@ async fn get_holdout(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Holdout")?;
     let holdout = state
-        .surfaces
+        .engine
         .experiments
         .holdout(access.project.id, id)
         .await?;
@@ -285,7 +277,7 @@ async fn update_holdout(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Holdout")?;
     let holdout = state
-        .surfaces
+        .engine
         .experiments
         .update_holdout(access.project.id, id, body)
         .await?;
@@ -299,7 +291,7 @@ async fn delete_holdout(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_path(&path.1, "Holdout")?;
     state
-        .surfaces
+        .engine
         .experiments
         .delete_holdout(access.project.id, id)
         .await?;

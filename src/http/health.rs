@@ -25,9 +25,9 @@ async fn ingest_stats(
             detail: "Only instance administrators may read internal statistics.".into(),
         });
     }
-    let shards = state.ingest.stats().await?;
+    let shards = state.engine.ingest.stats().await?;
     Ok(HttpResponse::Ok().json(json!({
-        "pending_events": state.ingest.pending_events(),
+        "pending_events": state.engine.ingest.pending_events(),
         "shards": shards,
     })))
 }

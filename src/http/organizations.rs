@@ -2,7 +2,7 @@
 //! monthly feature-flag request quota that administrators set.
 
 use actix_web::{web, HttpResponse};
-use corvid_actors::meta::Organization;
+use corvid_actors::meta::{Organization, OrganizationUpdate};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -26,7 +26,9 @@ async fn own(state: &AppState, user_org: uuid::Uuid, raw: &str) -> Result<Organi
         return Err(ApiError::not_found("Organization"));
     }
     state
-        .meta(move |m| m.organization(user_org))
+        .engine
+        .tenancy
+        .organization(user_org)
         .await?
         .ok_or_else(|| ApiError::not_found("Organization"))
 }
@@ -64,20 +66,15 @@ async fn update(
             detail: "Only administrators may change the organization.".into(),
         });
     }
-    let mut org = own(&state, auth.credential.user.organization_id, &org).await?;
-    if let Some(name) = body.name {
-        if name.trim().is_empty() {
-            return Err(ApiError::validation("name must not be empty", Some("name")));
-        }
-        org.name = name;
-    }
-    if let Some(quota) = body.feature_flag_request_quota {
-        org.feature_flag_request_quota = quota;
-    }
-    let saved = org.clone();
-    state.meta(move |m| m.update_organization(&saved)).await?;
-    state
-        .cache
-        .put_org_quota(org.id, org.feature_flag_request_quota);
+    let org = own(&state, auth.credential.user.organization_id, &org).await?;
+    let update = OrganizationUpdate {
+        name: body.name,
+        feature_flag_request_quota: body.feature_flag_request_quota,
+    };
+    let org = state
+        .engine
+        .tenancy
+        .update_organization(org.id, update)
+        .await?;
     Ok(HttpResponse::Ok().json(org_json(&org)))
 }

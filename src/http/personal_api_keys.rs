@@ -58,7 +58,9 @@ async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let user_id = auth.credential.user.id;
     let keys = state
-        .meta(move |store| store.personal_api_keys_of_user(user_id))
+        .engine
+        .tenancy
+        .personal_api_keys_of_user(user_id)
         .await?;
     let views: Vec<KeyView> = keys.into_iter().map(|k| KeyView::new(k, None)).collect();
     Ok(HttpResponse::Ok().json(views))
@@ -87,13 +89,10 @@ async fn create(
         scoped_teams: body.scoped_teams.filter(|t| !t.is_empty()),
         scoped_organizations: body.scoped_organizations.filter(|o| !o.is_empty()),
     };
-    let credential = auth.credential.clone();
     let (key, secret) = state
-        .meta(move |store| {
-            let projects = store.projects_of_organization(credential.user.organization_id)?;
-            credential.check_delegation(&new, &projects)?;
-            store.create_personal_api_key(new)
-        })
+        .engine
+        .tenancy
+        .create_personal_api_key(&auth.credential, new)
         .await?;
     Ok(HttpResponse::Created().json(KeyView::new(key, Some(secret))))
 }
@@ -104,10 +103,11 @@ async fn own_key(
     user_id: u64,
     key_id: String,
 ) -> Result<PersonalApiKey, ApiError> {
-    let key = state
-        .meta(move |store| store.personal_api_key(&key_id))
-        .await?;
-    key.filter(|k| k.user_id == user_id)
+    state
+        .engine
+        .tenancy
+        .personal_api_key(user_id, &key_id)
+        .await?
         .ok_or_else(|| ApiError::not_found("Personal API key"))
 }
 
@@ -125,11 +125,13 @@ async fn delete(
     state: web::Data<AppState>,
     key_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let key = own_key(&state, auth.credential.user.id, key_id.into_inner()).await?;
-    let id = key.id.clone();
-    state
-        .meta(move |store| store.delete_personal_api_key(&id))
+    let deleted = state
+        .engine
+        .tenancy
+        .delete_personal_api_key(auth.credential.user.id, &key_id)
         .await?;
-    state.cache.forget_credential(&key.secure_value_sha256);
+    if !deleted {
+        return Err(ApiError::not_found("Personal API key"));
+    }
     Ok(HttpResponse::NoContent().finish())
 }

@@ -230,7 +230,7 @@ async fn events(
         // One more than a page tells whether another page exists.
         limit: page_size + 1,
     };
-    let ingest = state.ingest.clone();
+    let ingest = state.engine.ingest.clone();
     let mut found = web::block(move || ingest.query_events(&filter))
         .await?
         .map_err(|e| ApiError::Internal(e.into()))?;

@@ -1,7 +1,5 @@
 //! `/api/projects/` and `/api/environments/{id}/` (PostHog's names for the same thing).
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use corvid_actors::meta::{NewProject, Project, ProjectSettings, ProjectUpdate};
@@ -67,9 +65,7 @@ async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let org = auth.credential.user.organization_id;
-    let projects = state
-        .meta(move |store| store.projects_of_organization(org))
-        .await?;
+    let projects = state.engine.tenancy.projects_of_organization(org).await?;
     let results: Vec<ProjectView> = projects
         .iter()
         .filter(|p| auth.credential.allows_project(p))
@@ -117,10 +113,8 @@ async fn create(
         timezone: body.timezone,
         anonymize_ips: body.anonymize_ips,
     };
-    let project = state.meta(move |store| store.create_project(new)).await?;
-    let view = ProjectView::from(&project);
-    state.cache.put_project(Arc::new(project));
-    Ok(HttpResponse::Created().json(view))
+    let project = state.engine.tenancy.create_project(new).await?;
+    Ok(HttpResponse::Created().json(ProjectView::from(&project)))
 }
 
 /// `PATCH /api/projects/{id}/`: name, timezone, IP anonymization and the SDK settings that
@@ -131,10 +125,6 @@ async fn update(
     ValidJson(body): ValidJson<ProjectUpdate>,
 ) -> Result<HttpResponse, ApiError> {
     let id = access.project.id;
-    let project = state
-        .meta(move |store| store.update_project(id, body))
-        .await?;
-    let view = ProjectView::from(&project);
-    state.cache.put_project(Arc::new(project));
-    Ok(HttpResponse::Ok().json(view))
+    let project = state.engine.tenancy.update_project(id, body).await?;
+    Ok(HttpResponse::Ok().json(ProjectView::from(&project)))
 }

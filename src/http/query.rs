@@ -65,7 +65,8 @@ async fn run(
     let kind = parse_query(body.query)?;
     let tz = project_timezone(&access.project.timezone);
     let variables = body.variables_override.unwrap_or_default();
-    let answer = insights::run(&state.query, access.project.id, tz, kind, &variables).await?;
+    let answer =
+        insights::run(&state.engine.query, access.project.id, tz, kind, &variables).await?;
     let mut out = json!({
         "results": answer.results,
         "hasMore": answer.has_more,

@@ -43,7 +43,7 @@ async fn remote_config(
         Err(ApiError::InvalidProjectToken { .. }) => return Err(ApiError::not_found("Project")),
         Err(other) => return Err(other),
     };
-    Ok(state.surfaces.remote_config.config(&project).await?)
+    Ok(state.engine.remote_config.config(&project).await?)
 }
 
 fn cached(state: &AppState, content_type: &'static str) -> actix_web::HttpResponseBuilder {

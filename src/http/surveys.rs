@@ -60,7 +60,7 @@ async fn list(
         }
     };
     let surveys = state
-        .surfaces
+        .engine
         .surveys
         .list(access.project.id, archived)
         .await?;
@@ -78,7 +78,7 @@ async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let creator = Some(user_summary(&access.credential.user));
     let view = state
-        .surfaces
+        .engine
         .surveys
         .create(access.project.id, body, creator)
         .await?;
@@ -91,7 +91,7 @@ async fn get(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Survey")?;
-    let view = state.surfaces.surveys.get(access.project.id, id).await?;
+    let view = state.engine.surveys.get(access.project.id, id).await?;
     Ok(HttpResponse::Ok().json(view.admin_json()))
 }
 
@@ -103,7 +103,7 @@ async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Survey")?;
     let view = state
-        .surfaces
+        .engine
         .surveys
         .update(access.project.id, id, body)
         .await?;
@@ -117,11 +117,7 @@ async fn archive(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Survey")?;
-    state
-        .surfaces
-        .surveys
-        .archive(access.project.id, id)
-        .await?;
+    state.engine.surveys.archive(access.project.id, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -157,7 +153,7 @@ async fn stats(
         to: time_param(&pairs, "date_to")?,
     };
     let (survey, stats) = state
-        .surfaces
+        .engine
         .surveys
         .stats(access.project.id, id, period)
         .await?;
@@ -177,6 +173,6 @@ async fn stats(
 /// `GET /api/surveys/?token=…`: the project's non-archived surveys, as posthog-js reads them.
 async fn public(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let project = public_project(&state, &req).await?;
-    let surveys = state.surfaces.surveys.public(project.id).await?;
+    let surveys = state.engine.surveys.public(project.id).await?;
     Ok(HttpResponse::Ok().json(json!({"surveys": surveys, "survey_config": null})))
 }

@@ -16,14 +16,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn me(auth: Authed<UserRead>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let user = auth.credential.user.clone();
     let org_id = user.organization_id;
-    let (organization, projects) = state
-        .meta(move |store| {
-            Ok((
-                store.organization(org_id)?,
-                store.projects_of_organization(org_id)?,
-            ))
-        })
-        .await?;
+    let tenancy = &state.engine.tenancy;
+    let organization = tenancy.organization(org_id).await?;
+    let projects = tenancy.projects_of_organization(org_id).await?;
     let organization = organization.ok_or_else(|| ApiError::not_found("Organization"))?;
     let team = projects
         .iter()

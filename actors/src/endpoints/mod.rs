@@ -38,7 +38,7 @@ use request::{Refresh, RunRequest};
 use store::EndpointStore;
 use throttle::{Rates, Throttle};
 
-use crate::meta::{MetaStore, StoreError};
+use crate::meta::{StoreError, Tenancy};
 use crate::query::hogql::{Page, RowLimits};
 use crate::query::insights::{self, QueryKind, BREAKDOWN_NULL, BREAKDOWN_OTHER};
 use crate::query::QueryEngine;
@@ -92,7 +92,7 @@ impl Endpoints {
     /// actix system.
     pub fn start(
         db: &sled::Db,
-        meta: Arc<MetaStore>,
+        tenancy: Tenancy,
         engine: Arc<QueryEngine>,
         storage: materialize::storage::ResultStorage,
         settings: EndpointSettings,
@@ -101,7 +101,7 @@ impl Endpoints {
         let results = Arc::new(Results::new(storage, settings.materialize_max_rows));
         let materializer = Materializer::new(
             Arc::clone(&store),
-            meta,
+            tenancy,
             Arc::clone(&engine),
             Arc::clone(&results),
             settings.materialize_interval,

@@ -28,6 +28,13 @@ pub enum StoreError {
     PasswordHash,
     #[error("the id sequence `{name}` holds an unreadable value")]
     Sequence { name: String },
+    /// A record could not be serialized (a bug: our records always serialize).
+    #[error("{what} could not be encoded")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A blocking storage task panicked or was cancelled.
     #[error("a storage task failed: {0}")]
     TaskFailed(String),

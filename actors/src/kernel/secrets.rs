@@ -77,6 +77,15 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A valid hash of a random password, verified against when a login names an unknown email
+/// so the answer takes as long as for a known one.
+pub fn dummy_password_hash() -> String {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY
+        .get_or_init(|| hash_password(&random_base62(24)).unwrap_or_default())
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,25 +1,27 @@
-//! Tenancy and credentials metadata, stored in sled.
+//! Tenancy: organizations, projects, users, personal API keys and the credentials they grant.
 //!
-//! The store is synchronous on purpose: sled calls may block on disk, so callers run them on a
-//! blocking thread (`web::block` in the service). Hot read paths go through [`MetaCache`], an
-//! in-memory, invalidated-on-write view that handlers read without touching sled.
+//! [`Tenancy`] is the one door: it holds the rules and the in-memory cache every request reads
+//! (credentials and projects, invalidated on write). Records live behind [`MetadataStore`]
+//! ([`SledMetadata`] in the embedded default).
 
-mod bootstrap;
 mod cache;
 mod credential;
 mod model;
-pub mod scopes;
+pub(crate) mod scopes;
+mod sled_store;
 mod store;
+mod tenancy;
 
 pub use crate::kernel::StoreError;
-pub use bootstrap::{
-    ensure_defaults, Defaults, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
-};
-pub use cache::MetaCache;
 pub use credential::{Credential, CredentialSource};
 pub use model::{
     NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, User,
 };
-pub use scopes::{Scope, ScopeSet};
-pub use store::{MetaStore, SCHEMA_VERSION};
+pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
+pub use sled_store::{SledMetadata, SCHEMA_VERSION};
+pub use store::MetadataStore;
+pub use tenancy::{
+    Bootstrapped, MintKey, OrganizationUpdate, Tenancy, TenancySettings, ADMIN_EMAIL,
+    DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
+};

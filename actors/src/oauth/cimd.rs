@@ -7,7 +7,9 @@
 //! new redirect URI) takes effect only when the cached copy expires.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -54,7 +56,7 @@ pub struct Client {
     pub host: String,
     /// Key of the cached logo, when there is one.
     pub logo_key: Option<String>,
-    pub expires_at: Instant,
+    pub expires_at: DateTime<Utc>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,13 +90,12 @@ impl Registry {
         })
     }
 
-    /// The client named by `client_id`: from the cache while fresh, else fetched and checked.
-    pub async fn resolve(&self, raw: &str) -> Result<Arc<Client>, ClientError> {
+    /// The client named by `client_id`: from the cache while fresh at `now`, else fetched and
+    /// checked.
+    pub async fn resolve(&self, raw: &str, now: DateTime<Utc>) -> Result<Arc<Client>, ClientError> {
         let url = client_id::validate(raw).map_err(ClientError::InvalidClientId)?;
-        if let Some(client) = self.clients.get(raw) {
-            if client.expires_at > Instant::now() {
-                return Ok(Arc::clone(&client));
-            }
+        if let Some(client) = self.cached(raw, now) {
+            return Ok(client);
         }
         let fetched = self
             .fetcher
@@ -118,10 +119,17 @@ impl Registry {
             host: client_id::display_host(&url),
             metadata,
             logo_key,
-            expires_at: Instant::now() + ttl,
+            expires_at: now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX),
         });
         self.clients.insert(raw.to_string(), Arc::clone(&client));
         Ok(client)
+    }
+
+    /// The cached client, while its copy is fresh at `now`: a changed document (say, a new
+    /// redirect URI) takes effect only when the cached copy expires.
+    fn cached(&self, raw: &str, now: DateTime<Utc>) -> Option<Arc<Client>> {
+        let client = self.clients.get(raw)?;
+        (client.expires_at > now).then(|| Arc::clone(&client))
     }
 
     /// A cached logo by key.
@@ -260,6 +268,43 @@ mod tests {
             base[k] = v;
         }
         serde_json::to_vec(&base).expect("serializes")
+    }
+
+    #[test]
+    fn a_cached_client_is_used_until_its_copy_expires() {
+        let registry = Registry::new(ClientSettings {
+            fetch: crate::oauth::FetchSettings {
+                timeout: Duration::from_secs(1),
+                allow_loopback: false,
+                extra_ca_pem: None,
+            },
+            max_document_bytes: 5120,
+            max_logo_bytes: 65536,
+            cache_default: Duration::from_secs(60),
+            cache_min: Duration::from_secs(1),
+            cache_max: Duration::from_secs(600),
+        })
+        .expect("registry");
+        let now = Utc::now();
+        let metadata = parse_document(URL, &doc(serde_json::json!({}))).expect("valid");
+        registry.clients.insert(
+            URL.into(),
+            Arc::new(Client {
+                metadata,
+                host: "app.example.com".into(),
+                logo_key: None,
+                expires_at: now + chrono::Duration::seconds(3),
+            }),
+        );
+        assert!(registry
+            .cached(URL, now + chrono::Duration::seconds(2))
+            .is_some());
+        assert!(registry
+            .cached(URL, now + chrono::Duration::seconds(3))
+            .is_none());
+        assert!(registry
+            .cached("https://other.example/c.json", now)
+            .is_none());
     }
 
     #[test]

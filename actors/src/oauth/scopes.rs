@@ -5,7 +5,7 @@
 //! `com.posthog.scopes`, else every scope), and the consent screen lists exactly what is granted.
 //! Corvid users hold every scope in their organization, so the user adds no further limit.
 
-use crate::meta::scopes::OBJECTS;
+use crate::meta::SCOPE_OBJECTS as OBJECTS;
 use crate::meta::{Scope, ScopeSet};
 
 /// Every scope a token can carry, for `scopes_supported`.
@@ -83,8 +83,8 @@ pub fn describe(scope: &str) -> String {
         other => other,
     };
     match parsed.access {
-        crate::meta::scopes::Access::Read => format!("Read {what}"),
-        crate::meta::scopes::Access::Write => format!("Read and write {what}"),
+        crate::meta::Access::Read => format!("Read {what}"),
+        crate::meta::Access::Write => format!("Read and write {what}"),
     }
 }
 

@@ -1,400 +1,273 @@
-//! OAuth state in sled: authorization codes, tokens and their grant families, login sessions,
-//! and the clients an administrator marked verified.
+//! Where OAuth grants live. The two races that break OAuth servers are settled by the store,
+//! before any token exists: a code is marked used, and a refresh token marked rotated, by
+//! exactly one of any number of concurrent requests ([`GrantStore::redeem_code`],
+//! [`GrantStore::redeem_refresh`]); and no token is issued into a grant a replay revoked
+//! ([`GrantStore::issue`]). Every write is durable when it returns.
 //!
-//! Secrets (codes, tokens, session ids) are stored only as SHA-256 hex keys. The two races that
-//! break OAuth servers are settled here with sled compare-and-swap, before any token exists:
-//! a code is marked used, and a refresh token marked rotated, by exactly one request.
+//! [`super::SledGrants`] is the embedded implementation; every implementation passes
+//! [`contract::suite`].
 
 use chrono::{DateTime, Utc};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::kernel::codec::{decode, encode};
+use super::records::{
+    CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
+};
 use crate::kernel::StoreError;
 
-const CODES: &str = "oauth_codes";
-const TOKENS: &str = "oauth_tokens";
-const FAMILIES: &str = "oauth_families";
-const SESSIONS: &str = "oauth_sessions";
-const VERIFIED: &str = "oauth_verified_clients";
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CodeRecord {
-    pub user_id: u64,
-    pub client_id: String,
-    pub redirect_uri: String,
-    pub scopes: Vec<String>,
-    pub code_challenge: String,
-    pub resource: Option<String>,
-    pub expires_at: DateTime<Utc>,
-    pub used: bool,
-    /// The grant family the code's tokens belong to, chosen up front so a replay can revoke
-    /// whatever the first redemption issued (even if it is still being issued).
-    pub family_id: Uuid,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TokenKind {
-    Access,
-    Refresh,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenRecord {
-    pub kind: TokenKind,
-    pub family_id: Uuid,
-    pub user_id: u64,
-    pub client_id: String,
-    pub scopes: Vec<String>,
-    pub resource: Option<String>,
-    pub issued_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-    /// Revoked on its own (RFC 7009) or, for refresh tokens, rotated (used once).
-    pub revoked: bool,
-}
-
-/// One authorization grant: every token descending from one code.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FamilyRecord {
-    pub user_id: u64,
-    pub client_id: String,
-    pub revoked_at: Option<DateTime<Utc>>,
-    /// When the family was created; pruning leaves young families alone, since a family is
-    /// written just before its first tokens.
-    #[serde(default)]
-    pub created_at: Option<DateTime<Utc>>,
-}
-
-impl FamilyRecord {
-    /// A new, live grant of `user_id` to `client_id`.
-    pub fn new(user_id: u64, client_id: &str) -> FamilyRecord {
-        FamilyRecord {
-            user_id,
-            client_id: client_id.to_string(),
-            revoked_at: None,
-            created_at: Some(Utc::now()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionRecord {
-    pub user_id: u64,
-    /// The session's CSRF token, required on every form it submits.
-    pub csrf: String,
-    pub expires_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifiedClient {
-    pub client_id: String,
-    pub verified_by: u64,
-    pub verified_at: DateTime<Utc>,
-}
-
-/// What redeeming a one-time secret (code or refresh token) found.
-#[derive(Debug)]
-pub enum Redeemed<T> {
-    /// This request redeemed it; nobody else can.
-    Fresh(T),
-    /// It had been redeemed before: a replay.
-    Replayed(T),
-    Missing,
-}
-
-/// A token together with its family, for validity checks.
-#[derive(Debug, Clone)]
-pub struct TokenState {
-    pub token: TokenRecord,
-    pub family_revoked: bool,
-}
-
-impl TokenState {
-    pub fn is_active(&self, now: DateTime<Utc>) -> bool {
-        !self.token.revoked && !self.family_revoked && self.token.expires_at > now
-    }
-}
-
-pub struct OAuthStore {
-    db: sled::Db,
-    codes: sled::Tree,
-    tokens: sled::Tree,
-    families: sled::Tree,
-    sessions: sled::Tree,
-    verified: sled::Tree,
-}
-
-impl OAuthStore {
-    pub fn open(db: &sled::Db) -> Result<OAuthStore, StoreError> {
-        Ok(OAuthStore {
-            db: db.clone(),
-            codes: db.open_tree(CODES)?,
-            tokens: db.open_tree(TOKENS)?,
-            families: db.open_tree(FAMILIES)?,
-            sessions: db.open_tree(SESSIONS)?,
-            verified: db.open_tree(VERIFIED)?,
-        })
-    }
-
-    /// Makes everything written so far durable (one fsync shared by concurrent callers).
-    pub fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
-        Ok(())
-    }
-
-    pub fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
-        self.codes.insert(hash, encode(code))?;
-        Ok(())
-    }
-
-    /// Marks a code used, atomically: of two concurrent redemptions exactly one is `Fresh`.
-    pub fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError> {
-        redeem(&self.codes, CODES, hash, |c: &mut CodeRecord| {
-            std::mem::replace(&mut c.used, true)
-        })
-    }
-
-    /// Marks a refresh token rotated, atomically, like [`OAuthStore::redeem_code`].
-    pub fn redeem_refresh(&self, hash: &str) -> Result<Redeemed<TokenRecord>, StoreError> {
-        redeem(&self.tokens, TOKENS, hash, |t: &mut TokenRecord| {
-            std::mem::replace(&mut t.revoked, true)
-        })
-    }
-
-    /// Stores new tokens in `family`, creating the family on first use. Fails with `Conflict`
-    /// when the family was revoked first (a replayed code won the race): no token survives.
-    pub fn issue(
+pub trait GrantStore: Send + Sync {
+    fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError>;
+    /// Marks a code used, atomically: of concurrent redemptions exactly one is `Fresh`.
+    fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError>;
+    /// Marks a refresh token rotated, atomically, like [`GrantStore::redeem_code`].
+    fn redeem_refresh(&self, hash: &str) -> Result<Redeemed<TokenRecord>, StoreError>;
+    /// Stores new tokens in `family`, creating the family from `template` on first use.
+    /// `Conflict` when the family was revoked first: then no token is stored.
+    fn issue(
         &self,
         family_id: Uuid,
         template: &FamilyRecord,
         tokens: &[(String, TokenRecord)],
-    ) -> Result<(), StoreError> {
-        self.update_family(family_id, template, |family| {
-            if family.revoked_at.is_some() {
-                return Err(StoreError::Conflict {
-                    what: "the grant was revoked".into(),
-                });
-            }
-            Ok(())
-        })?;
-        for (hash, token) in tokens {
-            self.tokens.insert(hash.as_bytes(), encode(token))?;
-        }
-        Ok(())
-    }
-
-    /// Revokes a whole grant (one write: a token is active only while its family is).
-    pub fn revoke_family(
+    ) -> Result<(), StoreError>;
+    /// Revokes a whole grant at `now` (creating it revoked from `template` if it is new).
+    fn revoke_family(
         &self,
         family_id: Uuid,
         template: &FamilyRecord,
-    ) -> Result<(), StoreError> {
-        self.update_family(family_id, template, |family| {
-            family.revoked_at.get_or_insert_with(Utc::now);
-            Ok(())
-        })?;
-        Ok(())
-    }
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+    /// Revokes one token; whether it was active at `now`.
+    fn revoke_token(&self, hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// A token with its family's state.
+    fn token(&self, hash: &str) -> Result<Option<TokenState>, StoreError>;
+    /// Deletes what can no longer be used at `now`: codes a day past expiry, expired tokens
+    /// and sessions, and day-old families without tokens. How many records went.
+    fn prune(&self, now: DateTime<Utc>) -> Result<usize, StoreError>;
 
-    /// Read-modify-write of a family with compare-and-swap (`template` when it does not exist
-    /// yet), retried until no concurrent writer got in between. Returns what was written.
-    fn update_family(
-        &self,
-        family_id: Uuid,
-        template: &FamilyRecord,
-        mut change: impl FnMut(&mut FamilyRecord) -> Result<(), StoreError>,
-    ) -> Result<FamilyRecord, StoreError> {
-        let key = family_id.as_bytes();
-        loop {
-            let old = self.families.get(key)?;
-            let mut family = match &old {
-                Some(bytes) => decode::<FamilyRecord>(FAMILIES, key, bytes)?,
-                None => template.clone(),
-            };
-            change(&mut family)?;
-            if self
-                .families
-                .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
-                .is_ok()
-            {
-                return Ok(family);
-            }
+    fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError>;
+    /// A session live at `now` (an expired one is deleted on sight).
+    fn session(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<SessionRecord>, StoreError>;
+    fn delete_session(&self, hash: &str) -> Result<(), StoreError>;
+
+    fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError>;
+    /// Whether it was verified.
+    fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError>;
+    fn is_verified(&self, client_id: &str) -> Result<bool, StoreError>;
+    fn verified_clients(&self) -> Result<Vec<VerifiedClient>, StoreError>;
+}
+
+/// The behaviour every [`GrantStore`] must show, written against the trait.
+#[cfg(test)]
+pub(crate) mod contract {
+    use std::sync::Arc;
+
+    use chrono::Duration;
+
+    use super::*;
+    use crate::oauth::records::TokenKind;
+
+    fn code(family_id: Uuid, now: DateTime<Utc>) -> CodeRecord {
+        CodeRecord {
+            user_id: 7,
+            client_id: "https://app.example/c.json".into(),
+            redirect_uri: "http://127.0.0.1/cb".into(),
+            scopes: vec!["user:read".into()],
+            code_challenge: "c".into(),
+            resource: None,
+            expires_at: now + Duration::minutes(5),
+            used: false,
+            family_id,
         }
     }
 
-    /// Revokes one token; returns whether it was active.
-    pub fn revoke_token(&self, hash: &str) -> Result<bool, StoreError> {
-        let Some(state) = self.token(hash)? else {
-            return Ok(false);
-        };
-        let active = state.is_active(Utc::now());
-        if !state.token.revoked {
-            let mut token = state.token;
-            token.revoked = true;
-            self.tokens.insert(hash, encode(&token))?;
+    fn token(kind: TokenKind, family_id: Uuid, expires_at: DateTime<Utc>) -> TokenRecord {
+        TokenRecord {
+            kind,
+            family_id,
+            user_id: 7,
+            client_id: "https://app.example/c.json".into(),
+            scopes: vec!["user:read".into()],
+            resource: None,
+            issued_at: expires_at - Duration::hours(1),
+            expires_at,
+            revoked: false,
         }
-        Ok(active)
     }
 
-    pub fn token(&self, hash: &str) -> Result<Option<TokenState>, StoreError> {
-        let Some(bytes) = self.tokens.get(hash)? else {
-            return Ok(None);
-        };
-        let token: TokenRecord = decode(TOKENS, hash.as_bytes(), &bytes)?;
-        let key = token.family_id.as_bytes();
-        let family_revoked = match self.families.get(key)? {
-            Some(f) => decode::<FamilyRecord>(FAMILIES, key, &f)?
-                .revoked_at
-                .is_some(),
-            None => true,
-        };
-        Ok(Some(TokenState {
-            token,
-            family_revoked,
-        }))
+    /// Runs every check against an empty store.
+    pub fn suite(store: Arc<dyn GrantStore>) {
+        codes_are_redeemed_exactly_once(Arc::clone(&store));
+        refresh_tokens_rotate_once_and_families_revoke_everything(store.as_ref());
+        sessions_expire_and_clients_are_verified(store.as_ref());
+        pruning_keeps_what_can_still_be_used(store.as_ref());
     }
 
-    /// Deletes what can no longer be used: codes a day past expiry (kept that long so a late
-    /// replay still revokes what the code issued), expired tokens and sessions, and grant
-    /// families without tokens. Returns how many records went.
-    pub fn prune(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
-        let mut removed = 0;
-        let code_grace = chrono::Duration::days(1);
-        for item in self.codes.iter() {
-            let (k, v) = item?;
-            let code: CodeRecord = decode(CODES, &k, &v)?;
-            if code.expires_at + code_grace < now {
-                self.codes.remove(k)?;
-                removed += 1;
-            }
-        }
-        let mut live_families = std::collections::HashSet::new();
-        for item in self.tokens.iter() {
-            let (k, v) = item?;
-            let token: TokenRecord = decode(TOKENS, &k, &v)?;
-            if token.expires_at < now {
-                self.tokens.remove(k)?;
-                removed += 1;
-            } else {
-                live_families.insert(token.family_id);
-            }
-        }
-        for item in self.families.iter() {
-            let (k, v) = item?;
-            let id = Uuid::from_slice(&k).unwrap_or_default();
-            let family: FamilyRecord = decode(FAMILIES, &k, &v)?;
-            let old = family.created_at.is_none_or(|at| at + code_grace < now);
-            if old && !live_families.contains(&id) {
-                self.families.remove(k)?;
-                removed += 1;
-            }
-        }
-        for item in self.sessions.iter() {
-            let (k, v) = item?;
-            let session: SessionRecord = decode(SESSIONS, &k, &v)?;
-            if session.expires_at < now {
-                self.sessions.remove(k)?;
-                removed += 1;
-            }
-        }
-        Ok(removed)
-    }
-
-    pub fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        self.sessions.insert(hash, encode(session))?;
-        Ok(())
-    }
-
-    /// A live session; expired ones are deleted on sight.
-    pub fn session(&self, hash: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let Some(bytes) = self.sessions.get(hash)? else {
-            return Ok(None);
-        };
-        let session: SessionRecord = decode(SESSIONS, hash.as_bytes(), &bytes)?;
-        if session.expires_at <= Utc::now() {
-            self.sessions.remove(hash)?;
-            return Ok(None);
-        }
-        Ok(Some(session))
-    }
-
-    pub fn delete_session(&self, hash: &str) -> Result<(), StoreError> {
-        self.sessions.remove(hash)?;
-        Ok(())
-    }
-
-    pub fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError> {
-        self.verified
-            .insert(client.client_id.as_bytes(), encode(client))?;
-        Ok(())
-    }
-
-    pub fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError> {
-        Ok(self.verified.remove(client_id.as_bytes())?.is_some())
-    }
-
-    pub fn is_verified(&self, client_id: &str) -> Result<bool, StoreError> {
-        Ok(self.verified.contains_key(client_id.as_bytes())?)
-    }
-
-    pub fn verified_clients(&self) -> Result<Vec<VerifiedClient>, StoreError> {
-        self.verified
-            .iter()
-            .map(|item| {
-                let (k, v) = item?;
-                decode(VERIFIED, &k, &v)
+    fn codes_are_redeemed_exactly_once(store: Arc<dyn GrantStore>) {
+        let now = Utc::now();
+        store
+            .put_code("c1", &code(Uuid::new_v4(), now))
+            .expect("put");
+        // Eight racing redemptions: exactly one is fresh.
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || store.redeem_code("c1").expect("redeem"))
             })
-            .collect()
+            .collect();
+        let fresh = racers
+            .into_iter()
+            .map(|r| r.join().expect("thread"))
+            .filter(|r| matches!(r, Redeemed::Fresh(_)))
+            .count();
+        assert_eq!(fresh, 1);
+        assert!(matches!(store.redeem_code("c1").expect("again"), Redeemed::Replayed(c) if c.used));
+        assert!(matches!(
+            store.redeem_code("nope").expect("missing"),
+            Redeemed::Missing
+        ));
     }
-}
 
-/// Redeems a one-time record with compare-and-swap: `mark` sets its used flag and returns the
-/// flag's previous value. Exactly one of any number of concurrent callers gets `Fresh`.
-fn redeem<T: Serialize + DeserializeOwned>(
-    tree: &sled::Tree,
-    name: &'static str,
-    hash: &str,
-    mark: impl Fn(&mut T) -> bool,
-) -> Result<Redeemed<T>, StoreError> {
-    loop {
-        let Some(old) = tree.get(hash)? else {
-            return Ok(Redeemed::Missing);
+    fn refresh_tokens_rotate_once_and_families_revoke_everything(store: &dyn GrantStore) {
+        let now = Utc::now();
+        let family = Uuid::new_v4();
+        let template = FamilyRecord::new(7, "https://app.example/c.json", now);
+        let later = now + Duration::hours(1);
+        store
+            .issue(
+                family,
+                &template,
+                &[
+                    ("a1".into(), token(TokenKind::Access, family, later)),
+                    ("r1".into(), token(TokenKind::Refresh, family, later)),
+                ],
+            )
+            .expect("issue");
+        assert!(store
+            .token("a1")
+            .expect("read")
+            .expect("token")
+            .is_active(now));
+        assert!(matches!(
+            store.redeem_refresh("r1").expect("rotate"),
+            Redeemed::Fresh(_)
+        ));
+        assert!(matches!(
+            store.redeem_refresh("r1").expect("reuse"),
+            Redeemed::Replayed(_)
+        ));
+        assert!(
+            !store
+                .token("r1")
+                .expect("read")
+                .expect("token")
+                .is_active(now),
+            "rotated"
+        );
+
+        store.revoke_family(family, &template, now).expect("revoke");
+        let state = store.token("a1").expect("read").expect("token");
+        assert!(state.family_revoked && !state.is_active(now));
+        let refused = store.issue(
+            family,
+            &template,
+            &[("a2".into(), token(TokenKind::Access, family, later))],
+        );
+        assert!(matches!(refused, Err(StoreError::Conflict { .. })));
+        assert!(
+            store.token("a2").expect("read").is_none(),
+            "no token in a revoked grant"
+        );
+
+        let other = Uuid::new_v4();
+        store
+            .issue(
+                other,
+                &template,
+                &[("a3".into(), token(TokenKind::Access, other, later))],
+            )
+            .expect("issue");
+        assert!(store.revoke_token("a3", now).expect("revoke"));
+        assert!(
+            !store.revoke_token("a3", now).expect("again"),
+            "no longer active"
+        );
+        assert!(!store.revoke_token("zz", now).expect("unknown"));
+    }
+
+    fn sessions_expire_and_clients_are_verified(store: &dyn GrantStore) {
+        let now = Utc::now();
+        let session = SessionRecord {
+            user_id: 7,
+            csrf: "x".into(),
+            expires_at: now + Duration::minutes(10),
         };
-        let mut record: T = decode(name, hash.as_bytes(), &old)?;
-        if mark(&mut record) {
-            return Ok(Redeemed::Replayed(record));
-        }
-        if tree
-            .compare_and_swap(hash, Some(&old), Some(encode(&record)))?
-            .is_ok()
-        {
-            return Ok(Redeemed::Fresh(record));
-        }
-    }
-}
+        store.put_session("s1", &session).expect("put");
+        assert_eq!(
+            store.session("s1", now).expect("read"),
+            Some(session.clone())
+        );
+        assert_eq!(
+            store.session("s1", now + Duration::hours(1)).expect("read"),
+            None
+        );
+        assert_eq!(
+            store.session("s1", now).expect("read"),
+            None,
+            "deleted on sight"
+        );
+        store.put_session("s2", &session).expect("put");
+        store.delete_session("s2").expect("delete");
+        assert_eq!(store.session("s2", now).expect("read"), None);
 
-impl TokenRecord {
-    /// The credential this access token grants: its scopes, for its user, with no project
-    /// restriction beyond the user's own organization. `None` when its stored scopes no longer
-    /// parse (a token from a newer build is treated as invalid, never as `*`).
-    pub fn credential(
-        &self,
-        sha256_hex: String,
-        user: crate::meta::User,
-    ) -> Option<crate::meta::Credential> {
-        Some(crate::meta::Credential {
-            user,
-            scopes: crate::meta::ScopeSet::parse(&self.scopes).ok()?,
-            scoped_teams: None,
-            scoped_organizations: None,
-            source: crate::meta::CredentialSource::OAuthAccessToken {
-                sha256_hex,
-                client_id: self.client_id.clone(),
-                family_id: self.family_id,
-                expires_at: self.expires_at,
-            },
-        })
+        let client = VerifiedClient {
+            client_id: "https://app.example/c.json".into(),
+            verified_by: 1,
+            verified_at: now,
+        };
+        store.set_verified(&client).expect("verify");
+        assert!(store.is_verified(&client.client_id).expect("read"));
+        assert_eq!(
+            store.verified_clients().expect("list"),
+            vec![client.clone()]
+        );
+        assert!(store.unset_verified(&client.client_id).expect("unset"));
+        assert!(!store.unset_verified(&client.client_id).expect("again"));
+        assert!(!store.is_verified(&client.client_id).expect("read"));
+    }
+
+    fn pruning_keeps_what_can_still_be_used(store: &dyn GrantStore) {
+        let now = Utc::now();
+        let family = Uuid::new_v4();
+        let template = FamilyRecord::new(7, "c", now - Duration::days(3));
+        store
+            .issue(
+                family,
+                &template,
+                &[
+                    (
+                        "old".into(),
+                        token(TokenKind::Access, family, now - Duration::hours(1)),
+                    ),
+                    (
+                        "new".into(),
+                        token(TokenKind::Refresh, family, now + Duration::hours(1)),
+                    ),
+                ],
+            )
+            .expect("issue");
+        let mut stale = code(Uuid::new_v4(), now - Duration::days(2));
+        stale.expires_at = now - Duration::days(2);
+        store.put_code("stale", &stale).expect("put");
+        let removed = store.prune(now).expect("prune");
+        assert!(removed >= 2, "{removed}");
+        assert!(store.token("old").expect("read").is_none());
+        assert!(
+            store.token("new").expect("read").is_some(),
+            "a live token keeps its family"
+        );
+        assert!(matches!(
+            store.redeem_code("stale").expect("read"),
+            Redeemed::Missing
+        ));
     }
 }

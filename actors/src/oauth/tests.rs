@@ -1,285 +1,613 @@
-//! Grant logic against a real sled store.
+//! Grant logic against the embedded stores. Time is an input: expiry is tested by passing a
+//! later `now`, never by sleeping.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::cimd::ClientSettings;
 use super::fetch::FetchSettings;
+use super::records::TokenState;
 use super::*;
+use crate::meta::{SledMetadata, TenancySettings};
 
 const CLIENT: &str = "https://app.example.com/client.json";
 const REDIRECT: &str = "http://127.0.0.1:5000/cb";
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
 const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+const RESOURCE: &str = "http://127.0.0.1:8000";
 
-fn oauth() -> (tempfile::TempDir, OAuth) {
-    oauth_with(Duration::from_secs(300), Duration::from_secs(3600))
+struct Fixture {
+    _dir: tempfile::TempDir,
+    oauth: OAuth,
+    tenancy: Tenancy,
 }
 
-fn oauth_with(code_ttl: Duration, access_ttl: Duration) -> (tempfile::TempDir, OAuth) {
+fn oauth() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::open(dir.path()).expect("sled opens");
-    let clients = ClientSettings {
-        fetch: FetchSettings {
-            timeout: Duration::from_secs(1),
-            allow_loopback: false,
-            extra_ca_pem: None,
+    let meta = SledMetadata::open(dir.path()).expect("sled opens");
+    let grants = SledGrants::open(meta.db()).expect("grants open");
+    let tenancy = Tenancy::new(
+        Arc::new(meta),
+        TenancySettings {
+            cache_ttl: Duration::from_secs(60),
+            last_used_resolution: Duration::from_secs(3600),
         },
-        max_document_bytes: 5120,
-        max_logo_bytes: 65536,
-        cache_default: Duration::from_secs(60),
-        cache_min: Duration::from_secs(1),
-        cache_max: Duration::from_secs(600),
+    );
+    let settings = OAuthSettings {
+        clients: ClientSettings {
+            fetch: FetchSettings {
+                timeout: Duration::from_secs(1),
+                allow_loopback: false,
+                extra_ca_pem: None,
+            },
+            max_document_bytes: 5120,
+            max_logo_bytes: 65536,
+            cache_default: Duration::from_secs(60),
+            cache_min: Duration::from_secs(1),
+            cache_max: Duration::from_secs(600),
+        },
+        lifetimes: Lifetimes {
+            code: Duration::from_secs(300),
+            access_token: Duration::from_secs(3600),
+            refresh_token: Duration::from_secs(86400),
+            session: Duration::from_secs(3600),
+        },
+        resources: vec![RESOURCE.into()],
     };
-    let lifetimes = Lifetimes {
-        code: code_ttl,
-        access_token: access_ttl,
-        refresh_token: Duration::from_secs(86400),
-        session: Duration::from_secs(3600),
-    };
-    let oauth = OAuth::new(&db, clients, lifetimes).expect("oauth opens");
-    (dir, oauth)
-}
-
-fn code(oauth: &OAuth) -> String {
-    oauth
-        .create_code(Approval {
-            user_id: 1,
-            client_id: CLIENT.into(),
-            redirect_uri: REDIRECT.into(),
-            scopes: vec!["endpoint:read".into()],
-            code_challenge: CHALLENGE.into(),
-            resource: Some("http://127.0.0.1:8000".into()),
-        })
-        .expect("code")
-}
-
-fn exchange(code: &str, verifier: &str) -> CodeExchange {
-    CodeExchange {
-        code: code.into(),
-        client_id: Some(CLIENT.into()),
-        redirect_uri: Some(REDIRECT.into()),
-        code_verifier: Some(verifier.into()),
-        resource: None,
+    let oauth = OAuth::new(Arc::new(grants), tenancy.clone(), settings).expect("oauth opens");
+    Fixture {
+        _dir: dir,
+        oauth,
+        tenancy,
     }
 }
 
-fn active(oauth: &OAuth, token: &str) -> bool {
-    oauth
-        .lookup(token)
-        .expect("lookup")
-        .is_some_and(|s| s.is_active(Utc::now()))
+impl OAuth {
+    async fn state_of(&self, token: &str) -> Option<TokenState> {
+        let hash = sha256_hex(token);
+        self.grants(move |g| g.token(&hash)).await.expect("lookup")
+    }
 }
 
-#[test]
-fn a_code_is_exchanged_once_and_a_replay_revokes_the_grant() {
-    let (_dir, oauth) = oauth();
-    let c = code(&oauth);
-    let issued = oauth
-        .exchange_code(exchange(&c, VERIFIER))
+async fn code(oauth: &OAuth, now: DateTime<Utc>) -> String {
+    code_for(oauth, 1, now).await
+}
+
+async fn code_for(oauth: &OAuth, user_id: u64, now: DateTime<Utc>) -> String {
+    oauth
+        .create_code(
+            Approval {
+                user_id,
+                client_id: CLIENT.into(),
+                redirect_uri: REDIRECT.into(),
+                scopes: vec!["endpoint:read".into()],
+                code_challenge: CHALLENGE.into(),
+                resource: Some(RESOURCE.into()),
+            },
+            now,
+        )
+        .await
+        .expect("code")
+}
+
+fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn exchange(code: &str, verifier: &str) -> HashMap<String, String> {
+    params(&[
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("client_id", CLIENT),
+        ("redirect_uri", REDIRECT),
+        ("code_verifier", verifier),
+    ])
+}
+
+fn refresh(token: &str, client: &str, scope: Option<&str>) -> HashMap<String, String> {
+    let mut p = params(&[
+        ("grant_type", "refresh_token"),
+        ("refresh_token", token),
+        ("client_id", client),
+    ]);
+    if let Some(scope) = scope {
+        p.insert("scope".into(), scope.into());
+    }
+    p
+}
+
+async fn active(oauth: &OAuth, token: &str, now: DateTime<Utc>) -> bool {
+    oauth
+        .state_of(token)
+        .await
+        .is_some_and(|s| s.is_active(now))
+}
+
+#[tokio::test]
+async fn a_code_is_exchanged_once_and_a_replay_revokes_the_grant() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect("exchanged");
     assert!(issued.access_token.starts_with("pha_"));
     assert!(issued.refresh_token.starts_with("phr_"));
-    assert!(active(&oauth, &issued.access_token));
-    let family = oauth
-        .lookup(&issued.access_token)
-        .expect("lookup")
+    assert!(active(&f.oauth, &issued.access_token, now).await);
+    let family = f
+        .oauth
+        .state_of(&issued.access_token)
+        .await
         .expect("token")
         .token
         .family_id;
-    let err = oauth
-        .exchange_code(exchange(&c, VERIFIER))
+    let err = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect_err("replay");
     assert_eq!(err.code(), "invalid_grant");
     assert!(
-        oauth.family_revoked(&family),
+        f.oauth.family_revoked(&family),
         "cached credentials are told at once"
     );
-    assert!(!active(&oauth, &issued.access_token));
-    assert!(!active(&oauth, &issued.refresh_token));
+    assert!(!active(&f.oauth, &issued.access_token, now).await);
+    assert!(!active(&f.oauth, &issued.refresh_token, now).await);
 }
 
-#[test]
-fn concurrent_redemptions_issue_at_most_one_grant() {
-    let (_dir, oauth) = oauth();
-    let oauth = Arc::new(oauth);
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_redemptions_issue_at_most_one_grant() {
+    let f = oauth();
+    let now = Utc::now();
     for _ in 0..20 {
-        let c = code(&oauth);
-        let handles: Vec<_> = (0..4)
+        let c = code(&f.oauth, now).await;
+        let racers: Vec<_> = (0..4)
             .map(|_| {
-                let oauth = Arc::clone(&oauth);
-                let c = c.clone();
-                std::thread::spawn(move || oauth.exchange_code(exchange(&c, VERIFIER)).ok())
+                let (oauth, p) = (f.oauth.clone(), exchange(&c, VERIFIER));
+                tokio::spawn(async move { oauth.token(&p, now).await.ok() })
             })
             .collect();
-        let winners: Vec<Issued> = handles
-            .into_iter()
-            .filter_map(|h| h.join().expect("thread"))
-            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            winners.extend(racer.await.expect("task"));
+        }
         assert!(
             winners.len() <= 1,
             "two redemptions of one code both succeeded"
         );
         // Whoever lost replayed the code, so even the winner's tokens are revoked.
         for w in winners {
-            assert!(!active(&oauth, &w.access_token));
+            assert!(!active(&f.oauth, &w.access_token, now).await);
         }
     }
 }
 
-#[test]
-fn pkce_failures_burn_the_code() {
-    let (_dir, oauth) = oauth();
-    let c = code(&oauth);
+#[tokio::test]
+async fn pkce_failures_burn_the_code() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
     let wrong = "x".repeat(43);
-    let err = oauth
-        .exchange_code(exchange(&c, &wrong))
+    let err = f
+        .oauth
+        .token(&exchange(&c, &wrong), now)
+        .await
         .expect_err("wrong verifier");
     assert_eq!(err.code(), "invalid_grant");
-    let err = oauth
-        .exchange_code(exchange(&c, VERIFIER))
+    let err = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect_err("code burned");
     assert_eq!(err.code(), "invalid_grant");
 
-    let c = code(&oauth);
+    let c = code(&f.oauth, now).await;
     let mut no_verifier = exchange(&c, VERIFIER);
-    no_verifier.code_verifier = None;
-    assert_eq!(
-        oauth
-            .exchange_code(no_verifier)
-            .expect_err("missing")
-            .code(),
-        "invalid_request"
-    );
+    no_verifier.remove("code_verifier");
+    let err = f.oauth.token(&no_verifier, now).await.expect_err("missing");
+    assert_eq!(err.code(), "invalid_request");
 
-    let c = code(&oauth);
+    let c = code(&f.oauth, now).await;
     let mut other_redirect = exchange(&c, VERIFIER);
-    other_redirect.redirect_uri = Some("http://127.0.0.1:5000/other".into());
-    assert_eq!(
-        oauth
-            .exchange_code(other_redirect)
-            .expect_err("redirect")
-            .code(),
-        "invalid_grant"
-    );
+    other_redirect.insert("redirect_uri".into(), "http://127.0.0.1:5000/other".into());
+    let err = f
+        .oauth
+        .token(&other_redirect, now)
+        .await
+        .expect_err("redirect");
+    assert_eq!(err.code(), "invalid_grant");
 }
 
-#[test]
-fn refresh_rotates_and_reuse_revokes_the_family() {
-    let (_dir, oauth) = oauth();
-    let first = oauth
-        .exchange_code(exchange(&code(&oauth), VERIFIER))
+#[tokio::test]
+async fn the_token_endpoint_checks_grant_type_and_resource() {
+    let f = oauth();
+    let now = Utc::now();
+    let err = f
+        .oauth
+        .token(&params(&[]), now)
+        .await
+        .expect_err("no grant");
+    assert_eq!(err.code(), "invalid_request");
+    let err = f
+        .oauth
+        .token(&params(&[("grant_type", "password")]), now)
+        .await
+        .expect_err("unsupported");
+    assert_eq!(err.code(), "unsupported_grant_type");
+    let c = code(&f.oauth, now).await;
+    let mut elsewhere = exchange(&c, VERIFIER);
+    elsewhere.insert("resource".into(), "https://other.example".into());
+    let err = f.oauth.token(&elsewhere, now).await.expect_err("not ours");
+    assert_eq!(err.code(), "invalid_target");
+}
+
+#[tokio::test]
+async fn refresh_rotates_and_reuse_revokes_the_family() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let first = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect("exchanged");
-    let second = oauth
-        .refresh(&first.refresh_token, Some(CLIENT), None, None)
+    let second = f
+        .oauth
+        .token(&refresh(&first.refresh_token, CLIENT, None), now)
+        .await
         .expect("refreshed");
     assert_ne!(second.refresh_token, first.refresh_token);
-    assert!(active(&oauth, &second.access_token));
+    assert!(active(&f.oauth, &second.access_token, now).await);
     assert!(
-        !active(&oauth, &first.refresh_token),
+        !active(&f.oauth, &first.refresh_token, now).await,
         "the old refresh token is used up"
     );
-
-    let err = oauth
-        .refresh(&first.refresh_token, Some(CLIENT), None, None)
+    let err = f
+        .oauth
+        .token(&refresh(&first.refresh_token, CLIENT, None), now)
+        .await
         .expect_err("reuse");
     assert_eq!(err.code(), "invalid_grant");
     assert!(
-        !active(&oauth, &second.access_token),
+        !active(&f.oauth, &second.access_token, now).await,
         "reuse revokes the whole family"
     );
-    assert!(oauth
-        .refresh(&second.refresh_token, Some(CLIENT), None, None)
+    assert!(f
+        .oauth
+        .token(&refresh(&second.refresh_token, CLIENT, None), now)
+        .await
         .is_err());
 }
 
-#[test]
-fn refresh_checks_client_and_scope() {
-    let (_dir, oauth) = oauth();
-    let issued = oauth
-        .exchange_code(exchange(&code(&oauth), VERIFIER))
+#[tokio::test]
+async fn refresh_checks_client_and_scope() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect("exchanged");
-    let err = oauth
-        .refresh(
-            &issued.refresh_token,
-            Some("https://evil.example/c.json"),
-            None,
-            None,
+    let err = f
+        .oauth
+        .token(
+            &refresh(&issued.refresh_token, "https://evil.example/c.json", None),
+            now,
         )
+        .await
         .expect_err("other client");
     assert_eq!(err.code(), "invalid_grant");
-    let err = oauth
-        .refresh(
-            &issued.refresh_token,
-            Some(CLIENT),
-            Some("endpoint:write"),
-            None,
+    let err = f
+        .oauth
+        .token(
+            &refresh(&issued.refresh_token, CLIENT, Some("endpoint:write")),
+            now,
         )
+        .await
         .expect_err("wider scope");
     assert_eq!(err.code(), "invalid_scope");
     // Neither failure used the token up.
-    assert!(oauth
-        .refresh(&issued.refresh_token, Some(CLIENT), None, None)
+    assert!(f
+        .oauth
+        .token(&refresh(&issued.refresh_token, CLIENT, None), now)
+        .await
         .is_ok());
 }
 
-#[test]
-fn revoking_a_refresh_token_ends_the_grant() {
-    let (_dir, oauth) = oauth();
-    let issued = oauth
-        .exchange_code(exchange(&code(&oauth), VERIFIER))
+#[tokio::test]
+async fn revoking_a_refresh_token_ends_the_grant() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect("exchanged");
-    let (was_active, _) = oauth
-        .revoke(&issued.refresh_token, Some("https://other.example/c.json"))
+    let was_active = f
+        .oauth
+        .revoke(
+            &issued.refresh_token,
+            Some("https://other.example/c.json"),
+            now,
+        )
+        .await
         .expect("revoke");
     assert!(!was_active, "another client's revocation is ignored");
-    assert!(active(&oauth, &issued.access_token));
-    let (was_active, hash) = oauth
-        .revoke(&issued.refresh_token, Some(CLIENT))
+    assert!(active(&f.oauth, &issued.access_token, now).await);
+    let was_active = f
+        .oauth
+        .revoke(&issued.refresh_token, Some(CLIENT), now)
+        .await
         .expect("revoke");
     assert!(was_active);
-    assert_eq!(hash, sha256_hex(&issued.refresh_token));
-    assert!(!active(&oauth, &issued.access_token));
-    assert!(!oauth.revoke("pha_unknown", None).expect("revoke").0);
+    assert!(!active(&f.oauth, &issued.access_token, now).await);
+    assert!(!f
+        .oauth
+        .revoke("pha_unknown", None, now)
+        .await
+        .expect("revoke"));
 }
 
-#[test]
-fn codes_expire() {
-    let (_dir, oauth) = oauth_with(Duration::from_millis(1), Duration::from_secs(3600));
-    let c = code(&oauth);
-    std::thread::sleep(Duration::from_millis(20));
-    let err = oauth
-        .exchange_code(exchange(&c, VERIFIER))
+#[tokio::test]
+async fn codes_expire() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let later = now + chrono::Duration::seconds(301);
+    let err = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), later)
+        .await
         .expect_err("expired");
     assert_eq!(err.code(), "invalid_grant");
     assert!(err.to_string().contains("expired"));
 }
 
-#[test]
-fn pruning_removes_only_what_is_dead() {
-    let (_dir, oauth) = oauth_with(Duration::from_secs(300), Duration::from_millis(1));
-    let issued = oauth
-        .exchange_code(exchange(&code(&oauth), VERIFIER))
+#[tokio::test]
+async fn pruning_removes_only_what_is_dead() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
         .expect("exchanged");
-    std::thread::sleep(Duration::from_millis(20));
+    let later = now + chrono::Duration::seconds(3601);
     assert!(
-        !active(&oauth, &issued.access_token),
+        !active(&f.oauth, &issued.access_token, later).await,
         "the access token expired"
     );
-    let removed = oauth.prune().expect("prune");
+    let removed = f.oauth.prune(later).await.expect("prune");
     assert_eq!(removed, 1, "only the expired access token goes");
-    assert!(oauth
-        .lookup(&issued.access_token)
+    assert!(f.oauth.state_of(&issued.access_token).await.is_none());
+    // The family and its refresh token live on.
+    let refreshed = f
+        .oauth
+        .token(&refresh(&issued.refresh_token, CLIENT, None), later)
+        .await
+        .expect("refresh still works");
+    assert!(f.oauth.state_of(&refreshed.refresh_token).await.is_some());
+}
+
+#[tokio::test]
+async fn access_tokens_authenticate_until_they_expire_or_their_user_is_gone() {
+    let f = oauth();
+    let admin = f
+        .tenancy
+        .bootstrap(crate::meta::MintKey::OnFirstRun)
+        .await
+        .expect("bootstrap")
+        .admin;
+    let now = Utc::now();
+    let approval_code = code_for(&f.oauth, admin.id, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&approval_code, VERIFIER), now)
+        .await
+        .expect("exchanged");
+    let credential = f
+        .oauth
+        .authenticate(&issued.access_token, now)
+        .await
+        .expect("lookup")
+        .expect("valid");
+    assert_eq!(credential.user.id, admin.id);
+    let later = now + chrono::Duration::seconds(3601);
+    assert!(f
+        .oauth
+        .authenticate(&issued.access_token, later)
+        .await
         .expect("lookup")
         .is_none());
-    // The family and its refresh token live on.
-    let refreshed = oauth
-        .refresh(&issued.refresh_token, Some(CLIENT), None, None)
-        .expect("refresh still works");
-    assert!(oauth
-        .lookup(&refreshed.refresh_token)
+    assert!(f
+        .oauth
+        .authenticate("pha_nope", now)
+        .await
+        .expect("lookup")
+        .is_none());
+    // The refresh token still gets a new access token, which works.
+    let renewed = f
+        .oauth
+        .token(&refresh(&issued.refresh_token, CLIENT, None), later)
+        .await
+        .expect("refreshed");
+    assert!(f
+        .oauth
+        .authenticate(&renewed.access_token, later)
+        .await
         .expect("lookup")
         .is_some());
+}
+
+#[tokio::test]
+async fn introspection_shows_a_client_only_its_own_tokens() {
+    let f = oauth();
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
+        .expect("exchanged");
+    let seen = f
+        .oauth
+        .introspect(Some(&issued.access_token), &issued.refresh_token, now)
+        .await
+        .expect("introspect")
+        .expect("allowed");
+    assert!(matches!(
+        seen,
+        Introspection::Active {
+            kind: TokenKind::Refresh,
+            ..
+        }
+    ));
+    assert_eq!(
+        f.oauth
+            .introspect(None, &issued.access_token, now)
+            .await
+            .expect("introspect"),
+        None,
+        "an anonymous caller may not introspect"
+    );
+    assert_eq!(
+        f.oauth
+            .introspect(Some("pha_unknown"), &issued.access_token, now)
+            .await
+            .expect("introspect"),
+        None
+    );
+    f.oauth
+        .revoke(&issued.refresh_token, None, now)
+        .await
+        .expect("revoke");
+    let c = code(&f.oauth, now).await;
+    let other = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
+        .expect("exchanged");
+    assert_eq!(
+        f.oauth
+            .introspect(Some(&other.access_token), &issued.access_token, now)
+            .await
+            .expect("introspect"),
+        Some(Introspection::Inactive)
+    );
+}
+
+#[tokio::test]
+async fn leaked_tokens_and_keys_are_revoked() {
+    let f = oauth();
+    let boot = f
+        .tenancy
+        .bootstrap(crate::meta::MintKey::Always)
+        .await
+        .expect("bootstrap");
+    let key = boot.personal_api_key.expect("key minted");
+    let now = Utc::now();
+    let c = code(&f.oauth, now).await;
+    let issued = f
+        .oauth
+        .token(&exchange(&c, VERIFIER), now)
+        .await
+        .expect("exchanged");
+    let report = |token: &str| Report {
+        token: token.to_string(),
+        token_type: "t".into(),
+        url: None,
+        source: None,
+    };
+    let outcomes = f
+        .oauth
+        .report_leaks(
+            vec![
+                report(&issued.refresh_token),
+                report(&key),
+                report("phx_unknown"),
+                report("hello"),
+            ],
+            now,
+        )
+        .await
+        .expect("report");
+    let live: Vec<bool> = outcomes.iter().map(|o| o.was_active).collect();
+    assert_eq!(live, vec![true, true, false, false]);
+    assert!(
+        !active(&f.oauth, &issued.access_token, now).await,
+        "the grant went with it"
+    );
+    assert!(f
+        .tenancy
+        .authenticate_key(&key)
+        .await
+        .expect("lookup")
+        .is_none());
+}
+
+#[tokio::test]
+async fn sessions_end_and_expire() {
+    let f = oauth();
+    let admin = f
+        .tenancy
+        .bootstrap(crate::meta::MintKey::OnFirstRun)
+        .await
+        .expect("bootstrap")
+        .admin;
+    let now = Utc::now();
+    let cookie = f.oauth.start_session(admin.id, now).await.expect("start");
+    let session = f
+        .oauth
+        .session(&cookie, now)
+        .await
+        .expect("read")
+        .expect("live");
+    assert_eq!(session.user.id, admin.id);
+    let later = now + chrono::Duration::seconds(3601);
+    assert!(f
+        .oauth
+        .session(&cookie, later)
+        .await
+        .expect("read")
+        .is_none());
+    let cookie = f.oauth.start_session(admin.id, now).await.expect("start");
+    let session = f
+        .oauth
+        .session(&cookie, now)
+        .await
+        .expect("read")
+        .expect("live");
+    f.oauth.end_session(&session.hash).await.expect("end");
+    assert!(f.oauth.session(&cookie, now).await.expect("read").is_none());
+}
+
+#[tokio::test]
+async fn verified_clients_need_a_valid_client_id() {
+    let f = oauth();
+    let now = Utc::now();
+    let err = f
+        .oauth
+        .verify_client("not a url", 1, now)
+        .await
+        .expect_err("invalid");
+    assert_eq!(err.code(), "invalid_request");
+    f.oauth
+        .verify_client(CLIENT, 1, now)
+        .await
+        .expect("verified");
+    assert!(f.oauth.is_verified(CLIENT).await.expect("read"));
+    assert_eq!(f.oauth.verified_clients().await.expect("list").len(), 1);
+    assert!(f.oauth.unverify_client(CLIENT).await.expect("unset"));
+    assert!(!f.oauth.is_verified(CLIENT).await.expect("read"));
 }

@@ -4,11 +4,8 @@
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::flags::evaluate::{
-    cached_stored, evaluate, load_stored, selected_flags, StoredData,
-};
-use corvid_actors::flags::properties::MatchContext;
-use corvid_actors::flags::request::{decode_body, detect_runtime, parse_request, FlagRequestError};
+use corvid_actors::flags::request::FlagRequestError;
+use corvid_actors::flags::{Caller, Flags, Served};
 use corvid_actors::wire::WireInput;
 use serde_json::json;
 
@@ -175,7 +172,7 @@ async fn evaluate_http(
     let body = read_body(&req, payload.into_inner(), limit).await?;
     let content_type = header_string(&req, header::CONTENT_TYPE);
     let content_encoding = header_string(&req, header::CONTENT_ENCODING);
-    let decoded = decode_body(
+    let mut request = Flags::decode_request(
         WireInput {
             body: &body,
             query_data: query.data.as_deref(),
@@ -186,120 +183,41 @@ async fn evaluate_http(
         state.config.capture.max_decompressed_bytes,
     )
     .map_err(flag_error)?;
-    let mut request = parse_request(&decoded).map_err(flag_error)?;
     request.only_survey_flags = query.only_survey_flags;
-    if let (Some(geoip), false) = (&state.geoip, request.geoip_disable) {
-        let ip = crate::http::client_ip(&req).and_then(|ip| ip.parse().ok());
-        if let Some(ip) = ip {
-            geoip.enrich(ip, &mut request.person_properties);
-        }
-    }
     let project =
         resolve_project_token(&state, request.token.as_deref().unwrap_or_default()).await?;
     req.extensions_mut().insert(RequestProject(project.id));
-
-    let user_agent = header_string(&req, header::USER_AGENT);
-    let browser_headers = ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
-        .iter()
-        .any(|h| req.headers().contains_key(*h));
-    let runtime = detect_runtime(user_agent.as_deref(), browser_headers);
-    let timezone = project.timezone.parse().unwrap_or(chrono_tz::UTC);
-    let ctx = MatchContext {
-        now: Utc::now(),
-        timezone,
+    let caller = Caller {
+        user_agent: header_string(&req, header::USER_AGENT),
+        browser_headers: ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
+            .iter()
+            .any(|h| req.headers().contains_key(*h)),
+        ip: crate::http::client_ip(&req).and_then(|ip| ip.parse().ok()),
     };
-    let project_id = project.id;
-    let snapshot = match state.flags.cached_snapshot(project_id) {
-        Some(snapshot) => snapshot,
-        None => state.flags_op(move |f| f.snapshot(project_id)).await?,
-    };
-    let selected = selected_flags(&snapshot, &request, runtime);
-    let request = std::sync::Arc::new(request);
-
-    // Fast path: an organization known to be unlimited and everything needed in memory.
-    let needs_data = !selected.is_empty() && !request.disable_flags;
-    let fast = if state.cache.org_quota(project.organization_id) == Some(None) {
-        if needs_data {
-            cached_stored(&state.persons, project_id, &request)
-        } else {
-            Some(StoredData::default())
-        }
-    } else {
-        None
-    };
-    let stored = match fast {
-        Some(stored) => Some(stored),
-        None => {
-            // One trip to the blocking pool, under a deadline: the quota check and the stored person
-            // and groups. Past the deadline the request is still answered, with the flags that needed
-            // stored data marked `failed`.
-            let (persons, meta, cache) = (
-                state.persons.clone(),
-                state.meta.clone(),
-                state.cache.clone(),
-            );
-            let (org_id, needs_data) = (
-                project.organization_id,
-                !selected.is_empty() && !request.disable_flags,
-            );
-            let load_request = std::sync::Arc::clone(&request);
-            let load = web::block(move || {
-                if quota_exceeded(&meta, &cache, &persons, org_id, ctx.now)? {
-                    return Ok(None);
-                }
-                let stored = if needs_data {
-                    load_stored(&persons, project_id, &load_request)?
-                } else {
-                    StoredData::default()
-                };
-                Ok::<_, corvid_actors::meta::StoreError>(Some(stored))
-            });
-            let deadline = state.config.flags.stored_read_deadline;
-            let started = std::time::Instant::now();
-            let stored = match tokio::time::timeout(deadline, load).await {
-                // An answer that took longer than the deadline is as late as no answer.
-                Ok(Ok(Ok(Some(_)))) if started.elapsed() > deadline => {
-                    tracing::warn!(project_id, "stored flag data read after the deadline");
-                    None
-                }
-                Ok(Ok(Ok(Some(stored)))) => Some(stored),
-                Ok(Ok(Ok(None))) => {
-                    // Over quota: not an error status; flags are empty and `quotaLimited` says why.
-                    return Ok(HttpResponse::Ok().json(json!({
-                        "flags": {},
-                        "errorsWhileComputingFlags": false,
-                        "quotaLimited": ["feature_flags"],
-                        "requestId": uuid::Uuid::new_v4(),
-                        "evaluatedAt": Utc::now().timestamp_millis(),
-                    })));
-                }
-                Ok(Ok(Err(err))) => {
-                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
-                    None
-                }
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, project_id, "stored flag data unavailable");
-                    None
-                }
-                Err(_) => {
-                    tracing::warn!(project_id, "stored flag data not read within the deadline");
-                    None
-                }
-            };
-            stored
+    let evaluated = match state
+        .engine
+        .flags
+        .serve(&project, request, caller, Utc::now())
+        .await?
+    {
+        Served::Evaluated(outcome) => outcome,
+        // Over quota: not an error status; flags are empty and `quotaLimited` says why.
+        Served::QuotaLimited => {
+            return Ok(HttpResponse::Ok().json(json!({
+                "flags": {},
+                "errorsWhileComputingFlags": false,
+                "quotaLimited": ["feature_flags"],
+                "requestId": uuid::Uuid::new_v4(),
+                "evaluatedAt": Utc::now().timestamp_millis(),
+            })))
         }
     };
-
-    let evaluated = evaluate(snapshot, &selected, stored.as_ref(), &request, ctx);
-    if evaluated.billable() {
-        state.persons.count_flag_request(project_id, ctx.now);
-    }
 
     let (shape, with_config) = shape(endpoint, &query);
     let config = if with_config {
         Some(
             state
-                .surfaces
+                .engine
                 .remote_config
                 .config(&project)
                 .await?
@@ -318,34 +236,6 @@ async fn evaluate_http(
         add_config(&mut body, members)?;
     }
     Ok(HttpResponse::Ok().json(body))
-}
-
-/// Whether the organization used up its monthly flag-request quota (`None` = unlimited).
-fn quota_exceeded(
-    meta: &corvid_actors::meta::MetaStore,
-    cache: &corvid_actors::meta::MetaCache,
-    persons: &corvid_actors::persons::PersonStore,
-    org: uuid::Uuid,
-    now: chrono::DateTime<Utc>,
-) -> Result<bool, corvid_actors::meta::StoreError> {
-    let quota = meta
-        .organization(org)?
-        .and_then(|o| o.feature_flag_request_quota);
-    cache.put_org_quota(org, quota);
-    let Some(quota) = quota else {
-        return Ok(false);
-    };
-    let month = now.format("%Y-%m").to_string();
-    let mut used = 0;
-    for project in meta.projects_of_organization(org)? {
-        used += persons
-            .usage(project.id)?
-            .iter()
-            .filter(|row| row.month == month)
-            .map(|row| row.flag_requests)
-            .sum::<u64>();
-    }
-    Ok(used >= quota)
 }
 
 #[cfg(test)]

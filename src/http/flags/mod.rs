@@ -9,10 +9,8 @@ mod v2;
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpResponse};
-use corvid_actors::flags::model::{FlagDefinition, FlagFilters};
 use corvid_actors::flags::store::FlagRecord;
-use corvid_actors::flags::validate::validate_flag;
-use serde::Deserialize;
+use corvid_actors::flags::FlagChanges;
 use serde_json::{json, Value};
 
 use super::{cors, project_route};
@@ -77,66 +75,16 @@ fn flag_json(r: &FlagRecord) -> Value {
     })
 }
 
-/// A create or update body in PostHog's shape; on update every field is optional.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FlagBody {
-    key: Option<String>,
-    name: Option<String>,
-    filters: Option<FlagFilters>,
-    active: Option<bool>,
-    deleted: Option<bool>,
-    ensure_experience_continuity: Option<bool>,
-    evaluation_runtime: Option<String>,
-    #[serde(alias = "tags", alias = "evaluation_tags")]
-    evaluation_contexts: Option<Vec<String>>,
-    bucketing_identifier: Option<String>,
-}
-
-impl FlagBody {
-    fn apply(self, mut d: FlagDefinition) -> FlagDefinition {
-        if let Some(v) = self.key {
-            d.key = v;
-        }
-        if let Some(v) = self.name {
-            d.name = v;
-        }
-        if let Some(v) = self.filters {
-            d.filters = v;
-        }
-        if let Some(v) = self.active {
-            d.active = v;
-        }
-        if let Some(v) = self.deleted {
-            d.deleted = v;
-        }
-        if let Some(v) = self.ensure_experience_continuity {
-            d.ensure_experience_continuity = v;
-        }
-        if let Some(v) = self.evaluation_runtime {
-            d.evaluation_runtime = Some(v);
-        }
-        if let Some(v) = self.evaluation_contexts {
-            d.evaluation_contexts = v;
-        }
-        if let Some(v) = self.bucketing_identifier {
-            d.bucketing_identifier = Some(v);
-        }
-        d
-    }
+fn flag_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found("Feature flag"))
 }
 
 async fn list(
     access: ProjectAccess<FeatureFlagRead>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let flags = state.flags_op(move |f| f.flags(project)).await?;
-    let results: Vec<Value> = flags
-        .iter()
-        .filter(|f| !f.definition.deleted)
-        .map(flag_json)
-        .collect();
+    let flags = state.engine.flags.list_flags(access.project.id).await?;
+    let results: Vec<Value> = flags.iter().map(flag_json).collect();
     Ok(HttpResponse::Ok()
         .json(json!({"count": results.len(), "next": null, "previous": null, "results": results})))
 }
@@ -144,36 +92,14 @@ async fn list(
 async fn create(
     access: ProjectAccess<FeatureFlagWrite>,
     state: web::Data<AppState>,
-    ValidJson(body): ValidJson<FlagBody>,
+    ValidJson(body): ValidJson<FlagChanges>,
 ) -> Result<HttpResponse, ApiError> {
-    if body.key.as_deref().is_none_or(str::is_empty) {
-        return Err(ApiError::validation("This field is required.", Some("key")));
-    }
-    let project = access.project.id;
-    let persons = state.persons.clone();
-    let definition = body.apply(FlagDefinition::new(
-        String::new(),
-        String::new(),
-        FlagFilters::default(),
-        true,
-    ));
     let record = state
-        .flags_op(move |f| {
-            validate_flag(&definition, persons.group_type_count(project)?)?;
-            f.save_flag(project, definition, None)
-        })
+        .engine
+        .flags
+        .create_flag(access.project.id, body)
         .await?;
     Ok(HttpResponse::Created().json(flag_json(&record)))
-}
-
-async fn existing(state: &AppState, project: u64, raw: &str) -> Result<FlagRecord, ApiError> {
-    let id: i64 = raw
-        .parse()
-        .map_err(|_| ApiError::not_found("Feature flag"))?;
-    let found = state.flags_op(move |f| f.flag(project, id)).await?;
-    found
-        .filter(|r| !r.definition.deleted)
-        .ok_or_else(|| ApiError::not_found("Feature flag"))
 }
 
 async fn get(
@@ -181,7 +107,11 @@ async fn get(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let record = existing(&state, access.project.id, &path.1).await?;
+    let record = state
+        .engine
+        .flags
+        .flag(access.project.id, flag_id(&path.1)?)
+        .await?;
     Ok(HttpResponse::Ok().json(flag_json(&record)))
 }
 
@@ -189,17 +119,12 @@ async fn update(
     access: ProjectAccess<FeatureFlagWrite>,
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
-    ValidJson(body): ValidJson<FlagBody>,
+    ValidJson(body): ValidJson<FlagChanges>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let old = existing(&state, project, &path.1).await?;
-    let definition = body.apply(old.definition.clone());
-    let persons = state.persons.clone();
     let record = state
-        .flags_op(move |f| {
-            validate_flag(&definition, persons.group_type_count(project)?)?;
-            f.save_flag(project, definition, Some(&old))
-        })
+        .engine
+        .flags
+        .update_flag(access.project.id, flag_id(&path.1)?, body)
         .await?;
     Ok(HttpResponse::Ok().json(flag_json(&record)))
 }
@@ -209,12 +134,10 @@ async fn delete(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let old = existing(&state, project, &path.1).await?;
-    let mut definition = old.definition.clone();
-    definition.deleted = true;
     state
-        .flags_op(move |f| f.save_flag(project, definition, Some(&old)))
+        .engine
+        .flags
+        .delete_flag(access.project.id, flag_id(&path.1)?)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

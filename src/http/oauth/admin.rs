@@ -1,12 +1,9 @@
 //! Admin API for the "verified application" mark (staff users only): a verified client_id
 //! loses the unverified-application notice on the consent screen, nothing else.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
-use corvid_actors::oauth::client_id;
-use corvid_actors::oauth::store::VerifiedClient;
+use corvid_actors::oauth::OAuthError;
 use serde::Deserialize;
 
 use crate::auth::scope::{OrganizationRead, OrganizationWrite};
@@ -34,8 +31,7 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     require_staff(auth.credential.user.is_staff)?;
-    let oauth = Arc::clone(&state.oauth);
-    let clients = web::block(move || oauth.store.verified_clients()).await??;
+    let clients = state.engine.oauth.verified_clients().await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "results": clients })))
 }
 
@@ -45,15 +41,15 @@ pub async fn verify(
     body: web::Json<ClientIdBody>,
 ) -> Result<HttpResponse, ApiError> {
     require_staff(auth.credential.user.is_staff)?;
-    client_id::validate(&body.client_id).map_err(|e| ApiError::validation(e, Some("client_id")))?;
-    let record = VerifiedClient {
-        client_id: body.client_id.clone(),
-        verified_by: auth.credential.user.id,
-        verified_at: Utc::now(),
-    };
-    let oauth = Arc::clone(&state.oauth);
-    let stored = record.clone();
-    web::block(move || oauth.store.set_verified(&stored)).await??;
+    let record = state
+        .engine
+        .oauth
+        .verify_client(&body.client_id, auth.credential.user.id, Utc::now())
+        .await
+        .map_err(|e| match e {
+            OAuthError::InvalidRequest(detail) => ApiError::validation(detail, Some("client_id")),
+            other => other.into(),
+        })?;
     Ok(HttpResponse::Created().json(record))
 }
 
@@ -63,9 +59,7 @@ pub async fn unverify(
     body: web::Json<ClientIdBody>,
 ) -> Result<HttpResponse, ApiError> {
     require_staff(auth.credential.user.is_staff)?;
-    let oauth = Arc::clone(&state.oauth);
-    let id = body.client_id.clone();
-    if web::block(move || oauth.store.unset_verified(&id)).await?? {
+    if state.engine.oauth.unverify_client(&body.client_id).await? {
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(ApiError::not_found("Verified application"))

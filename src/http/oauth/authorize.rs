@@ -7,12 +7,13 @@
 //! code anywhere the client did not register.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::oauth::cimd::Client;
-use corvid_actors::oauth::{pkce, redirect, scopes, Approval};
+use chrono::Utc;
+use corvid_actors::oauth::{
+    display_host, is_loopback_uri, Approval, AuthorizationProblem, ClientProblem,
+};
 
 use super::pages::{self, Consent};
 use super::session::{self, Session};
@@ -34,84 +35,6 @@ fn params(raw: &[u8]) -> Result<HashMap<String, String>, String> {
 
 fn bad_request(title: &str, detail: &str) -> HttpResponse {
     pages::error(StatusCode::BAD_REQUEST, title, detail)
-}
-
-/// Why a request cannot even be answered by redirect: (page title, detail).
-type PageError = (&'static str, String);
-
-/// The client and the redirect URI it registered, or what the error page says.
-async fn check_client(
-    state: &AppState,
-    p: &HashMap<String, String>,
-) -> Result<(Arc<Client>, String), PageError> {
-    let Some(client_id) = p.get("client_id").filter(|c| !c.is_empty()) else {
-        return Err(("Invalid request", "The request has no client_id.".into()));
-    };
-    let client = state.oauth.clients.resolve(client_id).await.map_err(|err| {
-        tracing::info!(%client_id, error = %err, "authorization request from an unusable client");
-        ("Unknown application", err.to_string())
-    })?;
-    let Some(redirect_uri) = p.get("redirect_uri").filter(|r| !r.is_empty()) else {
-        return Err(("Invalid request", "The request has no redirect_uri.".into()));
-    };
-    if !redirect::matches(&client.metadata.redirect_uris, redirect_uri) {
-        return Err((
-            "Invalid redirect",
-            "The redirect_uri is not one this application registered in its metadata document."
-                .into(),
-        ));
-    }
-    Ok((client, redirect_uri.clone()))
-}
-
-/// What a valid request asks for.
-struct Asked {
-    scopes: Vec<String>,
-    code_challenge: String,
-    resource: Option<String>,
-}
-
-/// RFC 6749 / 7636 / 8707 checks that end in an error redirect.
-fn check_request(
-    state: &AppState,
-    p: &HashMap<String, String>,
-    client: &Client,
-) -> Result<Asked, (&'static str, &'static str)> {
-    if p.get("response_type").map(String::as_str) != Some("code") {
-        return Err(("unsupported_response_type", "response_type must be code"));
-    }
-    let Some(challenge) = p.get("code_challenge").filter(|c| !c.is_empty()) else {
-        return Err((
-            "invalid_request",
-            "code_challenge is required (PKCE with S256)",
-        ));
-    };
-    if p.get("code_challenge_method").map(String::as_str) != Some("S256") {
-        return Err(("invalid_request", "code_challenge_method must be S256"));
-    }
-    if !pkce::challenge_well_formed(challenge) {
-        return Err((
-            "invalid_request",
-            "code_challenge must be 43 base64url characters",
-        ));
-    }
-    let resource = p.get("resource").filter(|r| !r.is_empty()).cloned();
-    if let Some(r) = &resource {
-        if !state.is_our_resource(r) {
-            return Err(("invalid_target", "resource is not served by this server"));
-        }
-    }
-    if p.get("prompt").map(String::as_str) == Some("none") {
-        return Err(("consent_required", "this server always asks for consent"));
-    }
-    Ok(Asked {
-        scopes: scopes::grant(
-            p.get("scope").map(String::as_str),
-            client.metadata.scope_ceiling.as_deref(),
-        ),
-        code_challenge: challenge.clone(),
-        resource,
-    })
 }
 
 /// `redirect_uri` with `extra` appended to its query, as a 303.
@@ -138,9 +61,12 @@ fn error_redirect(
     state: &AppState,
     redirect_uri: &str,
     p: &HashMap<String, String>,
-    (code, description): (&str, &str),
+    problem: AuthorizationProblem,
 ) -> HttpResponse {
-    let mut extra = vec![("error", code), ("error_description", description)];
+    let mut extra = vec![
+        ("error", problem.error),
+        ("error_description", problem.description),
+    ];
     if let Some(s) = p.get("state") {
         extra.push(("state", s));
     }
@@ -154,9 +80,14 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
         Ok(p) => p,
         Err(detail) => return Ok(bad_request("Invalid request", &detail)),
     };
-    let (client, redirect_uri) = match check_client(&state, &p).await {
+    let (client, redirect_uri) = match state
+        .engine
+        .oauth
+        .authorization_client(&p, Utc::now())
+        .await
+    {
         Ok(found) => found,
-        Err((title, detail)) => return Ok(bad_request(title, &detail)),
+        Err(ClientProblem { title, detail }) => return Ok(bad_request(title, &detail)),
     };
     let Some(session) = session::current(&req, &state).await? else {
         let here = format!("/oauth/authorize?{}", req.query_string());
@@ -165,15 +96,15 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
             .insert_header((header::LOCATION, format!("/login?next={next}")))
             .finish());
     };
-    let asked = match check_request(&state, &p, &client) {
+    let asked = match state.engine.oauth.check_authorization(&p, &client) {
         Ok(a) => a,
         Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
     };
-    let oauth = Arc::clone(&state.oauth);
-    let id = client.metadata.client_id.clone();
-    let verified = web::block(move || oauth.store.is_verified(&id))
-        .await?
-        .map_err(ApiError::Store)?;
+    let verified = state
+        .engine
+        .oauth
+        .is_verified(&client.metadata.client_id)
+        .await?;
     let mut fields: Vec<(&'static str, String)> = vec![
         ("response_type", "code".into()),
         ("client_id", client.metadata.client_id.clone()),
@@ -189,7 +120,7 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
     if let Some(r) = &asked.resource {
         fields.push(("resource", r.clone()));
     }
-    let redirect_host = redirect::display_host(&redirect_uri);
+    let redirect_host = display_host(&redirect_uri);
     let body = pages::consent(&Consent {
         client_name: &client.metadata.client_name,
         client_host: &client.host,
@@ -197,7 +128,7 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
         logo_url: client.logo_key.as_ref().map(|k| format!("/oauth/logo/{k}")),
         verified,
         redirect_host: &redirect_host,
-        redirect_is_loopback: redirect::is_loopback_uri(&redirect_uri),
+        redirect_is_loopback: is_loopback_uri(&redirect_uri),
         user_email: &session.user.email,
         scopes: asked.scopes,
         fields,
@@ -234,11 +165,16 @@ pub async fn decide(
             "The consent form's security token did not match your session.",
         ));
     }
-    let (client, redirect_uri) = match check_client(&state, &p).await {
+    let (client, redirect_uri) = match state
+        .engine
+        .oauth
+        .authorization_client(&p, Utc::now())
+        .await
+    {
         Ok(found) => found,
-        Err((title, detail)) => return Ok(bad_request(title, &detail)),
+        Err(ClientProblem { title, detail }) => return Ok(bad_request(title, &detail)),
     };
-    let asked = match check_request(&state, &p, &client) {
+    let asked = match state.engine.oauth.check_authorization(&p, &client) {
         Ok(a) => a,
         Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
     };
@@ -247,7 +183,10 @@ pub async fn decide(
             &state,
             &redirect_uri,
             &p,
-            ("access_denied", "the user denied the request"),
+            AuthorizationProblem {
+                error: "access_denied",
+                description: "the user denied the request",
+            },
         ));
     }
     let approval = Approval {
@@ -258,10 +197,7 @@ pub async fn decide(
         code_challenge: asked.code_challenge,
         resource: asked.resource,
     };
-    let oauth = Arc::clone(&state.oauth);
-    let code = web::block(move || oauth.create_code(approval))
-        .await?
-        .map_err(ApiError::Store)?;
+    let code = state.engine.oauth.create_code(approval, Utc::now()).await?;
     tracing::info!(user_id = user.id, client_id = %client.metadata.client_id, "authorization code issued");
     let mut extra = vec![("code", code.as_str())];
     if let Some(s) = p.get("state") {
@@ -273,7 +209,7 @@ pub async fn decide(
 
 /// `GET /oauth/logo/{key}`: a client's logo from our cache (never hot-linked).
 pub async fn logo(state: web::Data<AppState>, key: web::Path<String>) -> HttpResponse {
-    match state.oauth.clients.logo(&key) {
+    match state.engine.oauth.logo(&key) {
         Some(logo) => HttpResponse::Ok()
             .content_type(logo.content_type)
             .insert_header((header::CACHE_CONTROL, "private, max-age=300"))

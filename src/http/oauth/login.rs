@@ -3,11 +3,11 @@
 //! so the form cannot be used as an open redirect.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::kernel::secrets::{hash_password, random_base62, verify_password};
+use chrono::Utc;
+use corvid_actors::kernel::secrets::random_base62;
 
 use super::pages;
 use super::session::{self, LOGIN_CSRF_COOKIE, SESSION_COOKIE};
@@ -91,22 +91,7 @@ pub async fn submit(
     let next = safe_next(form.next.as_deref());
     let email = form.email.trim().to_string();
     let password = form.password;
-    let meta = Arc::clone(&state.meta);
-    let lookup = email.clone();
-    let user = web::block(move || {
-        let user = meta.user_by_email(&lookup)?;
-        // Hash even for unknown emails so timing does not reveal which emails exist.
-        let ok = match &user {
-            Some(u) => verify_password(&password, &u.password_hash),
-            None => {
-                verify_password(&password, &DUMMY_HASH);
-                false
-            }
-        };
-        Ok::<_, corvid_actors::meta::StoreError>(user.filter(|_| ok))
-    })
-    .await?
-    .map_err(ApiError::Store)?;
+    let user = state.engine.tenancy.verify_login(&email, &password).await?;
     let Some(user) = user else {
         tracing::info!("failed sign-in attempt");
         return Ok(login_page(
@@ -117,7 +102,11 @@ pub async fn submit(
             StatusCode::UNAUTHORIZED,
         ));
     };
-    let id = session::start(&state, user.id).await?;
+    let id = state
+        .engine
+        .oauth
+        .start_session(user.id, Utc::now())
+        .await?;
     let ttl = state.config.oauth.session_ttl.as_secs();
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, next))
@@ -132,10 +121,6 @@ pub async fn submit(
         ))
         .finish())
 }
-
-/// An argon2id hash of a random password, verified against for unknown emails.
-static DUMMY_HASH: LazyLock<String> =
-    LazyLock::new(|| hash_password(&random_base62(24)).unwrap_or_default());
 
 #[derive(serde::Deserialize)]
 pub struct LogoutForm {
@@ -156,7 +141,7 @@ pub async fn logout(
                 "The form's security token did not match your session.",
             ));
         }
-        session::end(&state, s.hash).await?;
+        state.engine.oauth.end_session(&s.hash).await?;
     }
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/login"))

@@ -4,7 +4,7 @@
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
-use corvid_actors::oauth::scopes;
+use corvid_actors::oauth::supported_scopes;
 use serde_json::json;
 
 use crate::state::AppState;
@@ -24,7 +24,7 @@ pub async fn authorization_server(state: web::Data<AppState>) -> HttpResponse {
         "token_endpoint": format!("{b}/oauth/token/"),
         "revocation_endpoint": format!("{b}/oauth/revoke/"),
         "introspection_endpoint": format!("{b}/oauth/introspect/"),
-        "scopes_supported": scopes::supported(),
+        "scopes_supported": supported_scopes(),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token"],
@@ -51,7 +51,7 @@ pub async fn protected_resource(
     document(json!({
         "resource": resource,
         "authorization_servers": [b.as_ref()],
-        "scopes_supported": scopes::supported(),
+        "scopes_supported": supported_scopes(),
         "bearer_methods_supported": ["header"],
         "resource_name": "Corvid",
     }))

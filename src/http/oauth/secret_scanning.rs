@@ -6,12 +6,10 @@
 //! `phr_` or `phx_` token is revoked; the answer says per token whether it was live
 //! (`true_positive`) or not (`false_positive`), in the reporter's response format.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::kernel::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
-use corvid_actors::oauth::secret_scanning::{self, Report};
-use corvid_actors::oauth::{ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX};
+use chrono::Utc;
+use corvid_actors::oauth::verify_report_signature;
+use corvid_actors::oauth::Report;
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -39,7 +37,7 @@ pub async fn report(
             detail: format!("Missing {KEY_ID_HEADER} or {SIGNATURE_HEADER} header."),
         });
     };
-    if !secret_scanning::verify(&state.secret_scanning_keys, &key_id, &signature, &body) {
+    if !verify_report_signature(&state.secret_scanning_keys, &key_id, &signature, &body) {
         tracing::warn!(%key_id, "secret-scanning report with a bad signature");
         return Err(ApiError::PermissionDenied {
             detail: "Signature verification failed.".into(),
@@ -57,44 +55,16 @@ pub async fn report(
             None,
         ));
     }
-    let oauth = Arc::clone(&state.oauth);
-    let meta = Arc::clone(&state.meta);
-    let outcomes = web::block(
-        move || -> Result<Vec<(Report, bool)>, corvid_actors::meta::StoreError> {
-            let mut out = Vec::with_capacity(reports.len());
-            for r in reports {
-                let token = r.token.trim();
-                let active = if token.starts_with(ACCESS_TOKEN_PREFIX)
-                    || token.starts_with(REFRESH_TOKEN_PREFIX)
-                {
-                    oauth.revoke(token, None)?.0
-                } else if token.starts_with(PERSONAL_API_KEY_PREFIX) {
-                    match meta.personal_api_key_by_hash(&sha256_hex(token))? {
-                        Some(key) => meta.delete_personal_api_key(&key.id)?.is_some(),
-                        None => false,
-                    }
-                } else {
-                    false
-                };
-                out.push((r, active));
-            }
-            Ok(out)
-        },
-    )
-    .await??;
-    let mut answer = Vec::with_capacity(outcomes.len());
-    for (r, active) in outcomes {
-        // A revoked refresh token takes its family with it (the engine tells cached
-        // credentials); the reported token itself may sit in the credential cache.
-        state.cache.forget_credential(&sha256_hex(r.token.trim()));
-        if active {
-            tracing::warn!(token_type = %r.token_type, url = ?r.url, source = ?r.source, "leaked token revoked by secret scanning");
-        }
-        answer.push(json!({
-            "token_raw": r.token,
-            "token_type": r.token_type,
-            "label": if active { "true_positive" } else { "false_positive" },
-        }));
-    }
+    let outcomes = state.engine.oauth.report_leaks(reports, Utc::now()).await?;
+    let answer: Vec<_> = outcomes
+        .into_iter()
+        .map(|o| {
+            json!({
+                "token_raw": o.report.token,
+                "token_type": o.report.token_type,
+                "label": if o.was_active { "true_positive" } else { "false_positive" },
+            })
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(answer))
 }

@@ -3,14 +3,11 @@
 //! does); every answer is `Cache-Control: no-store`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::kernel::secrets::{sha256_hex, PERSONAL_API_KEY_PREFIX};
-use corvid_actors::oauth::store::TokenKind;
-use corvid_actors::oauth::{epoch, CodeExchange, Issued, TokenError, ACCESS_TOKEN_PREFIX};
+use corvid_actors::oauth::{Introspection, Issued, OAuthError, TokenKind};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -79,9 +76,9 @@ macro_rules! params_or_400 {
     };
 }
 
-fn token_error(err: TokenError) -> HttpResponse {
+fn token_error(err: OAuthError) -> HttpResponse {
     match err {
-        TokenError::Store(e) => {
+        OAuthError::Store(e) => {
             tracing::error!(error = %e, "token endpoint storage failure");
             no_store(StatusCode::SERVICE_UNAVAILABLE)
                 .insert_header((header::RETRY_AFTER, "1"))
@@ -107,49 +104,7 @@ pub async fn token(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let p = params_or_400!(req, body);
-    let get = |k: &str| p.get(k).filter(|v| !v.is_empty()).cloned();
-    if let Some(r) = get("resource") {
-        if !state.is_our_resource(&r) {
-            return Ok(oauth_error(
-                StatusCode::BAD_REQUEST,
-                "invalid_target",
-                "resource is not served by this server",
-            ));
-        }
-    }
-    let oauth = Arc::clone(&state.oauth);
-    let result = match p.get("grant_type").map(String::as_str) {
-        Some("authorization_code") => {
-            let exchange = CodeExchange {
-                code: get("code").unwrap_or_default(),
-                client_id: get("client_id"),
-                redirect_uri: get("redirect_uri"),
-                code_verifier: get("code_verifier"),
-                resource: get("resource"),
-            };
-            web::block(move || oauth.exchange_code(exchange)).await?
-        }
-        Some("refresh_token") => {
-            let (token, client, scope, resource) = (
-                get("refresh_token").unwrap_or_default(),
-                get("client_id"),
-                get("scope"),
-                get("resource"),
-            );
-            web::block(move || {
-                oauth.refresh(
-                    &token,
-                    client.as_deref(),
-                    scope.as_deref(),
-                    resource.as_deref(),
-                )
-            })
-            .await?
-        }
-        None => Err(TokenError::InvalidRequest("grant_type is required".into())),
-        Some(_) => Err(TokenError::UnsupportedGrantType),
-    };
-    Ok(match result {
+    Ok(match state.engine.oauth.token(&p, Utc::now()).await {
         Ok(i) => issued(i),
         Err(err) => token_error(err),
     })
@@ -169,12 +124,12 @@ pub async fn revoke(
             "token is required",
         ));
     };
-    let client_id = p.get("client_id").cloned();
-    let oauth = Arc::clone(&state.oauth);
-    let (_, hash) = web::block(move || oauth.revoke(&token, client_id.as_deref()))
-        .await?
-        .map_err(ApiError::Store)?;
-    state.cache.forget_credential(&hash);
+    let client_id = p.get("client_id").map(String::as_str);
+    state
+        .engine
+        .oauth
+        .revoke(&token, client_id, Utc::now())
+        .await?;
     Ok(no_store(StatusCode::OK).finish())
 }
 
@@ -187,51 +142,34 @@ pub async fn introspect(
 ) -> Result<HttpResponse, ApiError> {
     let p = params_or_400!(req, body);
     let caller = bearer(&req);
-    let oauth = Arc::clone(&state.oauth);
-    let meta = Arc::clone(&state.meta);
-    let token = p.get("token").cloned().unwrap_or_default();
-    let answer = web::block(move || -> Result<Option<Value>, corvid_actors::meta::StoreError> {
-        let now = Utc::now();
-        // Who may look: Err(()) = unauthenticated caller.
-        let sees: Result<Option<String>, ()> = match caller.as_deref() {
-            Some(c) if c.starts_with(ACCESS_TOKEN_PREFIX) => match oauth.lookup(c)? {
-                Some(s) if s.token.kind == TokenKind::Access && s.is_active(now) => Ok(Some(s.token.client_id)),
-                _ => Err(()),
-            },
-            Some(c) if c.starts_with(PERSONAL_API_KEY_PREFIX) => {
-                match meta.credential_for_key_hash(&sha256_hex(c))? {
-                    Some(cred) if cred.user.is_staff => Ok(None),
-                    _ => Err(()),
-                }
-            }
-            _ => Err(()),
-        };
-        let Ok(only_client) = sees else {
-            return Ok(None);
-        };
-        let Some(state) = oauth.lookup(&token)? else {
-            return Ok(Some(json!({"active": false})));
-        };
-        let visible = only_client.is_none_or(|c| c == state.token.client_id);
-        if !visible || !state.is_active(now) {
-            return Ok(Some(json!({"active": false})));
-        }
-        let user = meta.user(state.token.user_id)?;
-        let t = state.token;
-        Ok(Some(json!({
-            "active": true,
-            "token_type": match t.kind { TokenKind::Access => "access_token", TokenKind::Refresh => "refresh_token" },
-            "scope": t.scopes.join(" "),
-            "client_id": t.client_id,
-            "exp": epoch(t.expires_at),
-            "iat": epoch(t.issued_at),
-            "sub": user.as_ref().map(|u| u.uuid.to_string()),
-            "username": user.as_ref().map(|u| u.email.clone()),
-            "aud": t.resource,
-        })))
-    })
-    .await?
-    .map_err(ApiError::Store)?;
+    let token = p.get("token").map(String::as_str).unwrap_or_default();
+    let answer = state
+        .engine
+        .oauth
+        .introspect(caller.as_deref(), token, Utc::now())
+        .await?
+        .map(|found| match found {
+            Introspection::Inactive => json!({"active": false}),
+            Introspection::Active {
+                kind,
+                scopes,
+                client_id,
+                expires_at,
+                issued_at,
+                subject,
+                audience,
+            } => json!({
+                "active": true,
+                "token_type": match kind { TokenKind::Access => "access_token", TokenKind::Refresh => "refresh_token" },
+                "scope": scopes.join(" "),
+                "client_id": client_id,
+                "exp": expires_at.timestamp(),
+                "iat": issued_at.timestamp(),
+                "sub": subject.as_ref().map(|(uuid, _)| uuid.to_string()),
+                "username": subject.map(|(_, email)| email),
+                "aud": audience,
+            }),
+        });
     Ok(match answer {
         Some(body) => no_store(StatusCode::OK).json(body),
         None => no_store(StatusCode::UNAUTHORIZED)

@@ -14,13 +14,13 @@ use uuid::Uuid;
 use super::Results;
 use crate::endpoints::model::{Endpoint, MaterializationStatus};
 use crate::endpoints::store::EndpointStore;
-use crate::meta::MetaStore;
+use crate::meta::Tenancy;
 use crate::query::QueryEngine;
 
 /// What a materialization job needs.
 pub struct Materializer {
     pub store: Arc<EndpointStore>,
-    pub meta: Arc<MetaStore>,
+    pub tenancy: Tenancy,
     pub engine: Arc<QueryEngine>,
     pub results: Arc<Results>,
     /// How often the schedule is checked.
@@ -33,7 +33,7 @@ pub struct Materializer {
 impl Materializer {
     pub fn new(
         store: Arc<EndpointStore>,
-        meta: Arc<MetaStore>,
+        tenancy: Tenancy,
         engine: Arc<QueryEngine>,
         results: Arc<Results>,
         interval: Duration,
@@ -41,7 +41,7 @@ impl Materializer {
     ) -> Materializer {
         Materializer {
             store,
-            meta,
+            tenancy,
             engine,
             results,
             interval,
@@ -144,7 +144,7 @@ impl Materializer {
         let work = run_job(
             job,
             Arc::clone(&self.store),
-            Arc::clone(&self.meta),
+            self.tenancy.clone(),
             Arc::clone(&self.engine),
             Arc::clone(&self.results),
         );
@@ -161,7 +161,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 async fn run_job(
     job: Job,
     store: Arc<EndpointStore>,
-    meta: Arc<MetaStore>,
+    tenancy: Tenancy,
     engine: Arc<QueryEngine>,
     results: Arc<Results>,
 ) {
@@ -190,9 +190,11 @@ async fn run_job(
         blocking(move || mark_attempt(Box::new(move |m| m.last_attempt_at = Some(started)))).await;
 
     let project_id = job.project_id;
-    let tz = blocking(move || meta.project(project_id))
+    let tz = tenancy
+        .project(project_id)
         .await
-        .and_then(|r| r.ok().flatten())
+        .ok()
+        .flatten()
         .and_then(|p| p.timezone.parse().ok())
         .unwrap_or(chrono_tz::Tz::UTC);
     let key = format!(

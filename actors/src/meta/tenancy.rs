@@ -1,0 +1,670 @@
+//! The tenancy facade: organizations, projects, users and personal API keys, with their rules
+//! (names, time zones, emails, labels and scopes, ids, tokens, secrets), the in-memory cache
+//! every request reads, and credential lookup. The one door to [`MetadataStore`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::cache::MetaCache;
+use super::model::{
+    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
+    ProjectUpdate, User,
+};
+use super::store::MetadataStore;
+use super::{Credential, CredentialSource, ScopeSet};
+use crate::kernel::{blocking, secrets, StoreError};
+
+/// Blocking store work off the async threads.
+async fn run<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    blocking(work).await
+}
+
+pub const DEFAULT_ORGANIZATION: &str = "Default";
+pub const DEFAULT_PROJECT: &str = "Default project";
+pub const ADMIN_EMAIL: &str = "admin@localhost";
+
+/// How tenancy caches and records credential use.
+#[derive(Debug, Clone, Copy)]
+pub struct TenancySettings {
+    /// How long a verified credential or a project stays cached before it is re-read.
+    pub cache_ttl: Duration,
+    /// `last_used_at` of a personal API key is written at most this often.
+    pub last_used_resolution: Duration,
+}
+
+/// A partial update of an organization.
+#[derive(Debug, Clone, Default)]
+pub struct OrganizationUpdate {
+    pub name: Option<String>,
+    /// `Some(None)` removes the quota.
+    pub feature_flag_request_quota: Option<Option<u64>>,
+}
+
+/// What a first-run setup created or found, and the key it minted.
+#[derive(Debug, Clone)]
+pub struct Bootstrapped {
+    pub project: Project,
+    pub admin: User,
+    /// Only when this call created the admin (it cannot be recovered later).
+    pub admin_password: Option<String>,
+    /// The minted key's secret, when one was minted.
+    pub personal_api_key: Option<String>,
+}
+
+/// When [`Tenancy::bootstrap`] mints a personal API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MintKey {
+    /// Only when the tenancy was new (server start).
+    OnFirstRun,
+    /// Every call (`corvid bootstrap`).
+    Always,
+}
+
+/// The tenancy facade. Cheap to clone.
+#[derive(Clone)]
+pub struct Tenancy {
+    store: Arc<dyn MetadataStore>,
+    cache: Arc<MetaCache>,
+    settings: TenancySettings,
+}
+
+fn validate_project_name(name: &str) -> Result<(), StoreError> {
+    let len = name.trim().chars().count();
+    if len == 0 || len > 200 {
+        return Err(StoreError::invalid(
+            "name must be between 1 and 200 characters",
+            "name",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_timezone(tz: &str) -> Result<(), StoreError> {
+    tz.parse::<chrono_tz::Tz>()
+        .map(|_| ())
+        .map_err(|_| StoreError::invalid(format!("unknown time zone `{tz}`"), "timezone"))
+}
+
+fn normalize_email(email: &str) -> Result<String, StoreError> {
+    let email = email.trim().to_ascii_lowercase();
+    match email.split_once('@') {
+        Some((local, domain)) if !local.is_empty() && !domain.is_empty() => Ok(email),
+        _ => Err(StoreError::invalid(
+            "email must look like name@host",
+            "email",
+        )),
+    }
+}
+
+/// Applies a project update, checking each changed field.
+fn apply_update(project: &mut Project, update: ProjectUpdate) -> Result<(), StoreError> {
+    if let Some(name) = update.name {
+        validate_project_name(&name)?;
+        project.name = name;
+    }
+    if let Some(timezone) = update.timezone {
+        validate_timezone(&timezone)?;
+        project.timezone = timezone;
+    }
+    if update.session_recording_opt_in == Some(true) {
+        return Err(StoreError::invalid(
+            "Session recordings are not stored by Corvid, so they cannot be turned on.",
+            "session_recording_opt_in",
+        ));
+    }
+    if let Some(v) = update.anonymize_ips {
+        project.anonymize_ips = v;
+    }
+    let s: &mut ProjectSettings = &mut project.settings;
+    let switches = [
+        (update.autocapture_opt_out, &mut s.autocapture_opt_out),
+        (
+            update.autocapture_exceptions_opt_in,
+            &mut s.autocapture_exceptions_opt_in,
+        ),
+        (
+            update.capture_performance_opt_in,
+            &mut s.capture_performance_opt_in,
+        ),
+        (
+            update.autocapture_web_vitals_opt_in,
+            &mut s.autocapture_web_vitals_opt_in,
+        ),
+        (update.heatmaps_opt_in, &mut s.heatmaps_opt_in),
+        (update.capture_dead_clicks, &mut s.capture_dead_clicks),
+        (update.surveys_opt_in, &mut s.surveys_opt_in),
+        (
+            update.session_recording_opt_in,
+            &mut s.session_recording_opt_in,
+        ),
+        (
+            update.default_identified_only,
+            &mut s.default_identified_only,
+        ),
+    ];
+    for (new, field) in switches {
+        if let Some(value) = new {
+            *field = value;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a new key's label and scopes.
+fn validate_key(new: &NewPersonalApiKey) -> Result<String, StoreError> {
+    let label = new.label.trim().to_string();
+    if label.is_empty() || label.chars().count() > 40 {
+        return Err(StoreError::invalid(
+            "label must be between 1 and 40 characters",
+            "label",
+        ));
+    }
+    if new.scopes.is_empty() {
+        return Err(StoreError::invalid(
+            "at least one scope is required",
+            "scopes",
+        ));
+    }
+    ScopeSet::parse(&new.scopes)
+        .map_err(|bad| StoreError::invalid(format!("invalid scope `{bad}`"), "scopes"))?;
+    Ok(label)
+}
+
+impl Tenancy {
+    pub fn new(store: Arc<dyn MetadataStore>, settings: TenancySettings) -> Tenancy {
+        Tenancy {
+            store,
+            cache: Arc::new(MetaCache::new(settings.cache_ttl)),
+            settings,
+        }
+    }
+
+    // ---- organizations ----
+
+    pub async fn organization(&self, id: Uuid) -> Result<Option<Organization>, StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || store.organization(id)).await
+    }
+
+    pub async fn update_organization(
+        &self,
+        id: Uuid,
+        update: OrganizationUpdate,
+    ) -> Result<Organization, StoreError> {
+        let store = Arc::clone(&self.store);
+        let org = run(move || {
+            let mut org = store
+                .organization(id)?
+                .ok_or_else(|| StoreError::NotFound {
+                    what: format!("organization {id}"),
+                })?;
+            if let Some(name) = update.name {
+                if name.trim().is_empty() {
+                    return Err(StoreError::invalid("name must not be empty", "name"));
+                }
+                org.name = name;
+            }
+            if let Some(quota) = update.feature_flag_request_quota {
+                org.feature_flag_request_quota = quota;
+            }
+            store.put_organization(&org)?;
+            Ok(org)
+        })
+        .await?;
+        self.cache
+            .put_org_quota(org.id, org.feature_flag_request_quota);
+        Ok(org)
+    }
+
+    /// An organization's flag-request quota from memory: `Some(None)` means unlimited,
+    /// `None` that it is not cached yet.
+    pub fn cached_flag_quota(&self, org: Uuid) -> Option<Option<u64>> {
+        self.cache.org_quota(org)
+    }
+
+    /// An organization's flag-request quota (`None` = unlimited), read and cached. Blocking:
+    /// call it off the async threads.
+    pub fn flag_quota_blocking(&self, org: Uuid) -> Result<Option<u64>, StoreError> {
+        let quota = self
+            .store
+            .organization(org)?
+            .and_then(|o| o.feature_flag_request_quota);
+        self.cache.put_org_quota(org, quota);
+        Ok(quota)
+    }
+
+    // ---- projects ----
+
+    pub async fn create_project(&self, new: NewProject) -> Result<Project, StoreError> {
+        validate_project_name(&new.name)?;
+        validate_timezone(&new.timezone)?;
+        let store = Arc::clone(&self.store);
+        let project = run(move || {
+            if store.organization(new.organization_id)?.is_none() {
+                return Err(StoreError::NotFound {
+                    what: format!("organization {}", new.organization_id),
+                });
+            }
+            let project = Project {
+                id: store.next_id("projects")?,
+                uuid: Uuid::now_v7(),
+                organization_id: new.organization_id,
+                name: new.name,
+                api_token: secrets::new_project_token(),
+                timezone: new.timezone,
+                anonymize_ips: new.anonymize_ips,
+                created_at: Utc::now(),
+                settings: ProjectSettings::default(),
+            };
+            store.insert_project(&project)?;
+            Ok(project)
+        })
+        .await?;
+        self.cache.put_project(Arc::new(project.clone()));
+        Ok(project)
+    }
+
+    /// A project by id (memory first).
+    pub async fn project(&self, id: u64) -> Result<Option<Arc<Project>>, StoreError> {
+        if let Some(project) = self.cache.project(id) {
+            return Ok(Some(project));
+        }
+        let store = Arc::clone(&self.store);
+        let found = run(move || store.project(id)).await?;
+        Ok(found.map(|p| self.remember(p)))
+    }
+
+    /// A project by its public token (memory first).
+    pub async fn project_by_token(&self, token: &str) -> Result<Option<Arc<Project>>, StoreError> {
+        if let Some(project) = self.cache.project_by_token(token) {
+            return Ok(Some(project));
+        }
+        let (store, token) = (Arc::clone(&self.store), token.to_string());
+        let found = run(move || store.project_by_token(&token)).await?;
+        Ok(found.map(|p| self.remember(p)))
+    }
+
+    fn remember(&self, project: Project) -> Arc<Project> {
+        let project = Arc::new(project);
+        self.cache.put_project(Arc::clone(&project));
+        project
+    }
+
+    pub async fn update_project(
+        &self,
+        id: u64,
+        update: ProjectUpdate,
+    ) -> Result<Project, StoreError> {
+        let store = Arc::clone(&self.store);
+        let project = run(move || {
+            let mut project = store.project(id)?.ok_or_else(|| StoreError::NotFound {
+                what: format!("project {id}"),
+            })?;
+            apply_update(&mut project, update)?;
+            store.put_project(&project)?;
+            Ok(project)
+        })
+        .await?;
+        self.cache.put_project(Arc::new(project.clone()));
+        Ok(project)
+    }
+
+    /// The projects of an organization. Blocking: call it off the async threads.
+    pub fn projects_of_organization_blocking(&self, org: Uuid) -> Result<Vec<Project>, StoreError> {
+        projects_of(self.store.as_ref(), org)
+    }
+
+    pub async fn projects_of_organization(&self, org: Uuid) -> Result<Vec<Project>, StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || projects_of(store.as_ref(), org)).await
+    }
+
+    // ---- users ----
+
+    /// Creates a user with a password (hashed here; argon2 is slow on purpose).
+    pub async fn create_user(
+        &self,
+        organization_id: Uuid,
+        email: &str,
+        password: &str,
+        is_staff: bool,
+    ) -> Result<User, StoreError> {
+        let store = Arc::clone(&self.store);
+        let (email, password) = (normalize_email(email)?, password.to_string());
+        run(move || create_user(store.as_ref(), organization_id, email, &password, is_staff)).await
+    }
+
+    /// The user whose email and password match (the same work is done for an unknown email,
+    /// so timing does not tell which emails exist).
+    pub async fn verify_login(
+        &self,
+        email: &str,
+        password: &str,
+    ) -> Result<Option<User>, StoreError> {
+        let store = Arc::clone(&self.store);
+        let (email, password) = (email.trim().to_ascii_lowercase(), password.to_string());
+        run(move || {
+            let user = store.user_by_email(&email)?;
+            let hash = user
+                .as_ref()
+                .map(|u| u.password_hash.clone())
+                .unwrap_or_else(secrets::dummy_password_hash);
+            let ok = secrets::verify_password(&password, &hash);
+            Ok(user.filter(|_| ok))
+        })
+        .await
+    }
+
+    pub async fn user(&self, id: u64) -> Result<Option<User>, StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || store.user(id)).await
+    }
+
+    // ---- personal API keys ----
+
+    /// Creates a key for `creator`'s user. A key never grants more than the credential that
+    /// creates it (scopes, projects, organizations). Returns the key and its secret, which is
+    /// not stored and cannot be shown again.
+    pub async fn create_personal_api_key(
+        &self,
+        creator: &Credential,
+        new: NewPersonalApiKey,
+    ) -> Result<(PersonalApiKey, String), StoreError> {
+        let label = validate_key(&new)?;
+        let store = Arc::clone(&self.store);
+        let creator = creator.clone();
+        run(move || {
+            let projects = projects_of(store.as_ref(), creator.user.organization_id)?;
+            creator.check_delegation(&new, &projects)?;
+            mint_key(store.as_ref(), new, label)
+        })
+        .await
+    }
+
+    pub async fn personal_api_keys_of_user(
+        &self,
+        user_id: u64,
+    ) -> Result<Vec<PersonalApiKey>, StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || store.keys_of_user(user_id)).await
+    }
+
+    /// A key of `user_id` (another user's key is reported as missing).
+    pub async fn personal_api_key(
+        &self,
+        user_id: u64,
+        id: &str,
+    ) -> Result<Option<PersonalApiKey>, StoreError> {
+        let (store, id) = (Arc::clone(&self.store), id.to_string());
+        Ok(run(move || store.key(&id))
+            .await?
+            .filter(|k| k.user_id == user_id))
+    }
+
+    /// Deletes a key of `user_id`; it stops working at once. Whether it existed.
+    pub async fn delete_personal_api_key(
+        &self,
+        user_id: u64,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        let Some(key) = self.personal_api_key(user_id, id).await? else {
+            return Ok(false);
+        };
+        let store = Arc::clone(&self.store);
+        let key_id = key.id.clone();
+        run(move || store.delete_key(&key_id)).await?;
+        self.cache.forget_credential(&key.secure_value_sha256);
+        Ok(true)
+    }
+
+    /// Deletes the key whose secret leaked, whoever owns it. Whether it existed.
+    pub async fn revoke_leaked_key(&self, secret: &str) -> Result<bool, StoreError> {
+        let hash = secrets::sha256_hex(secret);
+        let (store, lookup) = (Arc::clone(&self.store), hash.clone());
+        let deleted = run(move || match store.key_by_hash(&lookup)? {
+            Some(key) => store.delete_key(&key.id).map(|k| k.is_some()),
+            None => Ok(false),
+        })
+        .await?;
+        self.cache.forget_credential(&hash);
+        Ok(deleted)
+    }
+
+    /// The credential a personal API key secret grants (memory first), or `None` when the key
+    /// is unknown. Records the key's use at most once per `last_used_resolution`.
+    pub async fn authenticate_key(
+        &self,
+        secret: &str,
+    ) -> Result<Option<Arc<Credential>>, StoreError> {
+        let hash = secrets::sha256_hex(secret);
+        let credential = match self.cached_credential(&hash, Utc::now()) {
+            Some(credential) => credential,
+            None => {
+                let (store, lookup) = (Arc::clone(&self.store), hash.clone());
+                let found = run(move || {
+                    let Some(key) = store.key_by_hash(&lookup)? else {
+                        return Ok(None);
+                    };
+                    let Some(user) = store.user(key.user_id)? else {
+                        return Ok(None);
+                    };
+                    Ok::<_, StoreError>(Credential::from_personal_api_key(key, user))
+                })
+                .await?;
+                let Some(credential) = found else {
+                    return Ok(None);
+                };
+                let credential = Arc::new(credential);
+                self.cache.put_credential(hash, Arc::clone(&credential));
+                credential
+            }
+        };
+        self.note_use(&credential);
+        Ok(Some(credential))
+    }
+
+    /// A cached credential that has not run out (an expired one is evicted).
+    pub fn cached_credential(
+        &self,
+        sha256_hex: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Arc<Credential>> {
+        let cached = self.cache.credential(sha256_hex)?;
+        if cached.expired(now) {
+            self.cache.forget_credential(sha256_hex);
+            return None;
+        }
+        Some(cached)
+    }
+
+    /// Caches a credential verified elsewhere (OAuth access tokens).
+    pub fn remember_credential(&self, sha256_hex: String, credential: Arc<Credential>) {
+        self.cache.put_credential(sha256_hex, credential);
+    }
+
+    /// Drops a revoked credential so the next request re-reads (and fails) at once.
+    pub fn forget_credential(&self, sha256_hex: &str) {
+        self.cache.forget_credential(sha256_hex);
+    }
+
+    /// Writes `last_used_at` off the request path, at most once per the configured resolution.
+    fn note_use(&self, credential: &Arc<Credential>) {
+        let CredentialSource::PersonalApiKey {
+            id,
+            sha256_hex,
+            last_used_at,
+        } = &credential.source
+        else {
+            return;
+        };
+        let resolution = chrono::Duration::from_std(self.settings.last_used_resolution)
+            .unwrap_or(chrono::Duration::hours(1));
+        let now = Utc::now();
+        if last_used_at.is_some_and(|at| now - at < resolution) {
+            return;
+        }
+        // Refresh the cached copy first so concurrent requests do not all write.
+        let mut updated = (**credential).clone();
+        updated.source = CredentialSource::PersonalApiKey {
+            id: id.clone(),
+            sha256_hex: sha256_hex.clone(),
+            last_used_at: Some(now),
+        };
+        self.cache
+            .put_credential(sha256_hex.clone(), Arc::new(updated));
+        let (store, id) = (Arc::clone(&self.store), id.clone());
+        tokio::task::spawn_blocking(move || {
+            let touched = store.key(&id).and_then(|key| match key {
+                Some(mut key) => {
+                    key.last_used_at = Some(now);
+                    store.put_key(&key)
+                }
+                None => Ok(()),
+            });
+            if let Err(err) = touched {
+                tracing::warn!(error = %err, "could not record personal API key use");
+            }
+        });
+    }
+
+    // ---- bootstrap ----
+
+    /// Creates whatever part of the default tenancy is missing (idempotent) and mints a
+    /// personal API key for the admin as `mint` says.
+    pub async fn bootstrap(&self, mint: MintKey) -> Result<Bootstrapped, StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || bootstrap(store.as_ref(), mint)).await
+    }
+
+    /// Makes everything written so far durable (shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
+        run(move || store.flush()).await
+    }
+}
+
+fn projects_of(store: &dyn MetadataStore, org: Uuid) -> Result<Vec<Project>, StoreError> {
+    Ok(store
+        .projects()?
+        .into_iter()
+        .filter(|p| p.organization_id == org)
+        .collect())
+}
+
+fn create_user(
+    store: &dyn MetadataStore,
+    organization_id: Uuid,
+    email: String,
+    password: &str,
+    is_staff: bool,
+) -> Result<User, StoreError> {
+    let user = User {
+        id: store.next_id("users")?,
+        uuid: Uuid::now_v7(),
+        first_name: email.split('@').next().unwrap_or_default().to_string(),
+        email,
+        password_hash: secrets::hash_password(password)?,
+        organization_id,
+        is_staff,
+        created_at: Utc::now(),
+    };
+    store.insert_user(&user)?;
+    Ok(user)
+}
+
+fn mint_key(
+    store: &dyn MetadataStore,
+    new: NewPersonalApiKey,
+    label: String,
+) -> Result<(PersonalApiKey, String), StoreError> {
+    let secret = secrets::new_personal_api_key();
+    let key = PersonalApiKey {
+        id: Uuid::now_v7().simple().to_string(),
+        user_id: new.user_id,
+        label,
+        secure_value_sha256: secrets::sha256_hex(&secret),
+        mask_value: secrets::mask(&secret),
+        scopes: new.scopes,
+        scoped_teams: new.scoped_teams,
+        scoped_organizations: new.scoped_organizations,
+        created_at: Utc::now(),
+        last_used_at: None,
+    };
+    store.insert_key(&key)?;
+    Ok((key, secret))
+}
+
+fn bootstrap(store: &dyn MetadataStore, mint: MintKey) -> Result<Bootstrapped, StoreError> {
+    let organization = match store
+        .organizations()?
+        .into_iter()
+        .min_by_key(|o| o.created_at)
+    {
+        Some(org) => org,
+        None => {
+            let org = Organization {
+                id: Uuid::now_v7(),
+                name: DEFAULT_ORGANIZATION.into(),
+                created_at: Utc::now(),
+                feature_flag_request_quota: None,
+            };
+            store.put_organization(&org)?;
+            org
+        }
+    };
+    let project = match projects_of(store, organization.id)?
+        .into_iter()
+        .min_by_key(|p| p.id)
+    {
+        Some(project) => project,
+        None => {
+            let project = Project {
+                id: store.next_id("projects")?,
+                uuid: Uuid::now_v7(),
+                organization_id: organization.id,
+                name: DEFAULT_PROJECT.into(),
+                api_token: secrets::new_project_token(),
+                timezone: "UTC".into(),
+                anonymize_ips: false,
+                created_at: Utc::now(),
+                settings: ProjectSettings::default(),
+            };
+            store.insert_project(&project)?;
+            project
+        }
+    };
+    let (admin, admin_password) = match store.user_by_email(ADMIN_EMAIL)? {
+        Some(user) => (user, None),
+        None => {
+            let password = secrets::new_password();
+            let user = create_user(store, organization.id, ADMIN_EMAIL.into(), &password, true)?;
+            (user, Some(password))
+        }
+    };
+    let personal_api_key = if mint == MintKey::Always || admin_password.is_some() {
+        let new = NewPersonalApiKey {
+            user_id: admin.id,
+            label: "bootstrap".into(),
+            scopes: vec!["*".into()],
+            scoped_teams: None,
+            scoped_organizations: None,
+        };
+        Some(mint_key(store, new, "bootstrap".into())?.1)
+    } else {
+        None
+    };
+    Ok(Bootstrapped {
+        project,
+        admin,
+        admin_password,
+        personal_api_key,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+//! The authorization request's rules (RFC 6749 §4.1.1, RFC 7636, RFC 8707, RFC 9700 §4.11.2).
+//!
+//! Two stages, because their errors travel differently: the client and its redirect URI are
+//! settled first ([`OAuth::authorization_client`]), and a problem with either is shown to the
+//! user, never redirected; everything else ([`OAuth::check_authorization`]) is answered by an
+//! error redirect to the validated redirect URI.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::cimd::Client;
+use super::{pkce, redirect, scopes, OAuth};
+
+/// Why a request cannot even be answered by redirect: a page with this title and detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientProblem {
+    pub title: &'static str,
+    pub detail: String,
+}
+
+/// An RFC 6749 §4.1.2.1 error, sent back to the client's redirect URI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthorizationProblem {
+    pub error: &'static str,
+    pub description: &'static str,
+}
+
+/// What a valid authorization request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    pub scopes: Vec<String>,
+    pub code_challenge: String,
+    pub resource: Option<String>,
+}
+
+fn problem(error: &'static str, description: &'static str) -> AuthorizationProblem {
+    AuthorizationProblem { error, description }
+}
+
+impl OAuth {
+    /// The requesting client and the redirect URI it registered.
+    pub async fn authorization_client(
+        &self,
+        params: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> Result<(Arc<Client>, String), ClientProblem> {
+        let Some(client_id) = params.get("client_id").filter(|c| !c.is_empty()) else {
+            return Err(ClientProblem {
+                title: "Invalid request",
+                detail: "The request has no client_id.".into(),
+            });
+        };
+        let client = self.client(client_id, now).await.map_err(|detail| {
+            tracing::info!(%client_id, error = %detail, "authorization request from an unusable client");
+            ClientProblem {
+                title: "Unknown application",
+                detail,
+            }
+        })?;
+        let Some(redirect_uri) = params.get("redirect_uri").filter(|r| !r.is_empty()) else {
+            return Err(ClientProblem {
+                title: "Invalid request",
+                detail: "The request has no redirect_uri.".into(),
+            });
+        };
+        if !redirect::matches(&client.metadata.redirect_uris, redirect_uri) {
+            return Err(ClientProblem {
+                title: "Invalid redirect",
+                detail: "The redirect_uri is not one this application registered in its metadata document.".into(),
+            });
+        }
+        Ok((client, redirect_uri.clone()))
+    }
+
+    /// The response type, PKCE, resource and `prompt` rules, and the scopes granted (never
+    /// beyond the client's ceiling).
+    pub fn check_authorization(
+        &self,
+        params: &HashMap<String, String>,
+        client: &Client,
+    ) -> Result<Authorized, AuthorizationProblem> {
+        if params.get("response_type").map(String::as_str) != Some("code") {
+            return Err(problem(
+                "unsupported_response_type",
+                "response_type must be code",
+            ));
+        }
+        let Some(challenge) = params.get("code_challenge").filter(|c| !c.is_empty()) else {
+            return Err(problem(
+                "invalid_request",
+                "code_challenge is required (PKCE with S256)",
+            ));
+        };
+        if params.get("code_challenge_method").map(String::as_str) != Some("S256") {
+            return Err(problem(
+                "invalid_request",
+                "code_challenge_method must be S256",
+            ));
+        }
+        if !pkce::challenge_well_formed(challenge) {
+            return Err(problem(
+                "invalid_request",
+                "code_challenge must be 43 base64url characters",
+            ));
+        }
+        let resource = params.get("resource").filter(|r| !r.is_empty()).cloned();
+        if resource
+            .as_deref()
+            .is_some_and(|r| !self.is_our_resource(r))
+        {
+            return Err(problem(
+                "invalid_target",
+                "resource is not served by this server",
+            ));
+        }
+        if params.get("prompt").map(String::as_str) == Some("none") {
+            return Err(problem(
+                "consent_required",
+                "this server always asks for consent",
+            ));
+        }
+        Ok(Authorized {
+            scopes: scopes::grant(
+                params.get("scope").map(String::as_str),
+                client.metadata.scope_ceiling.as_deref(),
+            ),
+            code_challenge: challenge.clone(),
+            resource,
+        })
+    }
+
+    /// Whether `resource` (RFC 8707) names something this server serves: one of its base URLs
+    /// or a path under one. Tokens are only ever issued for such resources.
+    pub fn is_our_resource(&self, resource: &str) -> bool {
+        is_under(&self.inner.resources, resource)
+    }
+}
+
+fn is_under(bases: &[url::Url], resource: &str) -> bool {
+    let Ok(url) = url::Url::parse(resource) else {
+        return false;
+    };
+    if url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return false;
+    }
+    let wanted = url.as_str().trim_end_matches('/');
+    bases.iter().any(|base| {
+        let base = base.as_str().trim_end_matches('/');
+        wanted == base
+            || wanted
+                .strip_prefix(base)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_are_our_urls_or_paths_under_them() {
+        let bases = vec![
+            url::Url::parse("http://127.0.0.1:8000").expect("url"),
+            url::Url::parse("https://eu.example.com/").expect("url"),
+        ];
+        assert!(is_under(&bases, "http://127.0.0.1:8000"));
+        assert!(is_under(&bases, "http://127.0.0.1:8000/api/projects"));
+        assert!(is_under(&bases, "https://eu.example.com"));
+        assert!(!is_under(&bases, "http://127.0.0.1:80001"));
+        assert!(!is_under(&bases, "http://127.0.0.1:8000#frag"));
+        assert!(!is_under(&bases, "http://user@127.0.0.1:8000"));
+        assert!(!is_under(&bases, "https://evil.example.com"));
+        assert!(!is_under(&bases, "not a url"));
+    }
+}
