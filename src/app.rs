@@ -173,13 +173,12 @@ fn maintain_surveys(state: &web::Data<AppState>) {
     });
 }
 
-/// Asks for a clean shutdown when a critical component fails (the WAL cannot be written).
+/// Asks for a clean shutdown when a critical component fails (the WAL cannot be written, the
+/// materializer or the execution-log writer stopped).
 fn watch_critical_components(state: &web::Data<AppState>) {
     every_second(state, |state| async move {
-        if state.engine.ingest.has_failed() {
-            state
-                .lifecycle
-                .request_shutdown("the write-ahead log failed");
+        if let Some(reason) = state.engine.failed_component() {
+            state.lifecycle.request_shutdown(reason);
             return false;
         }
         true

@@ -223,6 +223,7 @@ impl ApiError {
                 | IngestError::Wal(_)
                 | IngestError::Segment(_)
                 | IngestError::Store(_)
+                | IngestError::Encode(_)
                 | IngestError::ActorGone => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
@@ -366,6 +367,7 @@ impl From<EndpointError> for ApiError {
                 extra,
             },
             EndpointError::NotFound => ApiError::not_found("Endpoint"),
+            EndpointError::MissingVariable { id } => ApiError::not_found(format!("Variable {id}")),
             EndpointError::Throttled { retry_after_secs } => {
                 ApiError::RateLimited { retry_after_secs }
             }

@@ -1,10 +1,15 @@
-//! The Prometheus registry `/metrics` serves.
+//! What `/metrics` serves: the HTTP layer's Prometheus registry, followed by the engine's
+//! per-component series, read from [`EngineStats`] at scrape time (the engine keeps plain
+//! counters and registers nothing itself).
 
+use std::fmt::Write;
+
+use corvid_actors::engine::EngineStats;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-/// Prometheus metrics of the HTTP layer. Actors register their own in the same registry.
+/// Prometheus metrics of the HTTP layer.
 pub struct Metrics {
     pub registry: Registry,
     pub(crate) http_requests: IntCounterVec,
@@ -47,6 +52,142 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// The engine's series in Prometheus' text format (names prefixed `corvid_`).
+pub fn render_engine(stats: &EngineStats) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(
+            out,
+            "# HELP corvid_{name} {help}\n# TYPE corvid_{name} {kind}"
+        );
+        for (labels, value) in samples {
+            let _ = writeln!(out, "corvid_{name}{labels} {value}");
+        }
+    };
+    let plain = |v: f64| vec![(String::new(), v)];
+    family(
+        "ingest_pending_events",
+        "gauge",
+        "Events accepted but not yet written to a segment (the ingest queue).",
+        &plain(stats.pending_events as f64),
+    );
+    let lag: Vec<(String, f64)> = stats
+        .shards
+        .iter()
+        .map(|s| {
+            let behind = stats.wal_last_seq.saturating_sub(s.processed_seq);
+            (format!("{{shard=\"{}\"}}", s.shard), behind as f64)
+        })
+        .collect();
+    family(
+        "ingest_shard_lag_records",
+        "gauge",
+        "WAL records a shard has not processed yet.",
+        &lag,
+    );
+    let buffered: Vec<(String, f64)> = stats
+        .shards
+        .iter()
+        .map(|s| (format!("{{shard=\"{}\"}}", s.shard), s.buffered_rows as f64))
+        .collect();
+    family(
+        "ingest_shard_buffered_events",
+        "gauge",
+        "Events a shard holds in memory until its next segment flush.",
+        &buffered,
+    );
+    let h = &stats.wal_fsync;
+    let mut buckets: Vec<(String, f64)> = h
+        .buckets
+        .iter()
+        .map(|(le, n)| (format!("_bucket{{le=\"{le}\"}}"), *n as f64))
+        .collect();
+    buckets.push(("_bucket{le=\"+Inf\"}".into(), h.count as f64));
+    buckets.push(("_sum".into(), h.sum_seconds));
+    buckets.push(("_count".into(), h.count as f64));
+    family(
+        "wal_fsync_duration_seconds",
+        "histogram",
+        "Time of each write-ahead-log group sync.",
+        &buckets,
+    );
+    let flags: Vec<(String, f64)> = stats
+        .flag_snapshots
+        .iter()
+        .map(|(project, version)| (format!("{{project=\"{project}\"}}"), *version as f64))
+        .collect();
+    family(
+        "flag_snapshot_version",
+        "gauge",
+        "Version of a project's in-memory flag snapshot (up by one per rebuild).",
+        &flags,
+    );
+    let m = stats.endpoints.materializer;
+    family(
+        "materializer_up",
+        "gauge",
+        "1 while the materializer actor runs.",
+        &plain(f64::from(u8::from(m.is_some()))),
+    );
+    if let Some(m) = m {
+        family(
+            "materializer_lag_seconds",
+            "gauge",
+            "How long the most overdue materialized version has waited, at the last scan.",
+            &plain(m.lag_seconds),
+        );
+        family(
+            "materializer_due_versions",
+            "gauge",
+            "Versions due for materialization at the last scan.",
+            &plain(m.due as f64),
+        );
+        family(
+            "materializer_running_jobs",
+            "gauge",
+            "Materializations running now.",
+            &plain(m.running as f64),
+        );
+        family(
+            "materializer_jobs_total",
+            "counter",
+            "Finished materializations by outcome.",
+            &[
+                ("{outcome=\"completed\"}".into(), m.completed as f64),
+                ("{outcome=\"failed\"}".into(), m.failed as f64),
+            ],
+        );
+    }
+    let log = stats.endpoints.log;
+    family(
+        "execution_log_writer_up",
+        "gauge",
+        "1 while the execution-log actor and its writer thread run.",
+        &plain(f64::from(u8::from(log.is_some_and(|l| l.writer_alive)))),
+    );
+    if let Some(l) = log {
+        family(
+            "execution_log_queue_entries",
+            "gauge",
+            "Execution-log entries recorded but not yet written.",
+            &plain(l.queued as f64),
+        );
+        family(
+            "execution_log_entries_written_total",
+            "counter",
+            "Execution-log entries written.",
+            &plain(l.written as f64),
+        );
+        family(
+            "execution_log_write_failures_total",
+            "counter",
+            "Execution-log batches that could not be written.",
+            &plain(l.write_failures as f64),
+        );
+    }
+    out
 }
 
 impl Default for Metrics {

@@ -451,3 +451,35 @@ fn metrics_count_requests_per_route() {
     );
     assert!(text.contains("corvid_http_request_duration_seconds_bucket"));
 }
+
+#[test]
+fn metrics_show_every_engine_component() {
+    let server = TestServer::new();
+    let res = server.capture_batch(&[serde_json::json!({"event": "e", "distinct_id": "u1"})]);
+    assert_eq!(res.status(), 200);
+    let flag =
+        serde_json::json!({"key": "beta", "filters": {"groups": [{"rollout_percentage": 100}]}});
+    server.admin_post("/api/projects/1/feature_flags", &flag, 201);
+    let text = server.metrics();
+    for series in [
+        "corvid_ingest_pending_events ",
+        "corvid_ingest_shard_lag_records{shard=\"0\"} ",
+        "corvid_ingest_shard_buffered_events{shard=\"0\"} ",
+        "corvid_wal_fsync_duration_seconds_bucket{le=\"+Inf\"} ",
+        "corvid_wal_fsync_duration_seconds_count ",
+        "corvid_flag_snapshot_version{project=\"1\"} ",
+        "corvid_materializer_up 1",
+        "corvid_materializer_lag_seconds ",
+        "corvid_materializer_jobs_total{outcome=\"failed\"} ",
+        "corvid_execution_log_writer_up 1",
+        "corvid_execution_log_queue_entries ",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    let syncs: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("corvid_wal_fsync_duration_seconds_count "))
+        .and_then(|v| v.parse().ok())
+        .expect("a sync count");
+    assert!(syncs >= 1.0, "the capture was synced: {syncs}");
+}

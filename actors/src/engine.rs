@@ -7,15 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::early_access::EarlyAccess;
+use crate::endpoints::logs::SledExecutionLog;
 use crate::endpoints::materialize::storage::ResultStorage;
-use crate::endpoints::{EndpointSettings, Endpoints};
+use crate::endpoints::store::SledEndpoints;
+use crate::endpoints::{EndpointSettings, EndpointStats, Endpoints};
 use crate::experiments::Experiments;
 use crate::flags::geoip::GeoIp;
 use crate::flags::store::FlagStore;
 use crate::flags::{Flags, FlagsSettings};
 use crate::ingest::catalog::{DirCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
-use crate::ingest::{Ingest, IngestConfig, IngestError};
+use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
+use crate::kernel::histogram::HistogramSnapshot;
 use crate::kernel::{SledRecords, StoreError};
 use crate::meta::{SledMetadata, Tenancy, TenancySettings};
 use crate::oauth::{OAuth, OAuthSettings, SledGrants};
@@ -59,6 +62,20 @@ pub enum EngineError {
     GeoIp(#[from] crate::flags::geoip::GeoIpError),
     #[error("cannot start the OAuth server: {0}")]
     OAuth(String),
+}
+
+/// Every component's statistics at one moment, for `/metrics`.
+#[derive(Debug, Clone)]
+pub struct EngineStats {
+    /// Events accepted but not yet in a segment (the ingest queue).
+    pub pending_events: usize,
+    pub wal_fsync: HistogramSnapshot,
+    /// The newest WAL sequence number; a shard's lag is this minus its `processed_seq`.
+    pub wal_last_seq: u64,
+    pub shards: Vec<ShardStats>,
+    /// `(project, flag snapshot version)`.
+    pub flag_snapshots: Vec<(u64, u64)>,
+    pub endpoints: EndpointStats,
 }
 
 /// The engine's facades and the handles that stop it.
@@ -130,7 +147,8 @@ impl Engine {
             ),
         )?);
         let endpoints = Arc::new(Endpoints::start(
-            &db,
+            Arc::new(SledEndpoints::open(&db)?),
+            Arc::new(SledExecutionLog::open(&db)?),
             tenancy.clone(),
             Arc::clone(&query),
             settings.results.clone(),
@@ -183,6 +201,28 @@ impl Engine {
             experiments,
             compactor_stop,
         })
+    }
+
+    /// Every component's statistics.
+    pub async fn stats(&self) -> Result<EngineStats, IngestError> {
+        let wal = self.ingest.wal_stats();
+        Ok(EngineStats {
+            pending_events: self.ingest.pending_events(),
+            wal_fsync: wal.fsync.snapshot(),
+            wal_last_seq: wal.last_seq.load(Ordering::Relaxed),
+            shards: self.ingest.stats().await?,
+            flag_snapshots: self.flags.snapshot_versions(),
+            endpoints: self.endpoints.stats().await,
+        })
+    }
+
+    /// Why the engine can no longer keep its promises, if it cannot: the WAL failed, or an
+    /// actor that acknowledged work depends on stopped. The service shuts down on it.
+    pub fn failed_component(&self) -> Option<&'static str> {
+        if self.ingest.has_failed() {
+            return Some("the write-ahead log failed");
+        }
+        self.endpoints.failed_component()
     }
 
     /// Stops cleanly, after the HTTP server stopped answering: the last execution-log

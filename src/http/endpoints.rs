@@ -5,14 +5,12 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Utc};
-use corvid_actors::endpoints::logs::{Level, LogQuery};
-use corvid_actors::endpoints::materialize::table::parse_time_text;
-use corvid_actors::endpoints::model::{Endpoint, EndpointVersion};
-use corvid_actors::endpoints::{crud, openapi, Caller, EndpointError};
+use corvid_actors::endpoints::{
+    endpoint_json, materialization_json, parse_version, pick_version, version_json, Caller,
+    LogQuery, UpdateOutcome,
+};
 use corvid_actors::meta::{Credential, CredentialSource};
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use super::project_route;
 use super::query::project_timezone;
@@ -52,38 +50,9 @@ fn query_map(req: &HttpRequest) -> HashMap<String, String> {
 
 /// `?version=N` as a number, or the PostHog error for a bad one.
 fn version_param(req: &HttpRequest) -> Result<Option<u32>, ApiError> {
-    match query_map(req).get("version") {
-        None => Ok(None),
-        Some(v) => v.trim().parse::<u32>().map(Some).map_err(|_| {
-            ApiError::from(EndpointError::plain(
-                400,
-                format!("Invalid version parameter: {v}"),
-            ))
-        }),
-    }
-}
-
-/// Version `n` of `endpoint`, or its newest when `n` is `None`.
-fn pick_version(endpoint: &Endpoint, n: Option<u32>) -> Result<&EndpointVersion, ApiError> {
-    let found = match n {
-        Some(n) => endpoint
-            .version(n)
-            .ok_or_else(|| EndpointError::plain(404, format!("Version {n} not found"))),
-        None => endpoint
-            .latest()
-            .ok_or_else(|| EndpointError::plain(404, "No version found for this endpoint")),
-    };
-    Ok(found?)
-}
-
-async fn load(state: &AppState, project_id: u64, name: &str) -> Result<Endpoint, ApiError> {
-    state
-        .engine
-        .endpoints
-        .load(project_id, name)
-        .await?
-        .map(|e| (*e).clone())
-        .ok_or_else(|| ApiError::not_found("Endpoint"))
+    Ok(parse_version(
+        query_map(req).get("version").map(String::as_str),
+    )?)
 }
 
 async fn json_body(
@@ -112,13 +81,10 @@ async fn list(
     let filter_active = query_map(&req)
         .get("is_active")
         .map(|v| v == "true" || v == "1");
-    let all = state
-        .endpoint_store(move |store| store.endpoints(project))
-        .await?;
+    let all = state.engine.endpoints.list(project, filter_active).await?;
     let results: Vec<Value> = all
         .iter()
-        .filter(|e| filter_active.is_none_or(|a| e.is_active == a))
-        .map(|e| crud::endpoint_json(e, &state.public_url, None))
+        .map(|e| endpoint_json(e, &state.public_url, None))
         .collect();
     Ok(HttpResponse::Ok()
         .json(json!({"count": results.len(), "next": null, "previous": null, "results": results})))
@@ -133,21 +99,13 @@ async fn create(
     let body = json_body(&req, payload, &state)
         .await?
         .ok_or_else(|| ApiError::validation("Request body is empty; expected JSON.", None))?;
-    let request = crud::parse_request(body)?;
-    let project = access.project.id;
     let created_by = Some(access.credential.user.email.clone());
     let endpoint = state
-        .endpoint_store(move |store| -> Result<Endpoint, EndpointError> {
-            let variables = store.variables(project)?;
-            let endpoint = crud::create(project, request, &variables, created_by)?;
-            store.create(&endpoint)?;
-            Ok(endpoint)
-        })
+        .engine
+        .endpoints
+        .create(access.project.id, body, created_by)
         .await?;
-    if endpoint.versions.iter().any(|v| v.is_materialized()) {
-        state.engine.endpoints.kick_materializer();
-    }
-    Ok(HttpResponse::Created().json(crud::endpoint_json(&endpoint, &state.public_url, None)))
+    Ok(HttpResponse::Created().json(endpoint_json(&endpoint, &state.public_url, None)))
 }
 
 async fn get(
@@ -157,15 +115,17 @@ async fn get(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let endpoint = load(&state, access.project.id, &name).await?;
+    let endpoint = state
+        .engine
+        .endpoints
+        .endpoint(access.project.id, &name)
+        .await?;
     match version_param(&req)? {
         Some(n) => {
             let v = pick_version(&endpoint, Some(n))?;
-            Ok(HttpResponse::Ok().json(crud::version_json(&endpoint, v, &state.public_url)))
+            Ok(HttpResponse::Ok().json(version_json(&endpoint, v, &state.public_url)))
         }
-        None => {
-            Ok(HttpResponse::Ok().json(crud::endpoint_json(&endpoint, &state.public_url, None)))
-        }
+        None => Ok(HttpResponse::Ok().json(endpoint_json(&endpoint, &state.public_url, None))),
     }
 }
 
@@ -179,32 +139,19 @@ async fn update(
     let (_, name) = path.into_inner();
     let target = version_param(&req)?;
     let body = json_body(&req, payload, &state).await?.unwrap_or(json!({}));
-    let request = crud::parse_request(body)?;
-    let project = access.project.id;
-    if request.deleted == Some(true) {
-        let deleted = state
-            .endpoint_store(move |store| store.delete(project, &name))
-            .await?;
-        let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-        state.engine.endpoints.forget(deleted.id);
-        return Ok(HttpResponse::Ok().json(json!({"success": true})));
-    }
-    let updated = state
-        .endpoint_store(move |store| {
-            let variables = store.variables(project)?;
-            store.update(project, &name, |e| {
-                crud::update(e, request, target, &variables)
-            })
-        })
+    let outcome = state
+        .engine
+        .endpoints
+        .update(access.project.id, &name, body, target)
         .await?;
-    let (endpoint, outcome) = updated.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-    state.engine.endpoints.forget(endpoint.id);
-    if outcome.kick_materializer {
-        state.engine.endpoints.kick_materializer();
-    }
-    let body = match outcome.version.and_then(|n| endpoint.version(n)) {
-        Some(v) => crud::version_json(&endpoint, v, &state.public_url),
-        None => crud::endpoint_json(&endpoint, &state.public_url, None),
+    let body = match outcome {
+        UpdateOutcome::Deleted => json!({"success": true}),
+        UpdateOutcome::Changed { endpoint, version } => {
+            match version.and_then(|n| endpoint.version(n)) {
+                Some(v) => version_json(&endpoint, v, &state.public_url),
+                None => endpoint_json(&endpoint, &state.public_url, None),
+            }
+        }
     };
     Ok(HttpResponse::Ok().json(body))
 }
@@ -215,12 +162,11 @@ async fn delete(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let project = access.project.id;
-    let deleted = state
-        .endpoint_store(move |store| store.delete(project, &name))
+    state
+        .engine
+        .endpoints
+        .delete(access.project.id, &name)
         .await?;
-    let deleted = deleted.ok_or_else(|| ApiError::not_found("Endpoint"))?;
-    state.engine.endpoints.forget(deleted.id);
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -230,11 +176,15 @@ async fn versions(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let endpoint = load(&state, access.project.id, &name).await?;
+    let endpoint = state
+        .engine
+        .endpoints
+        .endpoint(access.project.id, &name)
+        .await?;
     let mut results: Vec<Value> = endpoint
         .versions
         .iter()
-        .map(|v| crud::version_json(&endpoint, v, &state.public_url))
+        .map(|v| version_json(&endpoint, v, &state.public_url))
         .collect();
     results.reverse();
     Ok(HttpResponse::Ok()
@@ -248,9 +198,13 @@ async fn materialization_status(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let endpoint = load(&state, access.project.id, &name).await?;
+    let endpoint = state
+        .engine
+        .endpoints
+        .endpoint(access.project.id, &name)
+        .await?;
     let v = pick_version(&endpoint, version_param(&req)?)?;
-    Ok(HttpResponse::Ok().json(crud::materialization_json(v)))
+    Ok(HttpResponse::Ok().json(materialization_json(v)))
 }
 
 /// The rate-limit bucket of a credential (the "per-key" limit).
@@ -293,24 +247,13 @@ async fn spec(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let project = access.project.id;
-    let endpoint = load(&state, project, &name).await?;
+    let endpoints = &state.engine.endpoints;
+    let endpoint = endpoints.endpoint(access.project.id, &name).await?;
     let version = pick_version(&endpoint, version_param(&req)?)?;
-    let variables = state
-        .endpoint_store(move |store| store.variables(project))
+    let document = endpoints
+        .openapi(&endpoint, version, &state.public_url)
         .await?;
-    Ok(HttpResponse::Ok().json(openapi::document(
-        &endpoint,
-        version,
-        &variables,
-        &state.public_url,
-    )))
-}
-
-fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
-    parse_time_text(v).map(|t| t.and_utc()).ok_or_else(|| {
-        ApiError::validation(format!("Invalid datetime for {name}: {v}"), Some(name))
-    })
+    Ok(HttpResponse::Ok().json(document))
 }
 
 async fn logs(
@@ -321,48 +264,12 @@ async fn logs(
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
     let project = access.project.id;
-    let endpoint = load(&state, project, &name).await?;
+    let endpoint = state.engine.endpoints.endpoint(project, &name).await?;
     let pairs: Vec<(String, String)> =
         web::Query::<Vec<(String, String)>>::from_query(req.query_string())
             .map(|q| q.into_inner())
             .unwrap_or_default();
-    let mut q = LogQuery {
-        limit: 50,
-        ..LogQuery::default()
-    };
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "level" => {
-                for part in v.split(',').filter(|p| !p.trim().is_empty()) {
-                    let level = Level::parse(part).ok_or_else(|| {
-                        ApiError::validation(
-                            format!("Unknown level '{part}': use INFO or ERROR."),
-                            Some("level"),
-                        )
-                    })?;
-                    q.levels.push(level);
-                }
-            }
-            "search" => q.search = Some(v.clone()).filter(|s| !s.is_empty()),
-            "limit" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=500).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::validation("limit must be between 1 and 500.", Some("limit"))
-                    })?
-            }
-            "after" => q.after = Some(parse_time("after", v)?),
-            "before" => q.before = Some(parse_time("before", v)?),
-            "instance_id" => {
-                q.instance_id = Some(Uuid::parse_str(v).map_err(|_| {
-                    ApiError::validation("instance_id must be a UUID.", Some("instance_id"))
-                })?)
-            }
-            _ => {}
-        }
-    }
+    let q = LogQuery::from_params(&pairs)?;
     let entries = state.engine.endpoints.logs(project, endpoint.id, q).await?;
     let results: Vec<Value> = entries
         .iter()

@@ -6,6 +6,7 @@ use serde_json::json;
 use crate::auth::scope::ProjectRead;
 use crate::auth::Authed;
 use crate::error::ApiError;
+use crate::metrics::render_engine;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -46,8 +47,15 @@ async fn readiness(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
+/// The HTTP layer's series, then the engine's (left out, with a warning, if the ingest
+/// shards cannot answer).
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let mut body = state.metrics.render();
+    match state.engine.stats().await {
+        Ok(stats) => body.push_str(&render_engine(&stats)),
+        Err(err) => tracing::warn!(error = %err, "engine statistics unavailable for /metrics"),
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(body)
 }

@@ -9,6 +9,9 @@ use crate::query::QueryError;
 
 #[derive(Debug, Error)]
 pub enum EndpointError {
+    /// 404 for a missing insight variable.
+    #[error("Variable {id} not found.")]
+    MissingVariable { id: String },
     /// A field-level validation error: 400 `{type: "validation_error", detail, attr}`.
     #[error("{detail}")]
     Invalid {
@@ -59,7 +62,7 @@ impl EndpointError {
             EndpointError::Invalid { .. } | EndpointError::Plain { .. } => {
                 "validation_error".into()
             }
-            EndpointError::NotFound => "not_found".into(),
+            EndpointError::NotFound | EndpointError::MissingVariable { .. } => "not_found".into(),
             EndpointError::Throttled { .. } => "throttled".into(),
             EndpointError::Query(q) => q.code().into(),
             EndpointError::Store(_) => "StoreError".into(),

@@ -8,6 +8,7 @@
 //! - [`materialize`]: eligibility, the materializer actor and Arrow IPC results.
 //! - [`openapi`]: the per-endpoint OpenAPI document.
 
+mod admin;
 pub mod cache;
 pub mod crud;
 pub mod error;
@@ -16,9 +17,11 @@ pub mod materialize;
 pub mod model;
 pub mod openapi;
 pub mod request;
+mod sled_store;
 pub mod store;
 pub mod throttle;
 pub mod validate;
+mod variables;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,13 +33,21 @@ use chrono_tz::Tz;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+pub use admin::{parse_version, pick_version, UpdateOutcome};
+pub use crud::{endpoint_json, materialization_json, version_json};
 pub use error::EndpointError;
-use logs::{ExecutionLogHandle, Level, LogEntry, LogQuery, LogReader};
+use logs::{ExecutionLogHandle, ExecutionLogStore};
+pub use logs::{Level, LogEntry, LogQuery, LogStats};
+pub use materialize::storage::{ResultStorage, S3Settings};
+pub use materialize::MaterializerStats;
 use materialize::{Kick, Loaded, Materializer, Results};
-use model::{Endpoint, EndpointVersion, MaterializationStatus};
+use model::MaterializationStatus;
+pub use model::{Endpoint, EndpointVersion, InsightVariable, VariableType};
 use request::{Refresh, RunRequest};
 use store::EndpointStore;
-use throttle::{Rates, Throttle};
+pub use throttle::Rates;
+use throttle::Throttle;
+pub use variables::VariableChanges;
 
 use crate::meta::{StoreError, Tenancy};
 use crate::query::hogql::{Page, RowLimits};
@@ -60,6 +71,13 @@ pub struct EndpointSettings {
     pub materialized_rates: Rates,
 }
 
+/// The endpoint actors' statistics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EndpointStats {
+    pub materializer: Option<MaterializerStats>,
+    pub log: Option<LogStats>,
+}
+
 /// Who is running an endpoint, in which project.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -76,7 +94,7 @@ pub struct Endpoints {
     cache: cache::ResultsCache,
     throttle: Throttle,
     log: ExecutionLogHandle,
-    log_reader: LogReader,
+    log_store: Arc<dyn ExecutionLogStore>,
     materializer: Addr<Materializer>,
 }
 
@@ -91,13 +109,14 @@ impl Endpoints {
     /// Opens the stores and starts the execution-log and materializer actors in the current
     /// actix system.
     pub fn start(
-        db: &sled::Db,
+        records: Arc<dyn store::EndpointRecords>,
+        log_store: Arc<dyn ExecutionLogStore>,
         tenancy: Tenancy,
         engine: Arc<QueryEngine>,
         storage: materialize::storage::ResultStorage,
         settings: EndpointSettings,
     ) -> Result<Endpoints, StoreError> {
-        let store = Arc::new(EndpointStore::open(db)?);
+        let store = Arc::new(EndpointStore::new(records));
         let results = Arc::new(Results::new(storage, settings.materialize_max_rows));
         let materializer = Materializer::new(
             Arc::clone(&store),
@@ -114,10 +133,35 @@ impl Endpoints {
             results,
             cache: cache::ResultsCache::new(settings.cache_entries),
             throttle: Throttle::new(settings.inline_rates, settings.materialized_rates),
-            log: ExecutionLogHandle::start(db, settings.log_retention)?,
-            log_reader: LogReader::open(db)?,
+            log: ExecutionLogHandle::start(Arc::clone(&log_store), settings.log_retention)?,
+            log_store,
             materializer,
         })
+    }
+
+    /// What the materializer and the execution log are doing; `None` for an actor that is not
+    /// running.
+    pub async fn stats(&self) -> EndpointStats {
+        EndpointStats {
+            materializer: self
+                .materializer
+                .send(materialize::GetMaterializerStats)
+                .await
+                .ok(),
+            log: self.log.addr.send(logs::GetLogStats).await.ok(),
+        }
+    }
+
+    /// The first of the endpoint actors that stopped, if any: the process must not run on
+    /// without it (runs would go unlogged, materialized results stale).
+    pub fn failed_component(&self) -> Option<&'static str> {
+        if !self.materializer.connected() {
+            Some("the materializer stopped")
+        } else if !self.log.alive() {
+            Some("the execution-log writer stopped")
+        } else {
+            None
+        }
     }
 
     /// Asks the materializer to look for due work now.
@@ -160,8 +204,8 @@ impl Endpoints {
         endpoint_id: Uuid,
         query: LogQuery,
     ) -> Result<Vec<LogEntry>, EndpointError> {
-        let reader = self.log_reader.clone();
-        tokio::task::spawn_blocking(move || reader.search(project_id, endpoint_id, &query))
+        let store = Arc::clone(&self.log_store);
+        tokio::task::spawn_blocking(move || store.search(project_id, endpoint_id, &query))
             .await
             .map_err(|e| EndpointError::Storage(e.to_string()))?
             .map_err(EndpointError::from)

@@ -1,111 +1,100 @@
-//! Endpoints and insight variables in sled. An endpoint is one record (with its versions) keyed
-//! by project and name, so a lookup by name is one read; writes go through one lock so that
-//! read-modify-write updates (API edits, materializer status) never lose each other.
+//! Where endpoints (each with its versions) and insight variables live.
+//!
+//! [`EndpointRecords`] is the storage trait ([`SledEndpoints`] in the embedded default; every
+//! implementation passes [`contract::suite`]). [`EndpointStore`] is what the domain uses: the
+//! records plus the in-memory copy of endpoints that runs read without I/O.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use dashmap::DashMap;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use crate::kernel::codec::{decode, encode, scan_prefix, u64_key};
 use crate::kernel::StoreError;
 
-const ENDPOINTS: &str = "endpoints";
-const DELETED: &str = "endpoints_deleted";
-const VARIABLES: &str = "insight_variables";
+pub use super::sled_store::SledEndpoints;
 
+/// Endpoints and insight variables, by project. Writes are durable when they return.
+pub trait EndpointRecords: Send + Sync {
+    /// A project's endpoints, by name.
+    fn endpoints(&self, project_id: u64) -> Result<Vec<Endpoint>, StoreError>;
+    /// Every endpoint of every project (the materializer's schedule scan).
+    fn all_endpoints(&self) -> Result<Vec<Endpoint>, StoreError>;
+    fn endpoint(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError>;
+    /// Stores a new endpoint: `Invalid` (attr `name`) when its name is taken in its project.
+    fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
+    /// Read-modify-write of one endpoint: `change` is called exactly once, while no other
+    /// writer can change the record, and says whether to write. The record as it now is, or
+    /// `None` when there is no such endpoint.
+    fn update(
+        &self,
+        project_id: u64,
+        name: &str,
+        change: &mut dyn FnMut(&mut Endpoint) -> bool,
+    ) -> Result<Option<Endpoint>, StoreError>;
+    /// Soft delete: the record is kept aside by id and the name becomes free.
+    fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError>;
+
+    /// A project's variables, oldest first.
+    fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError>;
+    fn variable(&self, project_id: u64, id: Uuid) -> Result<Option<InsightVariable>, StoreError>;
+    /// Creates or replaces a variable: `Invalid` (attr `code_name`) when another variable of
+    /// the project has its code name.
+    fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError>;
+    /// Whether it existed.
+    fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError>;
+}
+
+/// The domain's view of the records: every write goes through here and refreshes the
+/// in-memory copy that runs read.
 pub struct EndpointStore {
-    endpoints: sled::Tree,
-    /// Soft-deleted endpoints by id: kept for audit, invisible to the API, name free for reuse.
-    deleted: sled::Tree,
-    variables: sled::Tree,
-    write: Mutex<()>,
-    /// Endpoints read since start, by key: runs look endpoints up without touching sled.
-    /// Every write goes through this store and refreshes the entry.
-    cached: DashMap<Vec<u8>, Arc<Endpoint>>,
-}
-
-fn endpoint_key(project_id: u64, name: &str) -> Vec<u8> {
-    let mut k = u64_key(project_id).to_vec();
-    k.extend_from_slice(name.as_bytes());
-    k
-}
-
-fn variable_key(project_id: u64, id: Uuid) -> Vec<u8> {
-    let mut k = u64_key(project_id).to_vec();
-    k.extend_from_slice(id.as_bytes());
-    k
+    records: Arc<dyn EndpointRecords>,
+    /// Endpoints read since start, by project and name.
+    cached: DashMap<(u64, String), Arc<Endpoint>>,
 }
 
 impl EndpointStore {
-    pub fn open(db: &sled::Db) -> Result<EndpointStore, StoreError> {
-        Ok(EndpointStore {
-            endpoints: db.open_tree(ENDPOINTS)?,
-            deleted: db.open_tree(DELETED)?,
-            variables: db.open_tree(VARIABLES)?,
-            write: Mutex::new(()),
+    pub fn new(records: Arc<dyn EndpointRecords>) -> EndpointStore {
+        EndpointStore {
+            records,
             cached: DashMap::new(),
-        })
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        // The guarded data is `()`: a panic while holding it cannot leave anything half-done.
-        self.write.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A project's endpoints, by name.
     pub fn endpoints(&self, project_id: u64) -> Result<Vec<Endpoint>, StoreError> {
-        scan_prefix(&self.endpoints, ENDPOINTS, u64_key(project_id))
+        self.records.endpoints(project_id)
     }
 
-    /// Every endpoint of every project (the materializer's schedule scan).
     pub fn all_endpoints(&self) -> Result<Vec<Endpoint>, StoreError> {
-        scan_prefix(&self.endpoints, ENDPOINTS, [])
+        self.records.all_endpoints()
     }
 
     /// The endpoint if it is in memory already (no I/O): the run path's fast lookup.
     pub fn cached(&self, project_id: u64, name: &str) -> Option<Arc<Endpoint>> {
         self.cached
-            .get(&endpoint_key(project_id, name))
+            .get(&(project_id, name.to_string()))
             .map(|e| Arc::clone(e.value()))
     }
 
-    /// The endpoint, from memory or sled (then remembered).
+    /// The endpoint, from memory or storage (then remembered).
     pub fn load(&self, project_id: u64, name: &str) -> Result<Option<Arc<Endpoint>>, StoreError> {
         if let Some(hit) = self.cached(project_id, name) {
             return Ok(Some(hit));
         }
-        let _guard = self.lock();
-        let found = self.endpoint(project_id, name)?.map(Arc::new);
+        let found = self.records.endpoint(project_id, name)?.map(Arc::new);
         if let Some(e) = &found {
             self.cached
-                .insert(endpoint_key(project_id, name), Arc::clone(e));
+                .insert((project_id, name.to_string()), Arc::clone(e));
         }
         Ok(found)
     }
 
-    pub fn endpoint(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
-        let key = endpoint_key(project_id, name);
-        self.endpoints
-            .get(&key)?
-            .map(|v| decode(ENDPOINTS, &key, &v))
-            .transpose()
-    }
-
-    /// Stores a new endpoint; its name must be free in its project.
     pub fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        let _guard = self.lock();
-        let key = endpoint_key(endpoint.project_id, &endpoint.name);
-        if self.endpoints.contains_key(&key)? {
-            return Err(StoreError::Invalid {
-                detail: format!("An endpoint named '{}' already exists.", endpoint.name),
-                attr: Some("name"),
-            });
-        }
-        self.endpoints.insert(key.clone(), encode(endpoint))?;
-        self.endpoints.flush()?;
-        self.cached.insert(key, Arc::new(endpoint.clone()));
+        self.records.create(endpoint)?;
+        self.cached.insert(
+            (endpoint.project_id, endpoint.name.clone()),
+            Arc::new(endpoint.clone()),
+        );
         Ok(())
     }
 
@@ -120,18 +109,27 @@ impl EndpointStore {
     where
         E: From<StoreError>,
     {
-        let _guard = self.lock();
-        let Some(mut endpoint) = self.endpoint(project_id, name)? else {
+        let mut change = Some(change);
+        let mut outcome = None;
+        let stored = self.records.update(project_id, name, &mut |e| {
+            let Some(change) = change.take() else {
+                return false;
+            };
+            let result = change(e);
+            let write = result.is_ok();
+            outcome = Some(result);
+            write
+        })?;
+        let Some(endpoint) = stored else {
             return Ok(None);
         };
-        let out = change(&mut endpoint)?;
-        let key = endpoint_key(project_id, name);
-        self.endpoints
-            .insert(key.clone(), encode(&endpoint))
-            .map_err(StoreError::from)?;
-        self.endpoints.flush().map_err(StoreError::from)?;
-        self.cached.insert(key, Arc::new(endpoint.clone()));
-        Ok(Some((endpoint, out)))
+        let value = match outcome {
+            Some(result) => result?,
+            None => return Ok(None),
+        };
+        self.cached
+            .insert((project_id, name.to_string()), Arc::new(endpoint.clone()));
+        Ok(Some((endpoint, value)))
     }
 
     /// Like [`EndpointStore::update`], but only when the endpoint still has `id` (it may have
@@ -154,25 +152,13 @@ impl EndpointStore {
         Ok(done.is_some_and(|(_, d)| d))
     }
 
-    /// Soft delete: the record moves aside and the name becomes free.
     pub fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
-        let _guard = self.lock();
-        let key = endpoint_key(project_id, name);
-        self.cached.remove(&key);
-        let Some(bytes) = self.endpoints.remove(&key)? else {
-            return Ok(None);
-        };
-        let endpoint: Endpoint = decode(ENDPOINTS, &key, &bytes)?;
-        self.deleted.insert(endpoint.id.as_bytes(), bytes)?;
-        self.endpoints.flush()?;
-        Ok(Some(endpoint))
+        self.cached.remove(&(project_id, name.to_string()));
+        self.records.delete(project_id, name)
     }
 
     pub fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError> {
-        let mut out: Vec<InsightVariable> =
-            scan_prefix(&self.variables, VARIABLES, u64_key(project_id))?;
-        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        Ok(out)
+        self.records.variables(project_id)
     }
 
     pub fn variable(
@@ -180,44 +166,180 @@ impl EndpointStore {
         project_id: u64,
         id: Uuid,
     ) -> Result<Option<InsightVariable>, StoreError> {
-        let key = variable_key(project_id, id);
-        self.variables
-            .get(&key)?
-            .map(|v| decode(VARIABLES, &key, &v))
-            .transpose()
+        self.records.variable(project_id, id)
     }
 
-    /// Creates or replaces a variable; its code name must be unique in the project.
     pub fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError> {
-        let _guard = self.lock();
-        let clash = self
-            .variables(variable.project_id)?
-            .into_iter()
-            .any(|v| v.id != variable.id && v.code_name == variable.code_name);
-        if clash {
-            return Err(StoreError::Invalid {
-                detail: format!(
-                    "A variable with code_name '{}' already exists.",
-                    variable.code_name
-                ),
-                attr: Some("code_name"),
-            });
-        }
-        self.variables.insert(
-            variable_key(variable.project_id, variable.id),
-            encode(variable),
-        )?;
-        self.variables.flush()?;
-        Ok(())
+        self.records.save_variable(variable)
     }
 
     pub fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
-        let _guard = self.lock();
-        let removed = self
-            .variables
-            .remove(variable_key(project_id, id))?
-            .is_some();
-        self.variables.flush()?;
-        Ok(removed)
+        self.records.delete_variable(project_id, id)
+    }
+}
+
+/// The behaviour every [`EndpointRecords`] must show, written against the trait.
+#[cfg(test)]
+pub(crate) mod contract {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::endpoints::model::VariableType;
+
+    fn endpoint(project_id: u64, name: &str) -> Endpoint {
+        Endpoint {
+            id: Uuid::new_v4(),
+            project_id,
+            name: name.into(),
+            is_active: true,
+            current_version: 0,
+            derived_from_insight: None,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            created_by: None,
+            last_executed_at: None,
+            versions: Vec::new(),
+        }
+    }
+
+    fn variable(project_id: u64, code_name: &str) -> InsightVariable {
+        InsightVariable {
+            id: Uuid::new_v4(),
+            project_id,
+            name: code_name.into(),
+            code_name: code_name.into(),
+            kind: VariableType::String,
+            default_value: serde_json::Value::Null,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        }
+    }
+
+    /// Runs every check against an empty store.
+    pub fn suite(records: &dyn EndpointRecords) {
+        endpoints_are_kept_per_project_with_unique_names(records);
+        updates_write_only_what_change_accepts(records);
+        deleting_frees_the_name(records);
+        variables_have_unique_code_names_per_project(records);
+    }
+
+    fn endpoints_are_kept_per_project_with_unique_names(records: &dyn EndpointRecords) {
+        records.create(&endpoint(1, "b")).expect("create");
+        records.create(&endpoint(1, "a")).expect("create");
+        records
+            .create(&endpoint(2, "a"))
+            .expect("same name, other project");
+        let clash = records.create(&endpoint(1, "a"));
+        assert!(matches!(
+            clash,
+            Err(StoreError::Invalid {
+                attr: Some("name"),
+                ..
+            })
+        ));
+        let names: Vec<String> = records
+            .endpoints(1)
+            .expect("list")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, vec!["a", "b"], "by name");
+        assert_eq!(records.all_endpoints().expect("all").len(), 3);
+        assert_eq!(
+            records
+                .endpoint(2, "a")
+                .expect("read")
+                .expect("found")
+                .project_id,
+            2
+        );
+        assert!(records.endpoint(3, "a").expect("read").is_none());
+    }
+
+    fn updates_write_only_what_change_accepts(records: &dyn EndpointRecords) {
+        records.create(&endpoint(5, "u")).expect("create");
+        let updated = records
+            .update(5, "u", &mut |e| {
+                e.created_by = Some("changed".into());
+                true
+            })
+            .expect("update")
+            .expect("exists");
+        assert_eq!(updated.created_by.as_deref(), Some("changed"));
+        let refused = records
+            .update(5, "u", &mut |e| {
+                e.created_by = Some("refused".into());
+                false
+            })
+            .expect("update")
+            .expect("exists");
+        assert_eq!(
+            refused.created_by.as_deref(),
+            Some("changed"),
+            "nothing written when change says no"
+        );
+        assert_eq!(
+            records
+                .endpoint(5, "u")
+                .expect("read")
+                .expect("found")
+                .created_by
+                .as_deref(),
+            Some("changed")
+        );
+        assert!(records
+            .update(5, "missing", &mut |_| true)
+            .expect("update")
+            .is_none());
+    }
+
+    fn deleting_frees_the_name(records: &dyn EndpointRecords) {
+        let first = endpoint(6, "d");
+        records.create(&first).expect("create");
+        assert_eq!(
+            records.delete(6, "d").expect("delete").map(|e| e.id),
+            Some(first.id)
+        );
+        assert!(records.endpoint(6, "d").expect("read").is_none());
+        assert!(records.delete(6, "d").expect("again").is_none());
+        records
+            .create(&endpoint(6, "d"))
+            .expect("the name is free again");
+    }
+
+    fn variables_have_unique_code_names_per_project(records: &dyn EndpointRecords) {
+        let a = variable(7, "country");
+        records.save_variable(&a).expect("save");
+        let clash = records.save_variable(&variable(7, "country"));
+        assert!(matches!(
+            clash,
+            Err(StoreError::Invalid {
+                attr: Some("code_name"),
+                ..
+            })
+        ));
+        records
+            .save_variable(&variable(8, "country"))
+            .expect("other project");
+        let mut renamed = a.clone();
+        renamed.name = "Country".into();
+        records
+            .save_variable(&renamed)
+            .expect("replacing itself is no clash");
+        assert_eq!(
+            records.variable(7, a.id).expect("read").map(|v| v.name),
+            Some(renamed.name)
+        );
+        records.save_variable(&variable(7, "plan")).expect("save");
+        let codes: Vec<String> = records
+            .variables(7)
+            .expect("list")
+            .into_iter()
+            .map(|v| v.code_name)
+            .collect();
+        assert_eq!(codes, vec!["country", "plan"], "oldest first");
+        assert!(records.delete_variable(7, a.id).expect("delete"));
+        assert!(!records.delete_variable(7, a.id).expect("again"));
+        assert!(records.variable(7, a.id).expect("read").is_none());
     }
 }

@@ -58,6 +58,12 @@ pub struct Flags {
 }
 
 impl Flags {
+    /// `(project, snapshot version)` of every project whose flags are in memory: the version
+    /// goes up by one each time an edit rebuilds the project's snapshot.
+    pub fn snapshot_versions(&self) -> Vec<(u64, u64)> {
+        self.store.snapshot_versions()
+    }
+
     pub fn new(
         store: Arc<FlagStore>,
         persons: Arc<PersonStore>,

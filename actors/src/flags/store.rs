@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
-use crate::kernel::codec::{get, scan_prefix};
+use crate::kernel::codec::{encode, get, scan_prefix};
 use crate::kernel::StoreError;
 
 /// A stored flag: the definition plus bookkeeping.
@@ -123,6 +123,8 @@ pub struct FlagStore {
     cohorts: sled::Tree,
     sequences: sled::Tree,
     snapshots: DashMap<u64, Arc<ProjectFlags>>,
+    /// How many times each project's snapshot was built: 1 on first use, +1 per change.
+    snapshot_versions: DashMap<u64, u64>,
 }
 
 fn key(project_id: u64, id: i64) -> [u8; 16] {
@@ -140,6 +142,7 @@ impl FlagStore {
             sequences: db.open_tree("flag_sequences")?,
             db: db.clone(),
             snapshots: DashMap::new(),
+            snapshot_versions: DashMap::new(),
         })
     }
 
@@ -238,10 +241,8 @@ impl FlagStore {
                 }
             }
         };
-        self.flags.insert(
-            key(project_id, record.definition.id),
-            serde_json::to_vec(&record).unwrap_or_default(),
-        )?;
+        self.flags
+            .insert(key(project_id, record.definition.id), encode(&record)?)?;
         self.db.flush()?;
         self.refresh(project_id)?;
         Ok(record)
@@ -265,10 +266,8 @@ impl FlagStore {
             record.definition.id = self.next_id("cohorts")?;
         }
         record.project_id = project_id;
-        self.cohorts.insert(
-            key(project_id, record.definition.id),
-            serde_json::to_vec(&record).unwrap_or_default(),
-        )?;
+        self.cohorts
+            .insert(key(project_id, record.definition.id), encode(&record)?)?;
         self.db.flush()?;
         self.refresh(project_id)?;
         Ok(record)
@@ -310,6 +309,18 @@ impl FlagStore {
         }
         let snapshot = Arc::new(ProjectFlags::new(flags, cohorts, static_members));
         self.snapshots.insert(project_id, Arc::clone(&snapshot));
+        *self.snapshot_versions.entry(project_id).or_insert(0) += 1;
         Ok(snapshot)
+    }
+
+    /// `(project, snapshot version)` of every project whose flags are in memory.
+    pub fn snapshot_versions(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = self
+            .snapshot_versions
+            .iter()
+            .map(|e| (*e.key(), *e.value()))
+            .collect();
+        out.sort_unstable();
+        out
     }
 }

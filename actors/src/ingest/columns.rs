@@ -100,7 +100,12 @@ impl PropertyColumns {
     }
 
     /// Adds `keys` to `project`'s promoted keys (durably), up to `cap` in all.
-    fn promote(&self, project: u64, keys: &[String], cap: usize) -> sled::Result<bool> {
+    fn promote(
+        &self,
+        project: u64,
+        keys: &[String],
+        cap: usize,
+    ) -> Result<bool, crate::kernel::StoreError> {
         let mut current = self
             .auto
             .get(&project)
@@ -118,7 +123,7 @@ impl PropertyColumns {
         if current.len() == before {
             return Ok(false);
         }
-        let value = serde_json::to_vec(&current).unwrap_or_default();
+        let value = crate::kernel::codec::encode(&current)?;
         self.tree.insert(project.to_be_bytes(), value)?;
         self.tree.flush()?;
         self.auto.insert(project, current);

@@ -19,6 +19,9 @@ pub enum IngestError {
     Store(#[source] Arc<StoreError>),
     #[error("an ingest actor is not running")]
     ActorGone,
+    /// A batch could not be written as a WAL record (a bug); it is refused, never stored empty.
+    #[error("the batch could not be encoded for the write-ahead log")]
+    Encode(#[source] Arc<serde_json::Error>),
 }
 
 impl From<std::io::Error> for IngestError {

@@ -24,6 +24,7 @@ use super::segment::{read_segment, SegmentError, StoredEvent};
 use super::shard::{drop_unread_properties, shard_of, IngestShard, ShardConfig, ShardShared};
 use super::wal::Wal;
 use super::CapturedEvent;
+use crate::kernel::histogram::LatencyHistogram;
 use crate::persons::PersonStore;
 
 /// What an acknowledgement promises.
@@ -76,7 +77,17 @@ pub struct Ingest {
     inner: Arc<Inner>,
 }
 
+/// What the WAL writer measures, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct WalStats {
+    /// Time of each group sync (fsync, or the write-out when durability is not fsync).
+    pub fsync: LatencyHistogram,
+    /// Sequence number of the newest appended record (shard lag is measured against it).
+    pub last_seq: AtomicU64,
+}
+
 struct Inner {
+    wal_stats: Arc<WalStats>,
     wal_tx: Sender<WalCommand>,
     closed: AtomicBool,
     stopping: Arc<AtomicBool>,
@@ -188,13 +199,15 @@ impl Ingest {
 
         let (wal_tx, wal_rx) = crossbeam_channel::bounded(config.max_queued_requests.max(1));
         let failed = Arc::new(AtomicBool::new(false));
+        let wal_stats = Arc::new(WalStats::default());
         let wal_thread = {
             let shards = shards.clone();
             let failed = Arc::clone(&failed);
+            let stats = Arc::clone(&wal_stats);
             let fsync = config.durability == Durability::Fsync;
             std::thread::Builder::new()
                 .name("corvid-wal".into())
-                .spawn(move || wal_loop(wal, wal_rx, shards, checkpoints, fsync, failed))?
+                .spawn(move || wal_loop(wal, wal_rx, shards, checkpoints, fsync, failed, &stats))?
         };
 
         let tick_every = (config.flush_interval / 4).max(Duration::from_millis(50));
@@ -214,6 +227,7 @@ impl Ingest {
 
         Ok(Ingest {
             inner: Arc::new(Inner {
+                wal_stats,
                 wal_tx,
                 closed: AtomicBool::new(false),
                 stopping,
@@ -259,8 +273,10 @@ impl Ingest {
             .map(|e| e.properties_json.as_ref().map_or(512, |p| p.len()) + 256)
             .sum();
         let mut payload = Vec::with_capacity(estimate);
-        if serde_json::to_writer(&mut payload, &batch).is_err() {
-            payload.clear();
+        if let Err(err) = serde_json::to_writer(&mut payload, &batch) {
+            inner.pending.fetch_sub(n, Ordering::SeqCst);
+            tracing::error!(error = %err, "a batch could not be encoded for the WAL; refused");
+            return Err(IngestError::Encode(Arc::new(err)));
         }
         for event in &mut batch.events {
             drop_unread_properties(event);
@@ -319,6 +335,11 @@ impl Ingest {
     /// Events accepted but not yet in a segment.
     pub fn pending_events(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
+    }
+
+    /// What the WAL writer measured.
+    pub fn wal_stats(&self) -> &WalStats {
+        &self.inner.wal_stats
     }
 
     /// Whether the WAL failed (a critical failure: the process should shut down).
@@ -424,6 +445,7 @@ fn wal_loop(
     checkpoints: Vec<Arc<AtomicU64>>,
     fsync: bool,
     failed: Arc<AtomicBool>,
+    stats: &WalStats,
 ) {
     let mut truncated_through = 0u64;
     while let Ok(first) = rx.recv() {
@@ -449,7 +471,10 @@ fn wal_loop(
                         continue;
                     }
                     match wal.append(&payload) {
-                        Ok(seq) => appended.push((seq, batch, done)),
+                        Ok(seq) => {
+                            stats.last_seq.store(seq, Ordering::Relaxed);
+                            appended.push((seq, batch, done))
+                        }
                         Err(e) => {
                             error = Some(Arc::new(e));
                             done.fail(IngestError::ShuttingDown);
@@ -460,7 +485,10 @@ fn wal_loop(
             }
         }
         if error.is_none() && !appended.is_empty() {
-            if let Err(e) = wal.sync(fsync) {
+            let started = std::time::Instant::now();
+            let synced = wal.sync(fsync);
+            stats.fsync.observe(started.elapsed());
+            if let Err(e) = synced {
                 error = Some(Arc::new(e));
             }
         }

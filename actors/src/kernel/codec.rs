@@ -10,10 +10,13 @@ pub fn u64_key(id: u64) -> [u8; 8] {
     id.to_be_bytes()
 }
 
-pub fn encode<V: Serialize>(value: &V) -> Vec<u8> {
-    // Serializing our own plain structs to JSON cannot fail: no maps with non-string keys and no
-    // custom serializers that error.
-    serde_json::to_vec(value).unwrap_or_default()
+/// A record's stored bytes. Failing is a bug (our records always serialize), reported as an
+/// error rather than stored as an empty value.
+pub fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|source| StoreError::Encode {
+        what: std::any::type_name::<V>(),
+        source,
+    })
 }
 
 pub fn decode<V: DeserializeOwned>(

@@ -5,6 +5,7 @@
 
 pub(crate) mod codec;
 mod error;
+pub mod histogram;
 pub(crate) mod records;
 pub mod secrets;
 pub(crate) mod sequence;

@@ -86,7 +86,7 @@ impl<T: Serialize + DeserializeOwned> RecordStore<T> for SledRecords<T> {
     }
 
     fn put(&self, project: u64, id: &str, record: &T) -> Result<(), StoreError> {
-        self.tree.insert(key(project, id), encode(record))?;
+        self.tree.insert(key(project, id), encode(record)?)?;
         self.db.flush()?;
         Ok(())
     }

@@ -106,7 +106,7 @@ impl MetadataStore for SledMetadata {
     }
 
     fn put_organization(&self, org: &Organization) -> Result<(), StoreError> {
-        self.organizations.insert(org.id.as_bytes(), encode(org))?;
+        self.organizations.insert(org.id.as_bytes(), encode(org)?)?;
         self.durable()
     }
 
@@ -119,7 +119,7 @@ impl MetadataStore for SledMetadata {
     }
 
     fn insert_project(&self, project: &Project) -> Result<(), StoreError> {
-        let record = encode(project);
+        let record = encode(project)?;
         (&self.projects, &self.project_tokens).transaction(|(projects, tokens)| {
             if tokens.get(project.api_token.as_bytes())?.is_some() {
                 return Err(ConflictableTransactionError::Abort(StoreError::Conflict {
@@ -134,7 +134,8 @@ impl MetadataStore for SledMetadata {
     }
 
     fn put_project(&self, project: &Project) -> Result<(), StoreError> {
-        self.projects.insert(u64_key(project.id), encode(project))?;
+        self.projects
+            .insert(u64_key(project.id), encode(project)?)?;
         self.durable()
     }
 
@@ -154,7 +155,7 @@ impl MetadataStore for SledMetadata {
     }
 
     fn insert_user(&self, user: &User) -> Result<(), StoreError> {
-        let record = encode(user);
+        let record = encode(user)?;
         (&self.users, &self.user_emails).transaction(|(users, emails)| {
             if emails.get(user.email.as_bytes())?.is_some() {
                 return Err(ConflictableTransactionError::Abort(StoreError::Conflict {
@@ -180,7 +181,7 @@ impl MetadataStore for SledMetadata {
     }
 
     fn insert_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
-        let record = encode(key);
+        let record = encode(key)?;
         (&self.keys, &self.key_hashes).transaction(|(keys, hashes)| {
             keys.insert(key.id.as_bytes(), record.as_slice())?;
             hashes.insert(key.secure_value_sha256.as_bytes(), key.id.as_bytes())?;
@@ -190,7 +191,7 @@ impl MetadataStore for SledMetadata {
     }
 
     fn put_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
-        self.keys.insert(key.id.as_bytes(), encode(key))?;
+        self.keys.insert(key.id.as_bytes(), encode(key)?)?;
         self.durable()
     }
 

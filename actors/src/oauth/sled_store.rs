@@ -65,7 +65,7 @@ impl SledGrants {
             change(&mut family)?;
             if self
                 .families
-                .compare_and_swap(key, old.as_ref(), Some(encode(&family)))?
+                .compare_and_swap(key, old.as_ref(), Some(encode(&family)?))?
                 .is_ok()
             {
                 return Ok(family);
@@ -76,7 +76,7 @@ impl SledGrants {
 
 impl GrantStore for SledGrants {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
-        self.codes.insert(hash, encode(code))?;
+        self.codes.insert(hash, encode(code)?)?;
         self.durable()
     }
 
@@ -115,7 +115,7 @@ impl GrantStore for SledGrants {
             Ok(())
         })?;
         for (hash, token) in tokens {
-            self.tokens.insert(hash.as_bytes(), encode(token))?;
+            self.tokens.insert(hash.as_bytes(), encode(token)?)?;
         }
         self.durable()
     }
@@ -143,7 +143,7 @@ impl GrantStore for SledGrants {
         if !state.token.revoked {
             let mut token = state.token;
             token.revoked = true;
-            self.tokens.insert(hash, encode(&token))?;
+            self.tokens.insert(hash, encode(&token)?)?;
             self.durable()?;
         }
         Ok(active)
@@ -215,7 +215,7 @@ impl GrantStore for SledGrants {
     }
 
     fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        self.sessions.insert(hash, encode(session))?;
+        self.sessions.insert(hash, encode(session)?)?;
         self.durable()
     }
 
@@ -238,7 +238,7 @@ impl GrantStore for SledGrants {
 
     fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError> {
         self.verified
-            .insert(client.client_id.as_bytes(), encode(client))?;
+            .insert(client.client_id.as_bytes(), encode(client)?)?;
         self.durable()
     }
 
@@ -280,7 +280,7 @@ fn redeem<T: Serialize + DeserializeOwned>(
             return Ok(Redeemed::Replayed(record));
         }
         if tree
-            .compare_and_swap(hash, Some(&old), Some(encode(&record)))?
+            .compare_and_swap(hash, Some(&old), Some(encode(&record)?))?
             .is_ok()
         {
             return Ok(Redeemed::Fresh(record));

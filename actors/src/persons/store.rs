@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::kernel::codec::{get, scan_prefix};
+use crate::kernel::codec::{encode, get, scan_prefix};
 use crate::kernel::StoreError;
 
 /// At most this many group types per project (PostHog's `MAX_GROUP_TYPES_PER_TEAM`).
@@ -90,10 +90,6 @@ fn key(project_id: u64, rest: &[u8]) -> Vec<u8> {
     k
 }
 
-fn encode<V: Serialize>(v: &V) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
-}
-
 impl PersonStore {
     pub fn open(db: &sled::Db) -> Result<PersonStore, StoreError> {
         Ok(PersonStore {
@@ -151,7 +147,7 @@ impl PersonStore {
     /// Writes a person and points all its distinct ids at it. Caller holds the writer lock.
     pub fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
         self.persons
-            .insert(key(project_id, person.id.as_bytes()), encode(person))?;
+            .insert(key(project_id, person.id.as_bytes()), encode(person)?)?;
         for did in &person.distinct_ids {
             self.distinct_ids.insert(
                 key(project_id, did.as_bytes()),
@@ -338,7 +334,7 @@ impl PersonStore {
     pub fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
         let mut rest = vec![group.group_type_index];
         rest.extend_from_slice(group.group_key.as_bytes());
-        self.groups.insert(key(project_id, &rest), encode(group))?;
+        self.groups.insert(key(project_id, &rest), encode(group)?)?;
         self.cache_group(
             project_id,
             group.group_type_index,

@@ -28,7 +28,36 @@ pub struct Materializer {
     /// How long after a failure a version is retried.
     pub retry_after: Duration,
     in_flight: HashSet<(Uuid, u32)>,
+    counters: Counters,
 }
+
+/// What the materializer has done, answered to [`GetMaterializerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, MessageResponse)]
+pub struct MaterializerStats {
+    /// Jobs running now.
+    pub running: usize,
+    /// Versions found due at the last scan.
+    pub due: usize,
+    /// How long the most overdue version has waited past its freshness (or retry) time, in
+    /// seconds, at the last scan: the materializer's lag.
+    pub lag_seconds: f64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// The materializer's counters.
+#[derive(Debug, Default)]
+struct Counters {
+    due: usize,
+    lag_seconds: f64,
+    completed: u64,
+    failed: u64,
+}
+
+/// Asks for [`MaterializerStats`].
+#[derive(Message)]
+#[rtype(result = "MaterializerStats")]
+pub struct GetMaterializerStats;
 
 impl Materializer {
     pub fn new(
@@ -47,6 +76,7 @@ impl Materializer {
             interval,
             retry_after,
             in_flight: HashSet::new(),
+            counters: Counters::default(),
         }
     }
 }
@@ -62,6 +92,21 @@ impl Actor for Materializer {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.interval, |this, ctx| this.schedule(ctx));
         self.schedule(ctx);
+    }
+}
+
+impl Handler<GetMaterializerStats> for Materializer {
+    type Result = MaterializerStats;
+
+    fn handle(&mut self, _: GetMaterializerStats, _: &mut Context<Self>) -> MaterializerStats {
+        let c = &self.counters;
+        MaterializerStats {
+            running: self.in_flight.len(),
+            due: c.due,
+            lag_seconds: c.lag_seconds,
+            completed: c.completed,
+            failed: c.failed,
+        }
     }
 }
 
@@ -82,6 +127,8 @@ struct Job {
     version: u32,
     query: serde_json::Value,
     previous_key: Option<String>,
+    /// Since when the version has been due.
+    due_since: DateTime<Utc>,
 }
 
 fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration) -> Vec<Job> {
@@ -93,14 +140,18 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
                 continue;
             };
             let freshness = chrono::Duration::seconds(v.data_freshness_seconds as i64);
-            let due = match m.status {
-                MaterializationStatus::Running => true,
-                MaterializationStatus::Completed => {
-                    m.last_run_at.is_none_or(|t| t + freshness <= now)
-                }
-                MaterializationStatus::Failed => m.last_attempt_at.is_none_or(|t| t + retry <= now),
+            let due_since = match m.status {
+                MaterializationStatus::Running => Some(m.last_attempt_at.unwrap_or(now)),
+                MaterializationStatus::Completed => match m.last_run_at {
+                    None => Some(now),
+                    Some(t) => Some(t + freshness).filter(|at| *at <= now),
+                },
+                MaterializationStatus::Failed => match m.last_attempt_at {
+                    None => Some(now),
+                    Some(t) => Some(t + retry).filter(|at| *at <= now),
+                },
             };
-            if due {
+            if let Some(due_since) = due_since {
                 jobs.push(Job {
                     project_id: e.project_id,
                     name: e.name.clone(),
@@ -108,6 +159,7 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
                     version: v.version,
                     query: v.query.clone(),
                     previous_key: m.object_key.clone(),
+                    due_since,
                 });
             }
         }
@@ -119,21 +171,30 @@ impl Materializer {
     fn schedule(&mut self, ctx: &mut Context<Self>) {
         let store = Arc::clone(&self.store);
         let retry_after = self.retry_after;
+        let now = Utc::now();
         let scan = async move {
             tokio::task::spawn_blocking(move || store.all_endpoints())
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()))
-                .map(|all| due_jobs(all, Utc::now(), retry_after))
+                .map(|all| due_jobs(all, now, retry_after))
         };
-        ctx.spawn(scan.into_actor(self).map(|jobs, this, ctx| match jobs {
-            Ok(jobs) => {
-                for job in jobs {
-                    this.start(job, ctx);
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "materializer could not scan endpoints"),
-        }));
+        ctx.spawn(
+            scan.into_actor(self)
+                .map(move |jobs, this, ctx| match jobs {
+                    Ok(jobs) => {
+                        this.counters.due = jobs.len();
+                        this.counters.lag_seconds = jobs
+                            .iter()
+                            .map(|j| (now - j.due_since).num_milliseconds().max(0) as f64 / 1000.0)
+                            .fold(0.0, f64::max);
+                        for job in jobs {
+                            this.start(job, ctx);
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "materializer could not scan endpoints"),
+                }),
+        );
     }
 
     fn start(&mut self, job: Job, ctx: &mut Context<Self>) {
@@ -148,8 +209,13 @@ impl Materializer {
             Arc::clone(&self.engine),
             Arc::clone(&self.results),
         );
-        ctx.spawn(work.into_actor(self).map(move |_, this, _| {
+        ctx.spawn(work.into_actor(self).map(move |ok, this, _| {
             this.in_flight.remove(&slot);
+            if ok {
+                this.counters.completed += 1;
+            } else {
+                this.counters.failed += 1;
+            }
         }));
     }
 }
@@ -164,7 +230,7 @@ async fn run_job(
     tenancy: Tenancy,
     engine: Arc<QueryEngine>,
     results: Arc<Results>,
-) {
+) -> bool {
     let started = Utc::now();
     let mark = {
         let store = Arc::clone(&store);
@@ -236,6 +302,7 @@ async fn run_job(
             if !matches!(done, Some(Ok(true))) {
                 results.storage().delete(&key).await;
             }
+            true
         }
         Err(e) => {
             let text = e.to_string();
@@ -247,6 +314,7 @@ async fn run_job(
                 }))
             })
             .await;
+            false
         }
     }
 }

@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use dashmap::DashMap;
 use serde_json::{json, Value};
 
-pub use actor::{Kick, Materializer};
+pub use actor::{GetMaterializerStats, Kick, Materializer, MaterializerStats};
 use plan::{Plan, SqlPlan};
 use storage::ResultStorage;
 use table::{InsightTable, SqlTable};

@@ -1,0 +1,247 @@
+//! The write path of execution logs. Handlers append entries to a pending list that the
+//! [`ExecutionLog`] actor takes every 20 ms and passes over a channel to the `corvid-exec-log`
+//! writer thread, which appends them to the [`ExecutionLogStore`] in one write per batch and
+//! prunes entries past retention once an hour.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use chrono::Utc;
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{ExecutionLogStore, LogEntry};
+use crate::kernel::StoreError;
+
+/// How often buffered entries are handed to the writer.
+const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// Pending entries past which a recorder asks the actor to flush at once.
+const FLUSH_BACKLOG: usize = 65_536;
+
+/// Entries recorded since the last flush. Handlers push here (a short uncontended lock) rather
+/// than into the actor's mailbox: a mailbox send wakes the actor's thread once per run, which
+/// on two cores costs the request path its tail latency.
+type Pending = Arc<Mutex<Vec<LogEntry>>>;
+
+/// Owns the batching: every [`FLUSH_EVERY`] it takes what handlers recorded and hands it to
+/// the writer thread.
+pub struct ExecutionLog {
+    pending: Pending,
+    to_writer: Sender<ToWriter>,
+    counters: Arc<WriterCounters>,
+}
+
+/// What the writer thread receives.
+enum ToWriter {
+    Batch(Vec<LogEntry>),
+    /// Answer once everything sent before is written and synced.
+    Sync(Sender<()>),
+}
+
+impl Actor for ExecutionLog {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(FLUSH_EVERY, |this, _| this.flush());
+    }
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        self.flush();
+        Running::Stop
+    }
+}
+
+impl ExecutionLog {
+    fn flush(&mut self) {
+        let batch = std::mem::take(&mut *lock(&self.pending));
+        if batch.is_empty() {
+            return;
+        }
+        if self.to_writer.send(ToWriter::Batch(batch)).is_err() {
+            tracing::warn!("execution log writer has stopped; entries dropped");
+        }
+    }
+}
+
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, Vec<LogEntry>> {
+    // A panic while holding the lock can only have left a Vec of whole entries.
+    pending.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn stats(pending: &Pending, c: &WriterCounters) -> LogStats {
+    LogStats {
+        queued: lock(pending).len() + c.in_flight.load(Ordering::Relaxed),
+        written: c.written.load(Ordering::Relaxed),
+        write_failures: c.failures.load(Ordering::Relaxed),
+        writer_alive: !c.stopped.load(Ordering::SeqCst),
+    }
+}
+
+/// Asks for [`LogStats`].
+#[derive(Message)]
+#[rtype(result = "LogStats")]
+pub struct GetLogStats;
+
+impl Handler<GetLogStats> for ExecutionLog {
+    type Result = LogStats;
+
+    fn handle(&mut self, _: GetLogStats, _: &mut Context<Self>) -> LogStats {
+        stats(&self.pending, &self.counters)
+    }
+}
+
+/// Flushes what is pending now (tests and shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+impl Handler<Flush> for ExecutionLog {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, _: &mut Context<Self>) {
+        self.flush();
+    }
+}
+
+/// What the log's write path is doing (answer to [`GetLogStats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, MessageResponse)]
+pub struct LogStats {
+    /// Entries recorded but not yet written.
+    pub queued: usize,
+    pub written: u64,
+    pub write_failures: u64,
+    /// False once the writer thread has stopped (the process must not go on without it).
+    pub writer_alive: bool,
+}
+
+/// Counters the writer thread keeps.
+#[derive(Default)]
+struct WriterCounters {
+    in_flight: AtomicUsize,
+    written: AtomicU64,
+    failures: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// The running log: where handlers record, the actor's address and the writer thread.
+pub struct ExecutionLogHandle {
+    pub addr: Addr<ExecutionLog>,
+    pending: Pending,
+    to_writer: Sender<ToWriter>,
+    counters: Arc<WriterCounters>,
+    _writer: JoinHandle<()>,
+}
+
+impl ExecutionLogHandle {
+    /// Starts the actor (in the current actix system) and the writer thread.
+    pub fn start(
+        store: Arc<dyn ExecutionLogStore>,
+        retention: Duration,
+    ) -> Result<ExecutionLogHandle, StoreError> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let counters = Arc::new(WriterCounters::default());
+        let writer_counters = Arc::clone(&counters);
+        let writer = std::thread::Builder::new()
+            .name("corvid-exec-log".into())
+            .spawn(move || {
+                write_loop(store.as_ref(), rx, retention, &writer_counters);
+                writer_counters.stopped.store(true, Ordering::SeqCst);
+            })
+            .map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
+        let pending: Pending = Arc::default();
+        let addr = ExecutionLog {
+            pending: Arc::clone(&pending),
+            to_writer: tx.clone(),
+            counters: Arc::clone(&counters),
+        }
+        .start();
+        Ok(ExecutionLogHandle {
+            addr,
+            pending,
+            to_writer: tx,
+            counters,
+            _writer: writer,
+        })
+    }
+
+    /// Whether the actor and the writer thread are both running.
+    pub fn alive(&self) -> bool {
+        self.addr.connected() && !self.counters.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Records one entry; it is written within [`FLUSH_EVERY`] (plus the writer's sync).
+    pub fn record(&self, entry: LogEntry) {
+        let mut pending = lock(&self.pending);
+        pending.push(entry);
+        // Far behind (the actor is not running): hand over directly rather than grow.
+        if pending.len() >= FLUSH_BACKLOG {
+            drop(pending);
+            self.addr.do_send(Flush);
+        }
+    }
+
+    /// Writes everything recorded so far and waits (up to `timeout`) until it is synced:
+    /// shutdown calls this so the last runs' entries survive a restart.
+    pub fn sync(&self, timeout: Duration) -> bool {
+        let batch = std::mem::take(&mut *lock(&self.pending));
+        if !batch.is_empty() && self.to_writer.send(ToWriter::Batch(batch)).is_err() {
+            return false;
+        }
+        let (ack, done) = crossbeam_channel::bounded(1);
+        self.to_writer.send(ToWriter::Sync(ack)).is_ok() && done.recv_timeout(timeout).is_ok()
+    }
+}
+
+fn write_loop(
+    store: &dyn ExecutionLogStore,
+    rx: Receiver<ToWriter>,
+    retention: Duration,
+    counters: &WriterCounters,
+) {
+    let mut last_prune = Instant::now() - Duration::from_secs(3600);
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(first) => {
+                let mut entries = Vec::new();
+                let mut acks = Vec::new();
+                for msg in std::iter::once(first).chain(rx.try_iter()) {
+                    match msg {
+                        ToWriter::Batch(mut batch) => entries.append(&mut batch),
+                        ToWriter::Sync(ack) => acks.push(ack),
+                    }
+                }
+                let count = entries.len();
+                if count > 0 {
+                    counters.in_flight.store(count, Ordering::Relaxed);
+                    match store.append(entries) {
+                        Ok(()) => {
+                            counters.written.fetch_add(count as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            counters.failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(error = %e, count, "could not write execution logs");
+                        }
+                    }
+                    counters.in_flight.store(0, Ordering::Relaxed);
+                }
+                for ack in acks {
+                    let _ = ack.send(());
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if last_prune.elapsed() >= Duration::from_secs(3600) {
+            last_prune = Instant::now();
+            let cutoff = Utc::now()
+                - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(30));
+            match store.prune(cutoff) {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "pruned execution logs past retention"),
+                Err(e) => tracing::warn!(error = %e, "could not prune execution logs"),
+            }
+        }
+    }
+}
