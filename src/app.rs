@@ -123,12 +123,8 @@ where
 /// Writes in-memory usage counts to sled every second.
 fn flush_usage_periodically(state: &web::Data<AppState>) {
     every_second(state, |state| async move {
-        let persons = Arc::clone(&state.engine.persons);
-        if !matches!(
-            web::block(move || persons.flush_pending_usage()).await,
-            Ok(Ok(()))
-        ) {
-            tracing::warn!("could not write usage counts; will retry");
+        if let Err(err) = state.engine.persons.flush_usage().await {
+            tracing::warn!(error = %err, "could not write usage counts; will retry");
         }
         true
     });

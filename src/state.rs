@@ -3,16 +3,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use actix_web::web;
-use corvid_actors::endpoints::store::EndpointStore;
 use corvid_actors::engine::Engine;
-use corvid_actors::meta::StoreError;
 use corvid_actors::oauth::VerifyingKey;
-use corvid_actors::persons::PersonStore;
 use tokio::sync::Notify;
 
 use crate::config::Config;
-use crate::error::ApiError;
 use crate::metrics::Metrics;
 
 pub struct AppState {
@@ -27,29 +22,6 @@ pub struct AppState {
     pub secret_scanning_keys: Arc<[VerifyingKey]>,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
-}
-
-impl AppState {
-    /// Runs an endpoint-store operation (endpoints, versions, variables) on the blocking pool.
-    pub async fn endpoint_store<T, E, F>(&self, op: F) -> Result<T, ApiError>
-    where
-        F: FnOnce(&EndpointStore) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Into<ApiError> + Send + 'static,
-    {
-        let store = Arc::clone(&self.engine.endpoints.store);
-        web::block(move || op(&store)).await?.map_err(Into::into)
-    }
-
-    /// Runs a person-store read on the blocking pool.
-    pub async fn persons<T, F>(&self, op: F) -> Result<T, ApiError>
-    where
-        F: FnOnce(&PersonStore) -> Result<T, StoreError> + Send + 'static,
-        T: Send + 'static,
-    {
-        let store = Arc::clone(&self.engine.persons);
-        Ok(web::block(move || op(&store)).await??)
-    }
 }
 
 /// The keys that sign secret-scanning reports, from the config.

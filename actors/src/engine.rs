@@ -14,6 +14,7 @@ use crate::endpoints::{EndpointSettings, EndpointStats, Endpoints};
 use crate::experiments::Experiments;
 use crate::flags::geoip::GeoIp;
 use crate::flags::store::FlagStore;
+use crate::flags::SledFlags;
 use crate::flags::{Flags, FlagsSettings};
 use crate::ingest::catalog::{DirCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
@@ -22,7 +23,7 @@ use crate::kernel::histogram::HistogramSnapshot;
 use crate::kernel::{SledRecords, StoreError};
 use crate::meta::{SledMetadata, Tenancy, TenancySettings};
 use crate::oauth::{OAuth, OAuthSettings, SledGrants};
-use crate::persons::PersonStore;
+use crate::persons::{PersonStore, Persons, SledPersons};
 use crate::query::{QueryEngine, QuerySettings, Sources};
 use crate::remote_config::RemoteConfig;
 use crate::surveys::Surveys;
@@ -81,7 +82,7 @@ pub struct EngineStats {
 /// The engine's facades and the handles that stop it.
 pub struct Engine {
     pub tenancy: Tenancy,
-    pub persons: Arc<PersonStore>,
+    pub persons: Persons,
     pub ingest: Ingest,
     pub flags: Flags,
     pub query: Arc<QueryEngine>,
@@ -118,8 +119,8 @@ impl Engine {
     pub async fn start_embedded(settings: EngineSettings) -> Result<Engine, EngineError> {
         let (tenancy, db) = embedded_tenancy(&settings).await?;
 
-        let persons = Arc::new(PersonStore::open(&db)?);
-        let flags = Arc::new(FlagStore::open(&db)?);
+        let persons = Arc::new(PersonStore::new(Arc::new(SledPersons::open(&db)?)));
+        let flags = Arc::new(FlagStore::new(Arc::new(SledFlags::open(&db)?)));
         let geoip = match &settings.geoip {
             Some(path) => Some(Arc::new(GeoIp::open(path)?)),
             None => None,
@@ -189,7 +190,7 @@ impl Engine {
         );
         Ok(Engine {
             tenancy,
-            persons,
+            persons: Persons::new(persons),
             ingest,
             flags,
             query,
@@ -241,8 +242,7 @@ impl Engine {
         if let Err(err) = &ingest {
             tracing::error!(error = %err, "ingest did not flush cleanly; the WAL will be replayed on start");
         }
-        let persons = Arc::clone(&self.persons);
-        let usage = crate::kernel::blocking(move || persons.flush_pending_usage()).await;
+        let usage = self.persons.flush_usage().await;
         if let Err(err) = &usage {
             tracing::error!(error = %err, "could not write the last usage counts");
         }

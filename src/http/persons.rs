@@ -71,15 +71,7 @@ async fn persons(
     let project = access.project.id;
     let limit = limit(&params)?;
     let distinct_id = params.get("distinct_id").cloned();
-    let found = state
-        .persons(move |store| match distinct_id {
-            Some(did) => Ok(store
-                .person_by_distinct_id(project, &did)?
-                .into_iter()
-                .collect()),
-            None => store.persons(project),
-        })
-        .await?;
+    let found = state.engine.persons.persons(project, distinct_id).await?;
     Ok(page(found.iter().take(limit).map(person_json).collect()))
 }
 
@@ -119,9 +111,7 @@ async fn groups(
     let index = group_type_index(&params, false)?;
     let key = params.get("group_key").cloned();
     let limit = limit(&params)?;
-    let found = state
-        .persons(move |store| store.groups(project, index))
-        .await?;
+    let found = state.engine.persons.groups(project, index).await?;
     Ok(page(
         found
             .iter()
@@ -143,9 +133,7 @@ async fn find_group(
         .get("group_key")
         .cloned()
         .ok_or_else(|| ApiError::validation("group_key is required", Some("group_key")))?;
-    let found = state
-        .persons(move |store| store.group(project, index, &key))
-        .await?;
+    let found = state.engine.persons.group(project, index, &key).await?;
     let group = found.ok_or_else(|| ApiError::not_found("Group"))?;
     Ok(HttpResponse::Ok().json(group_json(&group)))
 }
@@ -155,9 +143,7 @@ async fn group_types(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let project = access.project.id;
-    let types = state
-        .persons(move |store| store.group_types(project))
-        .await?;
+    let types = state.engine.persons.group_types(project).await?;
     let body: Vec<Value> = types
         .into_iter()
         .map(|(name, index)| json!({"group_type": name, "group_type_index": index}))
@@ -264,6 +250,6 @@ async fn usage(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let project = access.project.id;
-    let rows = state.persons(move |store| store.usage(project)).await?;
+    let rows = state.engine.persons.usage(project).await?;
     Ok(HttpResponse::Ok().json(json!({"results": rows})))
 }

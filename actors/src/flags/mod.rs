@@ -15,6 +15,7 @@ pub mod hash;
 mod local_eval;
 pub mod model;
 pub mod properties;
+pub(crate) mod records;
 pub mod request;
 mod serve;
 pub mod store;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 pub use admin::{CohortChanges, FlagChanges};
 pub use local_eval::LocalEvaluation;
+pub use records::{FlagRecords, SledFlags};
 pub use serve::{Caller, Served};
 
 use crate::meta::Tenancy;

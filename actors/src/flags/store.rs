@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
-use crate::kernel::codec::{encode, get, scan_prefix};
+use super::records::{FlagRecords, SledFlags};
 use crate::kernel::StoreError;
 
 /// A stored flag: the definition plus bookkeeping.
@@ -117,49 +117,40 @@ impl ProjectFlags {
     }
 }
 
+/// Flag and cohort definitions with their rules (live key uniqueness, versions), and the
+/// per-project in-memory snapshots evaluation reads. Records live behind [`FlagRecords`].
 pub struct FlagStore {
-    db: sled::Db,
-    flags: sled::Tree,
-    cohorts: sled::Tree,
-    sequences: sled::Tree,
+    records: Arc<dyn FlagRecords>,
+    /// Serializes saves, so the key-uniqueness check and the write are one step.
+    write: std::sync::Mutex<()>,
     snapshots: DashMap<u64, Arc<ProjectFlags>>,
     /// How many times each project's snapshot was built: 1 on first use, +1 per change.
     snapshot_versions: DashMap<u64, u64>,
 }
 
-fn key(project_id: u64, id: i64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&project_id.to_be_bytes());
-    k[8..].copy_from_slice(&id.to_be_bytes());
-    k
-}
-
 impl FlagStore {
-    pub fn open(db: &sled::Db) -> Result<FlagStore, StoreError> {
-        Ok(FlagStore {
-            flags: db.open_tree("feature_flags")?,
-            cohorts: db.open_tree("cohorts")?,
-            sequences: db.open_tree("flag_sequences")?,
-            db: db.clone(),
+    pub fn new(records: Arc<dyn FlagRecords>) -> FlagStore {
+        FlagStore {
+            records,
+            write: std::sync::Mutex::new(()),
             snapshots: DashMap::new(),
             snapshot_versions: DashMap::new(),
-        })
+        }
     }
 
-    fn next_id(&self, name: &str) -> Result<i64, StoreError> {
-        let id = crate::kernel::sequence::next(&self.sequences, name)?;
-        i64::try_from(id).map_err(|_| StoreError::Sequence { name: name.into() })
+    /// Over the embedded records in `db`.
+    pub fn open(db: &sled::Db) -> Result<FlagStore, StoreError> {
+        Ok(FlagStore::new(Arc::new(SledFlags::open(db)?)))
     }
 
     /// All flags of a project, deleted ones included.
     pub fn flags(&self, project_id: u64) -> Result<Vec<FlagRecord>, StoreError> {
-        scan_prefix(&self.flags, "feature_flags", project_id.to_be_bytes())
+        self.records.flags(project_id)
     }
 
     pub fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
-        get(&self.flags, "feature_flags", &key(project_id, id))
+        self.records.flag(project_id, id)
     }
-
     /// The live (not deleted) flag with this key.
     pub fn live_flag_by_key(
         &self,
@@ -204,6 +195,8 @@ impl FlagStore {
         mut definition: FlagDefinition,
         existing: Option<&FlagRecord>,
     ) -> Result<FlagRecord, StoreError> {
+        // A panic while holding it cannot leave anything half-done: the guarded data is `()`.
+        let _write = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let clash = self.flags(project_id)?.into_iter().any(|f| {
             !f.definition.deleted
                 && f.definition.key == definition.key
@@ -231,7 +224,7 @@ impl FlagStore {
                 }
             }
             None => {
-                definition.id = self.next_id("flags")?;
+                definition.id = self.records.next_flag_id()?;
                 definition.version = 1;
                 FlagRecord {
                     definition,
@@ -241,19 +234,17 @@ impl FlagStore {
                 }
             }
         };
-        self.flags
-            .insert(key(project_id, record.definition.id), encode(&record)?)?;
-        self.db.flush()?;
+        self.records.put_flag(&record)?;
         self.refresh(project_id)?;
         Ok(record)
     }
 
     pub fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
-        scan_prefix(&self.cohorts, "cohorts", project_id.to_be_bytes())
+        self.records.cohorts(project_id)
     }
 
     pub fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError> {
-        get(&self.cohorts, "cohorts", &key(project_id, id))
+        self.records.cohort(project_id, id)
     }
 
     /// Inserts (id 0) or replaces a cohort.
@@ -263,12 +254,10 @@ impl FlagStore {
         mut record: CohortRecord,
     ) -> Result<CohortRecord, StoreError> {
         if record.definition.id == 0 {
-            record.definition.id = self.next_id("cohorts")?;
+            record.definition.id = self.records.next_cohort_id()?;
         }
         record.project_id = project_id;
-        self.cohorts
-            .insert(key(project_id, record.definition.id), encode(&record)?)?;
-        self.db.flush()?;
+        self.records.put_cohort(&record)?;
         self.refresh(project_id)?;
         Ok(record)
     }

@@ -1,0 +1,56 @@
+//! What is stored about persons, groups and usage.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// At most this many group types per project (PostHog's `MAX_GROUP_TYPES_PER_TEAM`).
+pub const MAX_GROUP_TYPES: u8 = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Person {
+    pub id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub properties: Map<String, Value>,
+    pub is_identified: bool,
+    pub version: u64,
+    pub distinct_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub group_type_index: u8,
+    pub group_type: String,
+    pub group_key: String,
+    pub properties: Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKind {
+    BillableEvents,
+    HistoricalEvents,
+    FlagRequests,
+}
+
+impl UsageKind {
+    /// The kind's one-byte code in storage keys.
+    pub(crate) fn tag(self) -> u8 {
+        match self {
+            UsageKind::BillableEvents => 0,
+            UsageKind::HistoricalEvents => 1,
+            UsageKind::FlagRequests => 2,
+        }
+    }
+}
+
+/// One month of a project's usage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageRow {
+    /// `YYYY-MM` (UTC).
+    pub month: String,
+    pub billable_events: u64,
+    pub historical_events: u64,
+    pub flag_requests: u64,
+}
