@@ -7,8 +7,9 @@ use std::hint::black_box;
 use std::io::Write;
 
 use chrono::Utc;
-use corvid_actors::ingest::decode::{decode, CaptureQuery, Limits, Payload, RouteKind};
-use corvid_actors::ingest::normalize::{normalize_all, Context};
+use corvid_actors::ingest::{
+    decode, normalize_all, CaptureContext as Context, CaptureQuery, Limits, Payload, RouteKind,
+};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 

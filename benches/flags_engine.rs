@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 
-use corvid_actors::flags::engine::{evaluate_all, Subject};
-use corvid_actors::flags::model::{CohortDefinition, FlagDefinition};
-use corvid_actors::flags::properties::MatchContext;
+use corvid_actors::bench::{evaluate_all, CohortDefinition, MatchContext, Subject};
+use corvid_actors::flags::FlagDefinition;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
 

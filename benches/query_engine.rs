@@ -14,16 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use corvid_actors::ingest::catalog::{
-    write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
+use corvid_actors::bench::{
+    prepare_user_sql, run_insight, write_committed, Bindings, DirCatalog, PropertyColumns,
+    SegmentCatalog, SegmentName, SegmentRef,
 };
-use corvid_actors::ingest::columns::PropertyColumns;
-use corvid_actors::ingest::read::Tail;
-use corvid_actors::ingest::segment::StoredEvent;
+use corvid_actors::ingest::{StoredEvent, Tail};
 use corvid_actors::persons::PersonStore;
-use corvid_actors::query::hogql::{prepare_user_sql, Bindings};
-use corvid_actors::query::insights::{self, QueryKind};
-use corvid_actors::query::{QueryEngine, QuerySettings, Sources};
+use corvid_actors::query::{QueryEngine, QueryKind, QuerySettings, Sources};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -213,7 +210,7 @@ fn bench(c: &mut Criterion) {
         }))
         .expect("query");
         black_box(
-            rt.block_on(insights::run(
+            rt.block_on(run_insight(
                 &engine,
                 1,
                 chrono_tz::Tz::UTC,

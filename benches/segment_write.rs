@@ -8,7 +8,8 @@
 use std::hint::black_box;
 
 use chrono::{Duration, TimeZone, Utc};
-use corvid_actors::ingest::segment::{write_segment, StoredEvent};
+use corvid_actors::bench::write_segment;
+use corvid_actors::ingest::StoredEvent;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use uuid::Uuid;

@@ -9,13 +9,10 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use corvid_actors::endpoints::materialize::storage::{ResultStorage, S3Settings};
-use corvid_actors::endpoints::throttle::Rates;
-use corvid_actors::endpoints::EndpointSettings;
+use corvid_actors::endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
 use corvid_actors::engine::EngineSettings;
 use corvid_actors::flags::FlagsSettings;
-use corvid_actors::ingest::columns::CompactionConfig;
-use corvid_actors::ingest::{decode::Limits, Durability, IngestConfig};
+use corvid_actors::ingest::{CompactionConfig, Durability, IngestConfig, Limits};
 use corvid_actors::meta::TenancySettings;
 use corvid_actors::oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
 use corvid_actors::query::QuerySettings;

@@ -9,6 +9,8 @@
 //! - [`endpoints`]: saved queries as versioned APIs, materialization, execution logs.
 //! - [`wire`]: the public routes' body decoding, shared by capture and `/flags`.
 
+#[doc(hidden)]
+pub mod bench;
 pub mod early_access;
 pub mod endpoints;
 pub mod engine;

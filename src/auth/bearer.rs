@@ -5,7 +5,7 @@ use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest};
 use chrono::Utc;
-use corvid_actors::kernel::secrets;
+use corvid_actors::meta::PERSONAL_API_KEY_PREFIX;
 use corvid_actors::meta::{Credential, Scope};
 use corvid_actors::oauth::ACCESS_TOKEN_PREFIX;
 use futures_util::future::LocalBoxFuture;
@@ -79,7 +79,7 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
     let engine = &state.engine;
     let found = if token.starts_with(ACCESS_TOKEN_PREFIX) {
         engine.oauth.authenticate(token, Utc::now()).await?
-    } else if token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
+    } else if token.starts_with(PERSONAL_API_KEY_PREFIX) {
         engine.tenancy.authenticate_key(token).await?
     } else {
         None
@@ -87,7 +87,7 @@ async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credent
     found.ok_or_else(|| {
         unauthenticated(
             state,
-            if token.starts_with(secrets::PERSONAL_API_KEY_PREFIX) {
+            if token.starts_with(PERSONAL_API_KEY_PREFIX) {
                 "Personal API key is invalid."
             } else {
                 "Invalid or expired access token."

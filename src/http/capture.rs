@@ -8,11 +8,10 @@ use actix_web::middleware::from_fn;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::ingest::decode::{
-    decode, CaptureQuery, DecodedRequest, Limits, Payload, RouteKind,
+use corvid_actors::ingest::{
+    decode, normalize_all, CaptureContext, CaptureQuery, DecodedRequest, Limits, Payload,
+    RouteKind, WalBatch,
 };
-use corvid_actors::ingest::normalize::{normalize_all, Context};
-use corvid_actors::ingest::WalBatch;
 use serde_json::json;
 
 use crate::auth::resolve_project_token;
@@ -101,7 +100,7 @@ async fn capture(
 
     let project = resolve_project_token(&state, &decoded.token).await?;
     req.extensions_mut().insert(RequestProject(project.id));
-    let context = Context {
+    let context = CaptureContext {
         now: Utc::now(),
         sent_at: decoded.sent_at,
         ip: super::client_ip(&req),

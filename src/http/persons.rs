@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
-use corvid_actors::ingest::time::parse_timestamp;
 use corvid_actors::ingest::{EventFilter, StoredEvent};
+use corvid_actors::kernel::parse_timestamp;
 use corvid_actors::persons::{Group, Person};
 use serde_json::{json, Value};
 

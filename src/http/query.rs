@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
 use chrono_tz::Tz;
-use corvid_actors::query::insights::{self, QueryKind};
+use corvid_actors::query::QueryKind;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -65,8 +65,11 @@ async fn run(
     let kind = parse_query(body.query)?;
     let tz = project_timezone(&access.project.timezone);
     let variables = body.variables_override.unwrap_or_default();
-    let answer =
-        insights::run(&state.engine.query, access.project.id, tz, kind, &variables).await?;
+    let answer = state
+        .engine
+        .query
+        .insight(access.project.id, tz, kind, &variables)
+        .await?;
     let mut out = json!({
         "results": answer.results,
         "hasMore": answer.has_more,

@@ -4,7 +4,7 @@
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::ingest::time::parse_timestamp;
+use corvid_actors::kernel::parse_timestamp;
 use corvid_actors::surveys::{Period, SurveyChanges};
 use serde_json::{json, Value};
 

@@ -28,10 +28,11 @@ pub struct EndpointRequest {
     pub version: Option<u32>,
     pub deleted: Option<bool>,
     /// Accepted for compatibility; Corvid has no tags yet.
-    #[serde(default)]
-    pub tags: Option<Value>,
-    #[serde(default)]
-    pub display_name: Option<String>,
+    #[serde(default, rename = "tags")]
+    _tags: Option<Value>,
+    /// Accepted for compatibility; the endpoint's name is what is shown.
+    #[serde(default, rename = "display_name")]
+    _display_name: Option<String>,
 }
 
 /// Decodes a request body, naming the unknown or mistyped field.

@@ -9,18 +9,18 @@
 //! - [`openapi`]: the per-endpoint OpenAPI document.
 
 mod admin;
-pub mod cache;
-pub mod crud;
-pub mod error;
-pub mod logs;
-pub mod materialize;
-pub mod model;
-pub mod openapi;
-pub mod request;
+pub(crate) mod cache;
+pub(crate) mod crud;
+pub(crate) mod error;
+pub(crate) mod logs;
+pub(crate) mod materialize;
+pub(crate) mod model;
+pub(crate) mod openapi;
+pub(crate) mod request;
 mod sled_store;
-pub mod store;
-pub mod throttle;
-pub mod validate;
+pub(crate) mod store;
+pub(crate) mod throttle;
+pub(crate) mod validate;
 mod variables;
 
 use std::collections::HashMap;

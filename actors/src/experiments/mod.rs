@@ -7,7 +7,7 @@
 //!
 //! [`Experiments`] is the one door.
 
-pub mod bayes;
+pub(crate) mod bayes;
 mod metrics;
 mod model;
 mod results;

@@ -5,17 +5,6 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-/// The seven properties spec §4.4 lists.
-pub const GEOIP_PROPERTIES: [&str; 7] = [
-    "$geoip_city_name",
-    "$geoip_country_name",
-    "$geoip_country_code",
-    "$geoip_continent_name",
-    "$geoip_continent_code",
-    "$geoip_postal_code",
-    "$geoip_time_zone",
-];
-
 pub struct GeoIp {
     reader: maxminddb::Reader<Vec<u8>>,
 }

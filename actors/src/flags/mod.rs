@@ -6,34 +6,39 @@
 //! ([`admin`]) and the local-evaluation definitions ([`local_eval`]).
 
 mod admin;
-pub mod engine;
+pub(crate) mod engine;
 #[cfg(test)]
 mod engine_tests;
-pub mod evaluate;
-pub mod geoip;
-pub mod hash;
+pub(crate) mod evaluate;
+pub(crate) mod geoip;
+pub(crate) mod hash;
 mod local_eval;
-pub mod model;
-pub mod properties;
+pub(crate) mod model;
+pub(crate) mod properties;
 pub(crate) mod records;
-pub mod request;
+pub(crate) mod request;
 mod serve;
-pub mod store;
-pub mod validate;
+pub(crate) mod store;
+pub(crate) mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use admin::{CohortChanges, FlagChanges};
+pub use engine::{Evaluation, Reason};
+pub use evaluate::FlagsOutcome;
 pub use local_eval::LocalEvaluation;
+pub use model::FlagDefinition;
 pub use records::{FlagRecords, SledFlags};
+pub use request::FlagRequestError;
 pub use serve::{Caller, Served};
+pub use store::{CohortRecord, FlagRecord, ProjectFlags};
 
 use crate::meta::Tenancy;
 use crate::persons::PersonStore;
 use crate::wire::WireInput;
 use geoip::GeoIp;
-use request::{decode_body, parse_request, FlagRequest, FlagRequestError};
+use request::{decode_body, parse_request, FlagRequest};
 use store::FlagStore;
 
 /// Keys of the flags surveys own start with this (PostHog's `SURVEY_TARGETING_FLAG_PREFIX`):

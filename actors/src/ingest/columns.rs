@@ -24,9 +24,6 @@ use serde::de::IgnoredAny;
 use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
 use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
 
-/// Suffix of a compaction's file while it is being written; recovery deletes leftovers.
-pub const COMPACTING_SUFFIX: &str = ".compacting";
-
 /// Settings of the property-column compactor.
 #[derive(Debug, Clone)]
 pub struct CompactionConfig {

@@ -7,26 +7,31 @@
 //! forward by the checkpoints and the WAL is replayed past them, skipping events whose uuid is
 //! already in a segment, so every acknowledged event is stored exactly once.
 
-pub mod catalog;
-pub mod columns;
-pub mod decode;
+pub(crate) mod catalog;
+pub(crate) mod columns;
+pub(crate) mod decode;
 #[cfg(test)]
 mod decode_tests;
 mod dedup;
 mod error;
-pub mod messages;
-pub mod normalize;
+pub(crate) mod messages;
+pub(crate) mod normalize;
 mod persons;
 mod pipeline;
-pub mod read;
-pub mod segment;
+pub(crate) mod read;
+pub(crate) mod segment;
 mod shard;
-pub mod time;
-pub mod wal;
+pub(crate) mod time;
+pub(crate) mod wal;
 
+pub use columns::CompactionConfig;
+pub use decode::{
+    decode, CaptureQuery, DecodeError, DecodedRequest, ErrorClass, Limits, Payload, RouteKind,
+};
 pub use error::IngestError;
 pub use messages::ShardStats;
 pub use normalize::CapturedEvent;
+pub use normalize::{normalize_all, Context as CaptureContext, NormalizeError};
 pub use pipeline::{Durability, Ingest, IngestConfig, WalBatch};
 pub use read::{EventFilter, Tail};
 pub use segment::StoredEvent;

@@ -128,6 +128,7 @@ pub fn normalize_all(
         .collect()
 }
 
+#[cfg(test)]
 pub fn normalize(raw: RawEvent, ctx: &Context) -> Result<CapturedEvent, NormalizeError> {
     let sent_at = ctx.sent_at.map(|t| Value::String(t.to_rfc3339()));
     normalize_with(raw, ctx, sent_at.as_ref())

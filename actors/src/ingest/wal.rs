@@ -296,6 +296,7 @@ impl Wal {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn file_count(&self) -> usize {
         self.closed.len() + 1
     }

@@ -5,11 +5,11 @@
 
 pub(crate) mod codec;
 mod error;
-pub mod histogram;
+pub(crate) mod histogram;
 pub(crate) mod records;
-pub mod secrets;
+pub(crate) mod secrets;
 pub(crate) mod sequence;
-pub mod time;
+pub(crate) mod time;
 
 pub use error::StoreError;
 pub use records::{RecordStore, SledRecords};

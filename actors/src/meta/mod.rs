@@ -12,6 +12,7 @@ mod sled_store;
 mod store;
 mod tenancy;
 
+pub use crate::kernel::secrets::PERSONAL_API_KEY_PREFIX;
 pub use crate::kernel::StoreError;
 pub use credential::{Credential, CredentialSource};
 pub use model::{

@@ -11,8 +11,8 @@
 //! Time is an input: every method that judges expiry takes `now`.
 
 mod authorization;
-pub mod cimd;
-pub mod client_id;
+pub(crate) mod cimd;
+pub(crate) mod client_id;
 pub(crate) mod fetch;
 mod grants;
 mod introspection;
@@ -212,6 +212,11 @@ impl OAuth {
     }
 
     // ---- sessions of the sign-in and consent pages ----
+
+    /// A fresh CSRF token for a form that has no session yet (the sign-in form).
+    pub fn new_csrf_token() -> String {
+        random_base62(32)
+    }
 
     /// Starts a session for `user_id`; returns the cookie value (only its hash is stored).
     pub async fn start_session(

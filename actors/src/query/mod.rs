@@ -5,17 +5,18 @@
 //! [`engine`] registers the project's [`tables`] in a fresh session and runs it under the
 //! configured deadline and memory limit; [`results`] turns Arrow batches into JSON rows.
 
-pub mod engine;
-pub mod error;
-pub mod functions;
-pub mod hogql;
-pub mod insights;
-pub mod results;
-pub mod run_count;
-pub mod tables;
-pub mod uniq;
+pub(crate) mod engine;
+pub(crate) mod error;
+pub(crate) mod functions;
+pub(crate) mod hogql;
+pub(crate) mod insights;
+pub(crate) mod results;
+pub(crate) mod run_count;
+pub(crate) mod tables;
+pub(crate) mod uniq;
 
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;
+pub use insights::{QueryAnswer, QueryKind};
 #[cfg(test)]
 pub(crate) mod tests;

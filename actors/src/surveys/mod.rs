@@ -6,7 +6,7 @@
 //! change together; reads of a project's surveys come from memory after the first.
 
 mod model;
-pub mod stats;
+pub(crate) mod stats;
 mod targeting;
 mod validate;
 

@@ -4,7 +4,7 @@
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::flags::request::FlagRequestError;
+use corvid_actors::flags::FlagRequestError;
 use corvid_actors::flags::{Caller, Flags, Served};
 use corvid_actors::wire::WireInput;
 use serde_json::json;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::kernel::secrets::random_base62;
+use corvid_actors::oauth::OAuth;
 
 use super::pages;
 use super::session::{self, LOGIN_CSRF_COOKIE, SESSION_COOKIE};
@@ -52,7 +52,7 @@ fn login_page(
     failed: bool,
     status: StatusCode,
 ) -> HttpResponse {
-    let csrf = random_base62(32);
+    let csrf = OAuth::new_csrf_token();
     let mut res = pages::page(status, "Sign in", &pages::login(&csrf, next, email, failed));
     if let Ok(value) =
         header::HeaderValue::from_str(&session::set_cookie(state, LOGIN_CSRF_COOKIE, &csrf, 3600))

@@ -3,9 +3,9 @@
 //! ([`table`]), and the [`Materializer`] actor that keeps them fresh.
 
 mod actor;
-pub mod plan;
-pub mod storage;
-pub mod table;
+pub(crate) mod plan;
+pub(crate) mod storage;
+pub(crate) mod table;
 
 use std::sync::Arc;
 

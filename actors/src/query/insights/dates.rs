@@ -7,7 +7,6 @@
 
 use chrono::{
     DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc,
-    Weekday,
 };
 use chrono_tz::Tz;
 use serde::Deserialize;
@@ -75,7 +74,6 @@ fn add_months(t: NaiveDateTime, months: i32) -> NaiveDateTime {
 /// A resolved range: local wall-clock bounds (inclusive) and their UTC instants.
 #[derive(Debug, Clone)]
 pub struct ResolvedRange {
-    pub tz: Tz,
     pub from_local: NaiveDateTime,
     pub to_local: NaiveDateTime,
     pub from: DateTime<Utc>,
@@ -244,7 +242,6 @@ pub fn resolve(
         ));
     }
     Ok(ResolvedRange {
-        tz,
         from: to_utc(tz, from_local),
         to: to_utc(tz, to_local),
         from_local,
@@ -273,9 +270,6 @@ pub fn day(t: NaiveDateTime, interval: Interval) -> String {
         _ => t.format("%Y-%m-%d").to_string(),
     }
 }
-
-/// Sunday = week start, as PostHog's default `week_start_day`.
-pub const WEEK_START: Weekday = Weekday::Sun;
 
 #[cfg(test)]
 mod tests {

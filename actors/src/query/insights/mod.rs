@@ -1,10 +1,10 @@
 //! Query kinds of `POST /api/projects/{id}/query/`: `HogQLQuery`, `TrendsQuery` and
 //! `RetentionQuery`, each compiled to one SQL statement for the engine.
 
-pub mod dates;
-pub mod filters;
-pub mod retention;
-pub mod trends;
+pub(crate) mod dates;
+pub(crate) mod filters;
+pub(crate) mod retention;
+pub(crate) mod trends;
 
 use std::collections::HashMap;
 
@@ -137,6 +137,20 @@ pub fn hogql_filters(
 }
 
 /// Runs a query of any kind for `project_id` (timezone `tz`), with run-time variable values.
+impl QueryEngine {
+    /// Runs a HogQL, trends or retention query for `project_id` within the configured row
+    /// limits.
+    pub async fn insight(
+        &self,
+        project_id: u64,
+        tz: Tz,
+        query: QueryKind,
+        variables: &HashMap<String, Value>,
+    ) -> Result<QueryAnswer, QueryError> {
+        run(self, project_id, tz, query, variables).await
+    }
+}
+
 pub async fn run(
     engine: &QueryEngine,
     project_id: u64,
