@@ -44,6 +44,7 @@ use materialize::{Kick, Loaded, Materializer, Results};
 use model::MaterializationStatus;
 pub use model::{Endpoint, EndpointVersion, InsightVariable, VariableType};
 use request::{Refresh, RunRequest};
+pub use sled_store::SledEndpoints;
 use store::EndpointStore;
 pub use throttle::Rates;
 use throttle::Throttle;

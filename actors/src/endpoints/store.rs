@@ -1,6 +1,6 @@
 //! Where endpoints (each with its versions) and insight variables live.
 //!
-//! [`EndpointRecords`] is the storage trait ([`SledEndpoints`] in the embedded default; every
+//! [`EndpointRecords`] is the storage trait ([`super::SledEndpoints`] in the embedded default; every
 //! implementation passes [`contract::suite`]). [`EndpointStore`] is what the domain uses: the
 //! records plus the in-memory copy of endpoints that runs read without I/O.
 
@@ -11,8 +11,6 @@ use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
 use crate::kernel::StoreError;
-
-pub use super::sled_store::SledEndpoints;
 
 /// Endpoints and insight variables, by project. Writes are durable when they return.
 pub trait EndpointRecords: Send + Sync {

@@ -4,9 +4,52 @@
 //! implementation passes [`contract::suite`]). The rules (live key uniqueness, versions) and
 //! the in-memory evaluation snapshots are [`super::store::FlagStore`]'s.
 
-use super::store::{CohortRecord, FlagRecord};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::model::{CohortDefinition, FlagDefinition};
 use crate::kernel::codec::{encode, get, scan_prefix};
 use crate::kernel::StoreError;
+
+/// A stored flag: the definition plus bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlagRecord {
+    #[serde(flatten)]
+    pub definition: FlagDefinition,
+    pub project_id: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl FlagRecord {
+    /// The short form other resources embed (PostHog's `MinimalFeatureFlagSerializer`).
+    pub fn summary(&self) -> serde_json::Value {
+        let d = &self.definition;
+        serde_json::json!({
+            "id": d.id,
+            "team_id": self.project_id,
+            "key": d.key,
+            "name": d.name,
+            "filters": d.filters,
+            "active": d.active,
+            "deleted": d.deleted,
+            "version": d.version,
+        })
+    }
+}
+
+/// A stored cohort; static cohorts keep their members' distinct ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CohortRecord {
+    #[serde(flatten)]
+    pub definition: CohortDefinition,
+    pub project_id: u64,
+    #[serde(default)]
+    pub static_distinct_ids: Vec<String>,
+    #[serde(default)]
+    pub deleted: bool,
+    pub created_at: DateTime<Utc>,
+}
 
 /// Flags and cohorts by project and id. Writes are durable when they return.
 pub trait FlagRecords: Send + Sync {

@@ -5,54 +5,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use dashmap::DashMap;
-use serde::{Deserialize, Serialize};
 
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
 use crate::kernel::StoreError;
 
-/// A stored flag: the definition plus bookkeeping.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FlagRecord {
-    #[serde(flatten)]
-    pub definition: FlagDefinition,
-    pub project_id: u64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl FlagRecord {
-    /// The short form other resources embed (PostHog's `MinimalFeatureFlagSerializer`).
-    pub fn summary(&self) -> serde_json::Value {
-        let d = &self.definition;
-        serde_json::json!({
-            "id": d.id,
-            "team_id": self.project_id,
-            "key": d.key,
-            "name": d.name,
-            "filters": d.filters,
-            "active": d.active,
-            "deleted": d.deleted,
-            "version": d.version,
-        })
-    }
-}
-
-/// A stored cohort; static cohorts keep their members' distinct ids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CohortRecord {
-    #[serde(flatten)]
-    pub definition: CohortDefinition,
-    pub project_id: u64,
-    #[serde(default)]
-    pub static_distinct_ids: Vec<String>,
-    #[serde(default)]
-    pub deleted: bool,
-    pub created_at: DateTime<Utc>,
-}
+pub use super::records::{CohortRecord, FlagRecord};
 
 /// What evaluation reads for one project: immutable, swapped whole on every change. Built
 /// only by [`ProjectFlags::new`], so the derived parts always match `flags`.
