@@ -78,7 +78,7 @@ fn expand(tree: &str) -> Vec<String> {
     parts
         .into_iter()
         .filter(|p| !p.trim().is_empty())
-        .flat_map(|p| expand(p))
+        .flat_map(expand)
         .map(|p| {
             if p == "self" {
                 prefix.trim_end_matches("::").to_string()
@@ -134,10 +134,9 @@ fn paths(code: &str) -> Vec<String> {
 /// The module a path names: the longest prefix that is a module of the crate.
 fn resolve(here: &[String], path: &str, modules: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
     let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
-    let mut abs: Vec<String> = match segs.first()? {
-        &"crate" => Vec::new(),
-        &"self" => here.to_vec(),
-        &"super" => here.to_vec(),
+    let mut abs: Vec<String> = match *segs.first()? {
+        "crate" => Vec::new(),
+        "self" | "super" => here.to_vec(),
         _ => return None,
     };
     while segs.first() == Some(&"super") {
