@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::auth::scope::{OrganizationRead, OrganizationWrite};
-use crate::auth::Authed;
+use crate::auth::{Authed, Staff};
 use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -56,16 +56,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>
 }
 
 async fn update(
-    auth: Authed<OrganizationWrite>,
+    auth: Staff<OrganizationWrite>,
     state: web::Data<AppState>,
     org: web::Path<String>,
     ValidJson(body): ValidJson<OrgBody>,
 ) -> Result<HttpResponse, ApiError> {
-    if !auth.credential.user.is_staff {
-        return Err(ApiError::PermissionDenied {
-            detail: "Only administrators may change the organization.".into(),
-        });
-    }
     let org = own(&state, auth.credential.user.organization_id, &org).await?;
     let update = OrganizationUpdate {
         name: body.name,

@@ -7,19 +7,9 @@ use corvid_actors::oauth::OAuthError;
 use serde::Deserialize;
 
 use crate::auth::scope::{OrganizationRead, OrganizationWrite};
-use crate::auth::Authed;
+use crate::auth::Staff;
 use crate::error::ApiError;
 use crate::state::AppState;
-
-fn require_staff(is_staff: bool) -> Result<(), ApiError> {
-    if is_staff {
-        Ok(())
-    } else {
-        Err(ApiError::PermissionDenied {
-            detail: "Only instance staff can manage verified OAuth applications.".into(),
-        })
-    }
-}
 
 #[derive(Deserialize)]
 pub struct ClientIdBody {
@@ -27,20 +17,18 @@ pub struct ClientIdBody {
 }
 
 pub async fn list(
-    auth: Authed<OrganizationRead>,
+    _staff: Staff<OrganizationRead>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    require_staff(auth.credential.user.is_staff)?;
     let clients = state.engine.oauth.verified_clients().await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "results": clients })))
 }
 
 pub async fn verify(
-    auth: Authed<OrganizationWrite>,
+    auth: Staff<OrganizationWrite>,
     state: web::Data<AppState>,
     body: web::Json<ClientIdBody>,
 ) -> Result<HttpResponse, ApiError> {
-    require_staff(auth.credential.user.is_staff)?;
     let record = state
         .engine
         .oauth
@@ -54,11 +42,10 @@ pub async fn verify(
 }
 
 pub async fn unverify(
-    auth: Authed<OrganizationWrite>,
+    _staff: Staff<OrganizationWrite>,
     state: web::Data<AppState>,
     body: web::Json<ClientIdBody>,
 ) -> Result<HttpResponse, ApiError> {
-    require_staff(auth.credential.user.is_staff)?;
     if state.engine.oauth.unverify_client(&body.client_id).await? {
         Ok(HttpResponse::NoContent().finish())
     } else {
