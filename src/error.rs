@@ -261,7 +261,7 @@ impl ApiError {
                 QueryError::Syntax { .. } => (
                     StatusCode::BAD_REQUEST,
                     "validation_error",
-                    "syntax_error",
+                    err.code(),
                     Some("query"),
                 ),
                 QueryError::Invalid(_)
@@ -269,31 +269,31 @@ impl ApiError {
                 | QueryError::InvalidInsight(_) => (
                     StatusCode::BAD_REQUEST,
                     "validation_error",
-                    "invalid_query",
+                    err.code(),
                     Some("query"),
                 ),
                 QueryError::MissingVariable(_) => (
                     StatusCode::BAD_REQUEST,
                     "validation_error",
-                    "missing_variable",
+                    err.code(),
                     Some("variables"),
                 ),
                 QueryError::MemoryLimit { .. } => (
                     StatusCode::BAD_REQUEST,
                     "validation_error",
-                    "memory_limit_exceeded",
+                    err.code(),
                     Some("query"),
                 ),
                 QueryError::Timeout(_) => (
                     StatusCode::GATEWAY_TIMEOUT,
                     "server_error",
-                    "query_timeout",
+                    err.code(),
                     None,
                 ),
                 QueryError::Internal(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
-                    "internal_error",
+                    err.code(),
                     None,
                 ),
             },

@@ -32,7 +32,8 @@ pub enum QueryError {
 }
 
 impl QueryError {
-    /// A stable code for the error (HTTP bodies and endpoint execution logs).
+    /// The stable code of the error: the one name HTTP bodies and endpoint execution logs
+    /// both use.
     pub fn code(&self) -> &'static str {
         match self {
             QueryError::Syntax { .. } => "syntax_error",
@@ -40,17 +41,21 @@ impl QueryError {
             | QueryError::UnsupportedFunction(_)
             | QueryError::InvalidInsight(_) => "invalid_query",
             QueryError::MissingVariable(_) => "missing_variable",
-            QueryError::MemoryLimit { .. } => "query_memory_limit",
+            QueryError::MemoryLimit { .. } => "memory_limit_exceeded",
             QueryError::Timeout(_) => "query_timeout",
             QueryError::Internal(_) => "internal_error",
         }
     }
 
-    /// A DataFusion error, split into the query's fault (planning, types, unknown names) and ours.
+    /// A DataFusion error, classified: the query's fault (planning, types, unknown names, bad
+    /// values) is a 4xx that names the problem; running out of memory is a 4xx with the
+    /// remedy; anything else (I/O, storage, DataFusion's own internal errors) is an engine
+    /// fault whose text is logged, never shown.
     pub(crate) fn from_datafusion(
         e: datafusion::error::DataFusionError,
         limit_bytes: usize,
     ) -> Self {
+        use datafusion::arrow::error::ArrowError as A;
         use datafusion::error::DataFusionError as D;
         match e {
             D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
@@ -63,12 +68,33 @@ impl QueryError {
             D::NotImplemented(msg) => {
                 QueryError::Invalid(format!("Not supported: {}", first_line(&msg)))
             }
+            // Our functions report bad arguments this way; DataFusion reports its own
+            // invariants as `Internal`, handled below.
             D::Execution(msg) => QueryError::Invalid(first_line(&msg)),
-            D::ArrowError(e, _) => QueryError::Invalid(first_line(&e.to_string())),
+            D::ArrowError(e, _) => match *e {
+                A::DivideByZero => QueryError::Invalid("Division by zero.".into()),
+                A::CastError(msg) | A::ParseError(msg) | A::InvalidArgumentError(msg) => {
+                    QueryError::Invalid(first_line(&msg))
+                }
+                A::ComputeError(msg) if msg.contains("overflow") => {
+                    QueryError::Invalid(first_line(&msg))
+                }
+                A::MemoryError(_) => QueryError::MemoryLimit { limit_bytes },
+                other => QueryError::Internal(other.to_string()),
+            },
             D::Context(_, inner) | D::Diagnostic(_, inner) => {
                 QueryError::from_datafusion(*inner, limit_bytes)
             }
-            D::Shared(inner) => QueryError::Invalid(first_line(&inner.to_string())),
+            D::Collection(mut errors) if !errors.is_empty() => {
+                QueryError::from_datafusion(errors.swap_remove(0), limit_bytes)
+            }
+            D::Shared(inner) => match std::sync::Arc::try_unwrap(inner) {
+                Ok(owned) => QueryError::from_datafusion(owned, limit_bytes),
+                Err(shared) => match shared.as_ref() {
+                    D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
+                    other => QueryError::Internal(other.to_string()),
+                },
+            },
             other => QueryError::Internal(other.to_string()),
         }
     }
@@ -82,4 +108,56 @@ fn first_line(s: &str) -> String {
 fn unknown_function(msg: &str) -> Option<String> {
     let rest = msg.split("Invalid function '").nth(1)?;
     Some(rest.split('\'').next()?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::error::ArrowError;
+    use datafusion::error::DataFusionError as D;
+
+    use super::*;
+
+    fn classify(e: D) -> QueryError {
+        QueryError::from_datafusion(e, 1024)
+    }
+
+    #[test]
+    fn limits_are_the_callers_with_a_remedy_and_faults_are_ours() {
+        let memory = classify(D::ResourcesExhausted("pool".into()));
+        assert!(matches!(
+            memory,
+            QueryError::MemoryLimit { limit_bytes: 1024 }
+        ));
+        assert!(memory.to_string().contains("raise query.memory_limit"));
+        assert_eq!(memory.code(), "memory_limit_exceeded");
+        let shared = classify(D::Shared(std::sync::Arc::new(D::ResourcesExhausted(
+            "x".into(),
+        ))));
+        assert!(matches!(shared, QueryError::MemoryLimit { .. }));
+        let wrapped = classify(D::Context(
+            "ctx".into(),
+            Box::new(D::ResourcesExhausted("x".into())),
+        ));
+        assert!(matches!(wrapped, QueryError::MemoryLimit { .. }));
+
+        for fault in [
+            D::Internal("invariant broken".into()),
+            D::IoError(std::io::Error::other("disk")),
+            D::ArrowError(
+                Box::new(ArrowError::IoError("x".into(), std::io::Error::other("y"))),
+                None,
+            ),
+        ] {
+            let e = classify(fault);
+            assert!(matches!(e, QueryError::Internal(_)), "{e:?}");
+            assert_eq!(e.code(), "internal_error");
+        }
+
+        let zero = classify(D::ArrowError(Box::new(ArrowError::DivideByZero), None));
+        assert!(matches!(zero, QueryError::Invalid(ref m) if m == "Division by zero."));
+        let unknown = classify(D::Plan(
+            "Invalid function 'fooBar'.\nDid you mean 'foo'?".into(),
+        ));
+        assert!(matches!(unknown, QueryError::UnsupportedFunction(ref f) if f == "fooBar"));
+    }
 }
