@@ -864,6 +864,16 @@ fn runs_are_rate_limited_per_key() {
         &json!({}),
     );
     assert_eq!(res.status(), 200, "another key has its own budget");
+    // Every run leaves a log entry, the refused one included.
+    let mut entries = Vec::new();
+    assert!(wait_until(Duration::from_secs(5), || {
+        entries = logs(&server, "limited", "level=ERROR");
+        !entries.is_empty()
+    }));
+    assert_eq!(entries.len(), 1);
+    let message = entries[0]["message"].as_str().expect("message");
+    assert!(message.contains("error=throttled"), "{message}");
+    assert_eq!(logs(&server, "limited", "level=INFO").len(), 4);
 }
 
 #[test]

@@ -249,9 +249,21 @@ impl Endpoints {
         };
         let usable = usable_materialization(&version, req.refresh);
         if let Err(wait) = self.throttle.check(&caller.credential, usable.is_some()) {
-            return Err(EndpointError::Throttled {
+            let refused = EndpointError::Throttled {
                 retry_after_secs: wait.as_secs().max(1),
-            });
+            };
+            self.record(
+                &endpoint,
+                execution_id,
+                Level::Error,
+                format!(
+                    "Endpoint execution failed · path={} version={} error={}",
+                    if usable.is_some() { "materialized" } else { "inline" },
+                    version.version,
+                    refused.log_code()
+                ),
+            );
+            return Err(refused);
         }
         let key = cache::key(
             endpoint.id,
