@@ -307,6 +307,7 @@ impl Config {
     }
 
     /// A config for tests: port 0 on loopback, state under `data_dir`, fast shutdown.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn for_test(data_dir: &Path) -> Config {
         let mut config = Config::defaults();
         config.data_dir = data_dir.to_path_buf();
