@@ -1,0 +1,125 @@
+//! Evaluation order: flags that depend on other flags are evaluated after them, once per snapshot.
+
+use super::*;
+
+/// The ids a flag depends on (flag filters in its conditions).
+pub fn dependencies(flag: &FlagDefinition) -> Vec<i64> {
+    flag.filters
+        .groups
+        .iter()
+        .chain(flag.filters.super_groups.iter())
+        .flat_map(|c| c.properties.iter())
+        .filter(|f| f.kind.as_deref() == Some("flag"))
+        .filter_map(|f| f.key.parse().ok())
+        .collect()
+}
+
+/// How a flag is evaluated within a set: its place in dependency order, and whether its
+/// dependencies are usable (`missing`: unknown or broken; `cyclic`: part of a cycle).
+#[derive(Debug, Clone, Default)]
+pub struct EvaluationPlan {
+    /// (flag index, dependencies usable, every dependency exists) in evaluation order.
+    order: Vec<(usize, bool, bool)>,
+    /// Ids of flags other flags depend on: only their values are kept during evaluation.
+    depended_on: HashSet<i64>,
+}
+
+impl EvaluationPlan {
+    /// Orders `flags` so dependencies come first; computed once per definitions snapshot.
+    pub fn new(flags: &[&FlagDefinition]) -> EvaluationPlan {
+        let by_id: HashMap<i64, usize> = flags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+        let deps: Vec<Vec<i64>> = flags.iter().map(|f| dependencies(f)).collect();
+        // 0 = unvisited, 1 = in progress, 2 = done; `ok[i]` is known once done.
+        let mut state = vec![0u8; flags.len()];
+        let mut ok = vec![false; flags.len()];
+        let mut order = Vec::with_capacity(flags.len());
+        fn visit(
+            i: usize,
+            deps: &[Vec<i64>],
+            by_id: &HashMap<i64, usize>,
+            state: &mut [u8],
+            ok: &mut [bool],
+            order: &mut Vec<(usize, bool, bool)>,
+        ) -> bool {
+            match state[i] {
+                2 => return ok[i],
+                1 => return false,
+                _ => {}
+            }
+            state[i] = 1;
+            let mut usable = true;
+            let mut all_exist = true;
+            for dep in &deps[i] {
+                match by_id.get(dep) {
+                    Some(&j) => usable &= visit(j, deps, by_id, state, ok, order),
+                    None => {
+                        usable = false;
+                        all_exist = false;
+                    }
+                }
+            }
+            state[i] = 2;
+            ok[i] = usable;
+            order.push((i, usable, all_exist));
+            usable
+        }
+        for i in 0..flags.len() {
+            if state[i] == 0 {
+                visit(i, &deps, &by_id, &mut state, &mut ok, &mut order);
+            }
+        }
+        let depended_on = deps.into_iter().flatten().collect();
+        EvaluationPlan { order, depended_on }
+    }
+}
+
+/// Evaluates every flag of `flags` in dependency order. Flags whose dependencies are missing
+/// or cyclic come back `missing_dependency`; cycles also report an error (second value).
+pub fn evaluate_all(
+    flags: &[&FlagDefinition],
+    subject: &Subject,
+    cohorts: &HashMap<i64, CohortDefinition>,
+    ctx: MatchContext,
+) -> (Vec<Evaluation>, bool) {
+    let (slots, errors) = evaluate_slots(flags, &EvaluationPlan::new(flags), subject, cohorts, ctx);
+    (slots.into_iter().flatten().collect(), errors)
+}
+
+/// [`evaluate_all`] with a precomputed plan for the same `flags`, as one slot per flag (same
+/// index as `flags`), every slot filled, so a caller can blank the flags it does not return
+/// without moving the others.
+pub fn evaluate_slots(
+    flags: &[&FlagDefinition],
+    plan: &EvaluationPlan,
+    subject: &Subject,
+    cohorts: &HashMap<i64, CohortDefinition>,
+    ctx: MatchContext,
+) -> (Vec<Option<Evaluation>>, bool) {
+    let mut values: HashMap<i64, FlagValue> = HashMap::new();
+    let cohort_memo = std::cell::RefCell::new(HashMap::new());
+    let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
+    let mut errors = false;
+    for &(i, usable, all_exist) in &plan.order {
+        let evaluation = if usable {
+            let env = Environment {
+                cohorts,
+                flag_values: &values,
+                ctx,
+                cohort_memo: &cohort_memo,
+            };
+            evaluate_flag(flags[i], subject, &env)
+        } else {
+            // Every dependency exists, yet they are unusable: a cycle (an error).
+            errors |= all_exist;
+            not_enabled(reason("missing_dependency", None))
+        };
+        if plan.depended_on.contains(&flags[i].id) {
+            values.insert(flags[i].id, evaluation.value());
+        }
+        results[i] = Some(evaluation);
+    }
+    for slot in results.iter_mut().filter(|r| r.is_none()) {
+        *slot = Some(not_enabled(reason("missing_dependency", None)));
+    }
+    (results, errors)
+}

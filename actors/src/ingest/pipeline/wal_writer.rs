@@ -1,0 +1,151 @@
+//! The WAL writer thread: group commit (append, one sync, hand records to the shards) and WAL truncation behind the shards' checkpoints.
+
+use super::*;
+
+/// WAL records replayed per shard message.
+pub(super) const REPLAY_GROUP_RECORDS: usize = 1024;
+
+/// Hands each shard, in one message, the events of `records` that hash to it (moved, not
+/// copied). Every shard gets a part of every record, so every shard's checkpoint advances with
+/// the log.
+pub(super) fn route(
+    records: Vec<(u64, WalBatch, Option<Arc<BatchDone>>)>,
+    shards: &[Addr<IngestShard>],
+    skip: Option<&Arc<HashSet<Uuid>>>,
+) {
+    if records.is_empty() {
+        return;
+    }
+    let mut per_shard: Vec<Vec<RecordPart>> = (0..shards.len())
+        .map(|_| Vec::with_capacity(records.len()))
+        .collect();
+    for (seq, batch, done) in records {
+        let mut parts: Vec<Vec<CapturedEvent>> = (0..shards.len()).map(|_| Vec::new()).collect();
+        for event in batch.events {
+            parts[shard_of(batch.project_id, &event.distinct_id, shards.len())].push(event);
+        }
+        for (out, events) in per_shard.iter_mut().zip(parts) {
+            out.push(RecordPart {
+                seq,
+                project_id: batch.project_id,
+                historical: batch.historical,
+                events,
+                skip: skip.cloned(),
+                done: done.clone(),
+            });
+        }
+    }
+    for (shard, parts) in shards.iter().zip(per_shard) {
+        shard.do_send(ProcessBatch { parts });
+    }
+}
+
+/// The WAL writer: drains whatever is queued, appends it, fsyncs once for the whole group,
+/// hands the records to the shards, and deletes WAL files the shards no longer need.
+pub(super) fn wal_loop(
+    mut wal: Wal,
+    rx: Receiver<WalCommand>,
+    shards: Vec<Addr<IngestShard>>,
+    checkpoints: Vec<Arc<AtomicU64>>,
+    fsync: bool,
+    failed: Arc<AtomicBool>,
+    stats: &WalStats,
+) {
+    let mut truncated_through = 0u64;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < 4096 {
+            match rx.try_recv() {
+                Ok(cmd) => group.push(cmd),
+                Err(_) => break,
+            }
+        }
+        let mut appended = Vec::with_capacity(group.len());
+        let mut stop = None;
+        let mut error: Option<Arc<std::io::Error>> = None;
+        for cmd in group {
+            match cmd {
+                WalCommand::Append {
+                    payload,
+                    batch,
+                    done,
+                } => {
+                    if failed.load(Ordering::SeqCst) || error.is_some() {
+                        done.fail(IngestError::ShuttingDown);
+                        continue;
+                    }
+                    match wal.append(&payload) {
+                        Ok(seq) => {
+                            stats.last_seq.store(seq, Ordering::Relaxed);
+                            appended.push((seq, batch, done))
+                        }
+                        Err(e) => {
+                            error = Some(Arc::new(e));
+                            done.fail(IngestError::ShuttingDown);
+                        }
+                    }
+                }
+                WalCommand::Stop { reply } => stop = Some(reply),
+            }
+        }
+        if error.is_none() && !appended.is_empty() {
+            let started = std::time::Instant::now();
+            let synced = wal.sync(fsync);
+            stats.fsync.observe(started.elapsed());
+            if let Err(e) = synced {
+                error = Some(Arc::new(e));
+            }
+        }
+        if let Some(e) = error {
+            tracing::error!(error = %e, "write-ahead log failed; refusing further events");
+            failed.store(true, Ordering::SeqCst);
+            for (_, _, done) in appended {
+                done.fail(IngestError::Wal(Arc::clone(&e)));
+            }
+        } else {
+            let records = appended
+                .into_iter()
+                .map(|(seq, batch, done)| (seq, batch, Some(done)))
+                .collect();
+            route(records, &shards, None);
+        }
+        let covered = checkpoints
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0);
+        if covered > truncated_through {
+            match wal.roll_if_covered(covered) {
+                Ok(()) => {
+                    wal.truncate_through(covered);
+                    truncated_through = covered;
+                }
+                Err(e) => tracing::warn!(error = %e, "could not roll the WAL past covered records"),
+            }
+        }
+        if let Some(reply) = stop {
+            if let Err(e) = wal.sync(true) {
+                tracing::error!(error = %e, "final WAL sync failed");
+            }
+            let _ = reply.send(());
+            return;
+        }
+    }
+}
+
+/// Uuids of committed segments that may overlap the WAL records still to be replayed.
+pub(super) fn uuids_in_segments_after(
+    catalog: &dyn SegmentCatalog,
+    low: u64,
+) -> Result<HashSet<Uuid>, IngestError> {
+    let mut out = HashSet::new();
+    for project in catalog.projects()? {
+        for segment in catalog.segments(project, None, None)? {
+            if segment.name.last > low {
+                let path = catalog.local_path(&segment)?;
+                out.extend(read_segment(&path)?.into_iter().map(|e| e.uuid));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,69 @@
+//! Corvid's one typed configuration.
+//!
+//! Layers, later wins: the embedded `config/default.toml` → an optional file → `CORVID_*`
+//! environment variables → command-line flags (the last two applied by the CLI through
+//! [`Overrides`]). Unknown keys are rejected so a typo never silently falls back to a default.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use corvid_actors::endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
+use corvid_actors::engine::EngineSettings;
+use corvid_actors::flags::FlagsSettings;
+use corvid_actors::ingest::{CompactionConfig, Durability, IngestConfig, Limits};
+use corvid_actors::meta::TenancySettings;
+use corvid_actors::oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
+use corvid_actors::query::QuerySettings;
+use serde::Deserialize;
+
+/// The embedded defaults; also the documentation of every key.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config in {origin}: {source}")]
+    Parse {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Root of all on-disk state.
+    pub data_dir: PathBuf,
+    /// Base URL clients reach us on; `http://<bind>` when unset.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub capture: CaptureConfig,
+    pub ingest: IngestSection,
+    pub flags: FlagsConfig,
+    pub browser: BrowserConfig,
+    pub surveys: SurveysConfig,
+    pub query: QueryConfig,
+    pub endpoints: EndpointsConfig,
+    #[serde(default)]
+    pub geoip: GeoIpConfig,
+    pub auth: AuthConfig,
+    pub oauth: OAuthConfig,
+    pub log: LogConfig,
+}
+
+mod load;
+mod sections;
+
+pub use sections::*;

@@ -1,0 +1,218 @@
+//! The configuration's sections, one struct per TOML table, with their documented defaults in `config/default.toml`.
+
+use super::*;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    #[serde(default)]
+    pub workers: Option<NonZeroUsize>,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureConfig {
+    pub max_decompressed_bytes: usize,
+    pub max_event_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSection {
+    pub durability: Durability,
+    pub shards: NonZeroUsize,
+    pub flush_max_rows: NonZeroUsize,
+    pub flush_max_bytes: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    pub max_buffered_events: NonZeroUsize,
+    pub max_queued_requests: NonZeroUsize,
+    pub wal_segment_bytes: u64,
+    pub dedup_window: usize,
+    /// Event properties stored as their own columns in segments (fast to filter and group).
+    pub materialized_properties: Vec<String>,
+    pub auto_materialized_keys: usize,
+    #[serde(with = "humantime_serde")]
+    pub compaction_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub compaction_grace: Duration,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoIpConfig {
+    #[serde(default)]
+    pub database_path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagsConfig {
+    #[serde(with = "humantime_serde")]
+    pub stored_read_deadline: Duration,
+}
+
+/// `[browser]`: what browser SDKs are served besides capture and flags.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserConfig {
+    /// `Cache-Control: max-age` of `/array/{token}/config(.js)`.
+    #[serde(with = "humantime_serde")]
+    pub remote_config_max_age: Duration,
+    /// Where `/static/*` (the SDK's lazily loaded scripts: surveys, recorder, toolbar…) is
+    /// redirected; empty answers 404.
+    pub assets_url: String,
+}
+
+/// `[surveys]`: upkeep of running surveys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SurveysConfig {
+    /// How often surveys are checked against their response limits and iteration dates.
+    #[serde(with = "humantime_serde")]
+    pub maintenance_interval: Duration,
+}
+
+/// `[query]`: limits of SQL and insight queries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryConfig {
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    pub memory_limit_bytes: NonZeroUsize,
+    pub default_rows: NonZeroUsize,
+    pub max_rows: NonZeroUsize,
+    /// Query runtime threads; 0 means one per core.
+    pub threads: usize,
+    /// DataFusion session options for every query (`[query.datafusion]`), e.g.
+    /// `"datafusion.execution.batch_size" = "16384"`; an unknown key or bad value stops startup.
+    #[serde(default)]
+    pub datafusion: std::collections::BTreeMap<String, String>,
+}
+
+/// `[endpoints]`: results cache, materializer, execution logs and run rate limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointsConfig {
+    pub cache_entries: NonZeroUsize,
+    pub materialized_dir: PathBuf,
+    /// When set, materialized results go to this S3-compatible bucket instead.
+    #[serde(default)]
+    pub s3: Option<S3Config>,
+    #[serde(with = "humantime_serde")]
+    pub materialize_check_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub materialize_retry: Duration,
+    pub materialize_max_rows: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub log_retention: Duration,
+    pub inline_per_minute: u64,
+    pub inline_per_hour: u64,
+    pub materialized_per_minute: u64,
+    pub materialized_per_hour: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(with = "humantime_serde")]
+    pub credential_cache_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub last_used_resolution: Duration,
+}
+
+/// `[endpoints.s3]`: an S3-compatible bucket for materialized results.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    pub bucket: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+/// `[oauth]`: the authorization server, its client-metadata fetcher and secret scanning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// Other base URLs this server answers on (e.g. US, EU, region-agnostic hosts).
+    pub region_urls: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub access_token_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub refresh_token_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub code_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_fetch_timeout: Duration,
+    pub cimd_max_document_bytes: usize,
+    pub cimd_max_logo_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_default: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cimd_cache_max: Duration,
+    /// DEVELOPMENT ONLY: fetch client metadata from loopback addresses.
+    pub dev_allow_loopback_fetch: bool,
+    /// DEVELOPMENT ONLY: a PEM CA certificate trusted for client metadata, beside the public roots.
+    #[serde(default)]
+    pub dev_extra_ca_file: Option<PathBuf>,
+    /// Public keys that sign secret-scanning reports.
+    #[serde(default)]
+    pub secret_scanning_keys: Vec<SecretScanningKey>,
+}
+
+/// One secret-scanning signing key: its identifier (sent in the report's key-id header) and
+/// the PEM ECDSA P-256 public key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretScanningKey {
+    pub id: String,
+    pub pem: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+/// Values from the environment and the command line, applied over the files.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub bind: Option<SocketAddr>,
+    pub public_url: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
