@@ -1,4 +1,4 @@
-//! Remote config (`browser-and-surfaces.md` §2): what the browser SDK fetches at start-up
+//! Remote config (as in PostHog): what the browser SDK fetches at start-up
 //! from `/array/{token}/config` (JSON) or `/array/{token}/config.js` (a script that fills
 //! `window._POSTHOG_REMOTE_CONFIG`), built from the project's SDK settings, whether it has
 //! active flags and whether it has running surveys. `/flags?config=true` reports the same

@@ -1,8 +1,8 @@
 //! The public routes' wire decoding: the bytes an SDK sends → JSON text.
 //!
 //! Capture and `/flags` receive the same encodings from the same SDKs, so they share this one
-//! decoder (PostHog's capture pipeline, `shared/reference/capture.md` §2.2, which also covers
-//! what `/flags` accepts, `flags.md` §1.3): the payload is the query's `data` or the body;
+//! decoder (PostHog's capture pipeline in `PostHog/posthog:rust/capture`, whose decoding the
+//! `/flags` service shares, `rust/feature-flags/src/handler/decoding.rs`): the payload is the query's `data` or the body;
 //! optimistic base64; form decoding (`data=…`, `+` restored inside base64); the compression hint
 //! (query → form → `Content-Encoding`); gzip (also by its magic bytes), LZ-string or base64
 //! (percent-encoded or unpadded base64 accepted) under the decompressed limit; then a second

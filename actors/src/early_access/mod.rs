@@ -1,4 +1,4 @@
-//! Early-access features (`browser-and-surfaces.md` §3): a feature in a release stage, linked
+//! Early-access features (as in PostHog): a feature in a release stage, linked
 //! to a boolean person flag. While the feature is in an active stage (alpha, beta, general
 //! availability) its flag carries `filters.feature_enrollment = true`, so a person's
 //! `$feature_enrollment/<flag key>` property (set by the SDK's opt-in event) decides the flag

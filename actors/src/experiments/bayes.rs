@@ -1,5 +1,5 @@
 //! The Bayesian comparison of a test variant with control, as PostHog's experiments engine
-//! does it (`browser-and-surfaces.md` §5.5).
+//! does it.
 //!
 //! The model: each variant's metric has a sample mean x̄ and variance s² (mean metrics:
 //! s² = (Σx² − (Σx)²/n)/(n − 1); funnels: the proportion p with p(1 − p)). The effect θ is the

@@ -1,5 +1,5 @@
 //! Experiment metrics: their definitions (PostHog's `ExperimentMetric` JSON) and the SQL that
-//! measures them per variant (`browser-and-surfaces.md` §5.3–5.4).
+//! measures them per variant (as in PostHog).
 //!
 //! Exposure: a person is exposed to a variant by a `$feature_flag_called` event for the flag
 //! (variant from `$feature_flag_response`) or by any event carrying `$feature/<flag key>` (the

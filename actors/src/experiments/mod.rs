@@ -1,4 +1,4 @@
-//! Experiments and holdouts (`browser-and-surfaces.md` §5): an experiment owns a multivariate
+//! Experiments and holdouts (as in PostHog): an experiment owns a multivariate
 //! flag (first variant `control`) that `/flags` evaluates like any other; its lifecycle
 //! (launch, pause, resume, end, ship a variant, archive) drives that flag; its results compare
 //! each variant with control from captured exposures and metric events

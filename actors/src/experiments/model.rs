@@ -1,5 +1,5 @@
 //! Experiments and holdouts as stored, and the commands that change them
-//! (`browser-and-surfaces.md` §5).
+//! (PostHog's experiment API).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

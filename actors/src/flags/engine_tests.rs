@@ -1,4 +1,5 @@
-//! Engine tests from `shared/reference/flags.md` §11 and the rules of §4–6.
+//! Engine tests: the published test vectors of PostHog's flag service (`rust/feature-flags`,
+//! `flag_matching_utils.rs` and `flag_matching.rs` tests) and its matching rules.
 
 use std::collections::HashMap;
 

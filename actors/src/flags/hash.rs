@@ -1,5 +1,5 @@
 //! Bucketing hashes, bit-for-bit as PostHog's server and SDKs compute them
-//! (`shared/reference/flags.md` §4): SHA-1 of `prefix + identifier + salt`, first 15 hex
+//! (`PostHog/posthog:rust/feature-flags/src/flags/flag_matching_utils.rs`, `calculate_hash`): SHA-1 of `prefix + identifier + salt`, first 15 hex
 //! digits (60 bits) as an integer, divided by `0xFFFFFFFFFFFFFFF` in f64.
 
 use sha1::{Digest, Sha1};
@@ -54,7 +54,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // shared/reference/flags.md §11, vectors 1–6.
+    // Published in PostHog's `test_calculate_hash` (flag_matching_utils.rs) and the Django
+    // `TestFeatureFlagCohortExpansion.test_calculate_hash`.
     #[test]
     fn published_vectors() {
         for (id, expected) in [

@@ -1,4 +1,5 @@
-//! Flag and cohort definitions in PostHog's JSON shape (`shared/reference/flags.md` §3, §5.2).
+//! Flag and cohort definitions in PostHog's JSON shape (`PostHog/posthog:rust/feature-flags/src/flags/flag_models.rs` and
+//! `src/cohorts/cohort_operations.rs`).
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
 //! Property matching for flag conditions, with the server's semantics
-//! (`shared/reference/flags.md` §5): non-partial mode, where a missing property is decided by
+//! (`PostHog/posthog:rust/feature-flags/src/properties/property_matching.rs`): non-partial mode, where a missing property is decided by
 //! the operator and any matcher error means "no match".
 
 use chrono::{DateTime, Duration, Months, NaiveDate, NaiveDateTime, TimeZone, Utc};

@@ -1,4 +1,4 @@
-//! `/flags` request decoding and parsing (`shared/reference/flags.md` §1), and the runtime and
+//! `/flags` request decoding and parsing (`PostHog/posthog:rust/feature-flags/src/flags/flag_request.rs`), and the runtime and
 //! evaluation-context filters (§7.1–7.2).
 
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
 //! Person and group processing of one event, following PostHog's ingestion pipeline
-//! (`shared/reference/capture.md` §5–6).
+//! (`PostHog/posthog:nodejs/src/worker/ingestion/`, the person and group steps).
 
 use std::sync::Arc;
 

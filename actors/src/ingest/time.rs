@@ -1,5 +1,5 @@
 //! Timestamp parsing and clock-skew correction, as PostHog's capture/ingestion does it
-//! (`shared/reference/capture.md` §4.6).
+//! (`PostHog/posthog:rust/common/types/src/timestamp.rs`).
 
 pub use crate::kernel::time::{parse_iso8601, parse_timestamp};
 use chrono::{DateTime, Datelike, Duration, Utc};

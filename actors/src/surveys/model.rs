@@ -1,5 +1,5 @@
 //! A survey as stored, and the commands that create and change one
-//! (`shared/reference/browser-and-surfaces.md` §4).
+//! (PostHog's survey API, `PostHog/posthog:posthog/api/survey.py`).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

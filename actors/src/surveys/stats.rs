@@ -1,5 +1,5 @@
 //! Survey statistics and response counts, computed by the query engine from the events the SDKs
-//! send (`survey shown`, `survey dismissed`, `survey sent`; `browser-and-surfaces.md` §4.5–4.6).
+//! send (`survey shown`, `survey dismissed`, `survey sent`).
 //!
 //! PostHog's counting rules: a response is one `$survey_submission_id` (partial responses send
 //! `survey sent` several times per submission); dismissals after a partial response

@@ -1,4 +1,4 @@
-//! The flags a survey owns (`browser-and-surfaces.md` §4.3): the internal targeting flag, which
+//! The flags a survey owns (as in PostHog): the internal targeting flag, which
 //! stops showing the survey to people who dismissed or answered it, and the targeting flag
 //! built from `targeting_flag_filters` (who may see it). Both are ordinary flags, so `/flags`
 //! serves survey display conditions like any other flag.

@@ -1,4 +1,4 @@
-//! PostHog's survey validation rules and texts (`browser-and-surfaces.md` §4.1–4.2): question
+//! PostHog's survey validation rules and texts (as in PostHog): question
 //! kinds and their fields, appearance, conditions and schedule. Questions without an `id` get
 //! one, so answers (`$survey_response_{id}`) can name them.
 

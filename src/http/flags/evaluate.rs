@@ -78,7 +78,7 @@ pub enum Shape {
     DecideMap,
 }
 
-/// PostHog's rules (`flags.md` §1.2, §2.3): with neither `v` nor `config`, `/flags` behaves as
+/// PostHog's rules (`rust/feature-flags/src/api/types.rs`, `FlagsQueryParams`): with neither `v` nor `config`, `/flags` behaves as
 /// `v=2&config=true`; `/decide` includes config unless `config=false` and maps versions to
 /// its older shapes.
 pub fn shape(endpoint: Endpoint, q: &FlagsQuery) -> (Shape, bool) {

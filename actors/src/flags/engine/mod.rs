@@ -1,5 +1,5 @@
-//! Evaluation of flags for one subject, with the server's rules (`shared/reference/flags.md`
-//! §4–6): early access, holdouts, conditions in stored order, per-condition aggregation,
+//! Evaluation of flags for one subject, with the rules of PostHog's flag service
+//! (`PostHog/posthog:rust/feature-flags/src/flags/flag_matching.rs`): early access, holdouts, conditions in stored order, per-condition aggregation,
 //! rollout and variant hashing, payloads, reasons, cohorts and flag dependencies.
 
 use std::collections::{HashMap, HashSet};
