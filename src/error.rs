@@ -373,7 +373,7 @@ impl From<EndpointError> for ApiError {
             }
             EndpointError::Query(q) => ApiError::Query(q),
             EndpointError::Store(s) => ApiError::Store(s),
-            EndpointError::Storage(text) => ApiError::Internal(anyhow::anyhow!(text)),
+            EndpointError::Storage(err) => ApiError::Internal(anyhow::anyhow!(err)),
         }
     }
 }

@@ -35,9 +35,9 @@ pub enum EndpointError {
     /// Over the caller's run rate limit.
     #[error("Request was throttled. Expected available in {retry_after_secs} seconds.")]
     Throttled { retry_after_secs: u64 },
-    /// The materialized result could not be written or read.
+    /// The materialized result could not be computed, written or read.
     #[error("materialized result storage failed: {0}")]
-    Storage(String),
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl EndpointError {

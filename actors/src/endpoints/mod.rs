@@ -195,7 +195,7 @@ impl Endpoints {
         let name = name.to_string();
         tokio::task::spawn_blocking(move || store.load(project_id, &name))
             .await
-            .map_err(|e| EndpointError::Storage(e.to_string()))?
+            .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?
             .map_err(EndpointError::from)
     }
 
@@ -209,7 +209,7 @@ impl Endpoints {
         let store = Arc::clone(&self.log_store);
         tokio::task::spawn_blocking(move || store.search(project_id, endpoint_id, &query))
             .await
-            .map_err(|e| EndpointError::Storage(e.to_string()))?
+            .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?
             .map_err(EndpointError::from)
     }
 }

@@ -232,7 +232,7 @@ impl QueryEngine {
         });
         handle
             .await
-            .map_err(|e| QueryError::Internal(format!("query task failed: {e}")))?
+            .map_err(|e| QueryError::Internal(Box::new(e)))?
     }
 }
 
@@ -253,7 +253,7 @@ async fn execute(
 ) -> Result<ArrowOutput, QueryError> {
     let (ctx, events) = session(project_id, &prepared, sources, settings)?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
-    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
+    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(Box::new(e));
     // Over `events` alone, `properties.<key>` reads the key's column when every segment has
     // it; the table then shows exactly the columns used (so `SELECT *` never lists them).
     // Should the rewritten statement not plan (e.g. a CTE that only passes `properties` on),
@@ -335,7 +335,7 @@ fn session(
     sources: &Sources,
     settings: &QuerySettings,
 ) -> Result<(SessionContext, Option<EventsSnapshot>), QueryError> {
-    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(e.to_string());
+    let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(Box::new(e));
     // Caches (Parquet footers, file statistics) are shared by every query; the memory pool is
     // the query's own.
     let runtime = Arc::new(RuntimeEnv {
@@ -367,7 +367,7 @@ fn session(
             None,
             |e| e.project_id == project_id,
         )
-        .map_err(|e| QueryError::Internal(format!("listing segments: {e}")))?;
+        .map_err(|e| QueryError::Internal(Box::new(e)))?;
         events = Some(EventsSnapshot {
             available: sources
                 .materialized_in(project_id, &snap.files)
@@ -381,7 +381,7 @@ fn session(
         let persons = sources
             .persons
             .persons(project_id)
-            .map_err(|e| QueryError::Internal(e.to_string()))?;
+            .map_err(|e| QueryError::Internal(Box::new(e)))?;
         ctx.register_table(
             "persons",
             tables::persons_table(&persons).map_err(internal)?,
@@ -397,7 +397,7 @@ fn session(
         let groups = sources
             .persons
             .groups(project_id, None)
-            .map_err(|e| QueryError::Internal(e.to_string()))?;
+            .map_err(|e| QueryError::Internal(Box::new(e)))?;
         ctx.register_table("groups", tables::groups_table(&groups).map_err(internal)?)
             .map_err(internal)?;
     }

@@ -28,7 +28,7 @@ pub enum QueryError {
     Timeout(Duration),
     /// Reading stored data failed, or DataFusion failed in a way that is not the query's fault.
     #[error("internal query error: {0}")]
-    Internal(String),
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl QueryError {
@@ -80,7 +80,7 @@ impl QueryError {
                     QueryError::Invalid(first_line(&msg))
                 }
                 A::MemoryError(_) => QueryError::MemoryLimit { limit_bytes },
-                other => QueryError::Internal(other.to_string()),
+                other => QueryError::Internal(Box::new(other)),
             },
             D::Context(_, inner) | D::Diagnostic(_, inner) => {
                 QueryError::from_datafusion(*inner, limit_bytes)
@@ -92,10 +92,10 @@ impl QueryError {
                 Ok(owned) => QueryError::from_datafusion(owned, limit_bytes),
                 Err(shared) => match shared.as_ref() {
                     D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
-                    other => QueryError::Internal(other.to_string()),
+                    other => QueryError::Internal(other.to_string().into()),
                 },
             },
-            other => QueryError::Internal(other.to_string()),
+            other => QueryError::Internal(Box::new(other)),
         }
     }
 }

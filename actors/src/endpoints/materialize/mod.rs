@@ -67,7 +67,7 @@ impl Results {
         if let Some(hit) = self.loaded.get(key) {
             return Ok(Arc::clone(hit.value()));
         }
-        let plan = plan::plan(query).map_err(EndpointError::Storage)?;
+        let plan = plan::plan(query).map_err(|refusal| EndpointError::Storage(refusal.into()))?;
         let (schema, batches) = self.storage.read(key).await?;
         let loaded = Arc::new(match plan {
             Plan::Sql(plan) => Loaded::Sql {
@@ -107,10 +107,13 @@ impl Results {
                 let out = engine.run_arrow(project_id, prepared).await?;
                 let rows: usize = out.batches.iter().map(|b| b.num_rows()).sum();
                 if rows > self.max_rows {
-                    return Err(EndpointError::Storage(format!(
-                        "the materialized result has more than {} rows; narrow the query",
-                        self.max_rows
-                    )));
+                    return Err(EndpointError::Storage(
+                        format!(
+                            "the materialized result has more than {} rows; narrow the query",
+                            self.max_rows
+                        )
+                        .into(),
+                    ));
                 }
                 Ok((out.schema, out.batches))
             }
@@ -146,6 +149,6 @@ fn insight_batch(items: &[Value]) -> Result<(SchemaRef, Vec<RecordBatch>), Endpo
         Arc::clone(&schema),
         vec![Arc::new(StringArray::from(texts))],
     )
-    .map_err(|e| EndpointError::Storage(e.to_string()))?;
+    .map_err(|e| EndpointError::Storage(Box::new(e)))?;
     Ok((schema, vec![batch]))
 }

@@ -37,8 +37,8 @@ pub struct ResultStorage {
     store: Arc<dyn ObjectStore>,
 }
 
-fn storage_error(e: impl std::fmt::Display) -> EndpointError {
-    EndpointError::Storage(e.to_string())
+fn storage_error(e: impl std::error::Error + Send + Sync + 'static) -> EndpointError {
+    EndpointError::Storage(Box::new(e))
 }
 
 impl ResultStorage {

@@ -105,7 +105,7 @@ pub(super) fn fill_markers(
         {
             let value = values
                 .get(n)
-                .ok_or_else(|| QueryError::Internal(format!("unbound value #{n}")))?;
+                .ok_or_else(|| QueryError::Internal(format!("unbound value #{n}").into()))?;
             out.extend(value_tokens("filter", value)?.into_iter().map(plain));
         } else if !matches!(t.token, Token::Whitespace(_)) {
             out.push(t);

@@ -47,7 +47,7 @@ pub(super) fn template(sql: &str, args: &[Expr]) -> Result<Expr, QueryError> {
     let mut expr = Parser::new(&dialect)
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_expr())
-        .map_err(|e| QueryError::Internal(format!("template {sql}: {e}")))?;
+        .map_err(|e| QueryError::Internal(format!("template {sql}: {e}").into()))?;
     let flow = visit_expressions_mut(&mut expr, |e| {
         if let Expr::Identifier(i) = e {
             if let Some(n) = i
