@@ -33,3 +33,24 @@ impl RecordError {
         }
     }
 }
+
+/// Helpers the product surfaces' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::RecordError;
+    use crate::flags::store::FlagStore;
+    use crate::flags::FlagDefinition;
+
+    /// The detail of a validation error (any other error fails the test).
+    pub fn detail(err: RecordError) -> String {
+        match err {
+            RecordError::Invalid { detail, .. } => detail,
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
+
+    /// Flag `id` of project 1 as stored.
+    pub fn stored_flag(flags: &FlagStore, id: i64) -> FlagDefinition {
+        flags.flag(1, id).expect("read").expect("flag").definition
+    }
+}

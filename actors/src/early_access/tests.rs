@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::kernel::SledRecords;
+use crate::surface::testing::{detail, stored_flag};
 
 struct Setup {
     eaf: EarlyAccess,
@@ -30,15 +31,8 @@ fn changes(body: Value) -> FeatureChanges {
     serde_json::from_value(body).expect("body")
 }
 
-fn detail(err: RecordError) -> String {
-    match err {
-        RecordError::Invalid { detail, .. } => detail,
-        other => panic!("expected a validation error, got {other:?}"),
-    }
-}
-
 fn flag(s: &Setup, id: i64) -> FlagDefinition {
-    s.flags.flag(1, id).expect("read").expect("flag").definition
+    stored_flag(&s.flags, id)
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use super::*;
 use crate::ingest::StoredEvent;
 use crate::kernel::SledRecords;
 use crate::query::tests::{event, Fixture};
+use crate::surface::testing::{detail, stored_flag};
 
 struct Setup {
     experiments: Experiments,
@@ -39,15 +40,8 @@ fn changes(body: Value) -> ExperimentChanges {
     serde_json::from_value(body).expect("body")
 }
 
-fn detail(err: RecordError) -> String {
-    match err {
-        RecordError::Invalid { detail, .. } => detail,
-        other => panic!("expected a validation error, got {other:?}"),
-    }
-}
-
 fn flag(s: &Setup, id: i64) -> FlagDefinition {
-    s.flags.flag(1, id).expect("read").expect("flag").definition
+    stored_flag(&s.flags, id)
 }
 
 #[tokio::test]

@@ -80,6 +80,25 @@ pub struct Registry {
     logos: DashMap<String, Logo>,
 }
 
+#[cfg(test)]
+impl ClientSettings {
+    /// Settings for engine tests: no loopback fetches, short timeouts, a one-minute cache.
+    pub(crate) fn for_test() -> ClientSettings {
+        ClientSettings {
+            fetch: FetchSettings {
+                timeout: Duration::from_secs(1),
+                allow_loopback: false,
+                extra_ca_pem: None,
+            },
+            max_document_bytes: 5120,
+            max_logo_bytes: 65536,
+            cache_default: Duration::from_secs(60),
+            cache_min: Duration::from_secs(1),
+            cache_max: Duration::from_secs(600),
+        }
+    }
+}
+
 impl Registry {
     pub fn new(settings: ClientSettings) -> Result<Registry, String> {
         Ok(Registry {
@@ -272,19 +291,7 @@ mod tests {
 
     #[test]
     fn a_cached_client_is_used_until_its_copy_expires() {
-        let registry = Registry::new(ClientSettings {
-            fetch: crate::oauth::FetchSettings {
-                timeout: Duration::from_secs(1),
-                allow_loopback: false,
-                extra_ca_pem: None,
-            },
-            max_document_bytes: 5120,
-            max_logo_bytes: 65536,
-            cache_default: Duration::from_secs(60),
-            cache_min: Duration::from_secs(1),
-            cache_max: Duration::from_secs(600),
-        })
-        .expect("registry");
+        let registry = Registry::new(ClientSettings::for_test()).expect("registry");
         let now = Utc::now();
         let metadata = parse_document(URL, &doc(serde_json::json!({}))).expect("valid");
         registry.clients.insert(

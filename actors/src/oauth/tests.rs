@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::cimd::ClientSettings;
-use super::fetch::FetchSettings;
 use super::records::TokenState;
 use super::*;
 use crate::meta::{SledMetadata, TenancySettings};
@@ -37,18 +35,7 @@ fn oauth() -> Fixture {
         },
     );
     let settings = OAuthSettings {
-        clients: ClientSettings {
-            fetch: FetchSettings {
-                timeout: Duration::from_secs(1),
-                allow_loopback: false,
-                extra_ca_pem: None,
-            },
-            max_document_bytes: 5120,
-            max_logo_bytes: 65536,
-            cache_default: Duration::from_secs(60),
-            cache_min: Duration::from_secs(1),
-            cache_max: Duration::from_secs(600),
-        },
+        clients: ClientSettings::for_test(),
         lifetimes: Lifetimes {
             code: Duration::from_secs(300),
             access_token: Duration::from_secs(3600),
@@ -62,6 +49,26 @@ fn oauth() -> Fixture {
         _dir: dir,
         oauth,
         tenancy,
+    }
+}
+
+impl Fixture {
+    /// A fresh grant: a code for user 1, exchanged.
+    async fn grant(&self, now: DateTime<Utc>) -> Issued {
+        let c = code(&self.oauth, now).await;
+        self.oauth
+            .token(&exchange(&c, VERIFIER), now)
+            .await
+            .expect("exchanged")
+    }
+
+    /// The data dir's admin user (set up on first use).
+    async fn admin(&self) -> crate::meta::User {
+        self.tenancy
+            .bootstrap(crate::meta::MintKey::OnFirstRun)
+            .await
+            .expect("bootstrap")
+            .admin
     }
 }
 
@@ -253,12 +260,7 @@ async fn the_token_endpoint_checks_grant_type_and_resource() {
 async fn refresh_rotates_and_reuse_revokes_the_family() {
     let f = oauth();
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let first = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let first = f.grant(now).await;
     let second = f
         .oauth
         .token(&refresh(&first.refresh_token, CLIENT, None), now)
@@ -291,12 +293,7 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
 async fn refresh_checks_client_and_scope() {
     let f = oauth();
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let issued = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let issued = f.grant(now).await;
     let err = f
         .oauth
         .token(
@@ -327,12 +324,7 @@ async fn refresh_checks_client_and_scope() {
 async fn revoking_a_refresh_token_ends_the_grant() {
     let f = oauth();
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let issued = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let issued = f.grant(now).await;
     let was_active = f
         .oauth
         .revoke(
@@ -377,12 +369,7 @@ async fn codes_expire() {
 async fn pruning_removes_only_what_is_dead() {
     let f = oauth();
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let issued = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let issued = f.grant(now).await;
     let later = now + chrono::Duration::seconds(3601);
     assert!(
         !active(&f.oauth, &issued.access_token, later).await,
@@ -403,12 +390,7 @@ async fn pruning_removes_only_what_is_dead() {
 #[tokio::test]
 async fn access_tokens_authenticate_until_they_expire_or_their_user_is_gone() {
     let f = oauth();
-    let admin = f
-        .tenancy
-        .bootstrap(crate::meta::MintKey::OnFirstRun)
-        .await
-        .expect("bootstrap")
-        .admin;
+    let admin = f.admin().await;
     let now = Utc::now();
     let approval_code = code_for(&f.oauth, admin.id, now).await;
     let issued = f
@@ -454,12 +436,7 @@ async fn access_tokens_authenticate_until_they_expire_or_their_user_is_gone() {
 async fn introspection_shows_a_client_only_its_own_tokens() {
     let f = oauth();
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let issued = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let issued = f.grant(now).await;
     let seen = f
         .oauth
         .introspect(Some(&issued.access_token), &issued.refresh_token, now)
@@ -492,12 +469,7 @@ async fn introspection_shows_a_client_only_its_own_tokens() {
         .revoke(&issued.refresh_token, None, now)
         .await
         .expect("revoke");
-    let c = code(&f.oauth, now).await;
-    let other = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let other = f.grant(now).await;
     assert_eq!(
         f.oauth
             .introspect(Some(&other.access_token), &issued.access_token, now)
@@ -517,12 +489,7 @@ async fn leaked_tokens_and_keys_are_revoked() {
         .expect("bootstrap");
     let key = boot.personal_api_key.expect("key minted");
     let now = Utc::now();
-    let c = code(&f.oauth, now).await;
-    let issued = f
-        .oauth
-        .token(&exchange(&c, VERIFIER), now)
-        .await
-        .expect("exchanged");
+    let issued = f.grant(now).await;
     let report = |token: &str| Report {
         token: token.to_string(),
         token_type: "t".into(),
@@ -559,12 +526,7 @@ async fn leaked_tokens_and_keys_are_revoked() {
 #[tokio::test]
 async fn sessions_end_and_expire() {
     let f = oauth();
-    let admin = f
-        .tenancy
-        .bootstrap(crate::meta::MintKey::OnFirstRun)
-        .await
-        .expect("bootstrap")
-        .admin;
+    let admin = f.admin().await;
     let now = Utc::now();
     let cookie = f.oauth.start_session(admin.id, now).await.expect("start");
     let session = f
