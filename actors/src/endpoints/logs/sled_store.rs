@@ -119,12 +119,12 @@ impl SledExecutionLog {
 }
 
 impl ExecutionLogStore for SledExecutionLog {
+    /// One sled batch and one flush for the whole append, whatever its size: the writer
+    /// thread hands over everything recorded in the last 20 ms at once.
     fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError> {
         // A panic mid-write leaves at worst an open block that is rewritten whole next time.
         let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        for chunk in entries.chunks(BLOCK_ENTRIES) {
-            writer.write(chunk.to_vec())?;
-        }
+        writer.write(entries)?;
         Ok(())
     }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# /flags side by side with Unleash Edge, as real traffic: both servers get a new user id and
+# varied person properties (country, email, plan, age, app version) in every request, with the
+# same flag set (flags_setup.py for Corvid, edge_features.py translates it for Edge). Corvid
+# runs first, is stopped, then Edge (offline mode, POST /api/frontend) runs on the freed
+# cores; the script prints both and the ratio.
+# Usage: [CONNS=c, default 64] [EDGE=path] benches/load/flags_vs_edge.sh [N flags, default 20] [seconds, default 15]
+# EDGE defaults to unleash-edge on the PATH, else it is installed with
+# `cargo install unleash-edge --version 20.1.0 --locked`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FLAGS="${1:-20}"
+DURATION="${2:-15}"
+CONNS="${CONNS:-64}"
+PORT="${PORT:-18020}"
+EDGE_PORT="${EDGE_PORT:-18021}"
+EDGE_TOKEN='*:development.corvid-bench'
+if [ -z "${EDGE:-}" ]; then
+  EDGE="$(command -v unleash-edge || true)"
+  if [ -z "$EDGE" ]; then
+    cargo install unleash-edge --version 20.1.0 --locked
+    EDGE="$HOME/.cargo/bin/unleash-edge"
+  fi
+fi
+. benches/load/lib.sh
+python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flags.json"
+python3 benches/load/edge_features.py "$FLAGS" "$DATA/edge.json"
+
+echo "== Corvid: POST /flags?v=2, $FLAGS flags, a new distinct_id and varied properties per request"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json" | tee "$DATA/corvid.txt"
+kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+
+RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
+EDGE_PID=$!
+trap 'kill "$EDGE_PID" 2>/dev/null || true; kill "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$EDGE_PORT/internal-backstage/health" >/dev/null && break; sleep 0.1; done
+curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization: $EDGE_TOKEN" -H 'Content-Type: application/json' \
+  -d '{"userId":"u1","properties":{"email":"a@corp.com","plan":"pro","age":"31","country":"US"}}' \
+  | python3 -c "import json,sys; print('edge toggles:', len(json.load(sys.stdin)['toggles']))"
+echo "== Unleash Edge: POST /api/frontend, $FLAGS flags, a new userId and varied properties per request"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/edge_users.lua "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN" | tee "$DATA/edge.txt"
+
+corvid=$(awk '/^Requests\/sec/ {print $2}' "$DATA/corvid.txt")
+edge=$(awk '/^Requests\/sec/ {print $2}' "$DATA/edge.txt")
+python3 -c "print(f'== {$FLAGS} flags: Corvid {$corvid:,.0f} req/s, Unleash Edge {$edge:,.0f} req/s, ratio {$corvid / $edge:.2f}x')"
