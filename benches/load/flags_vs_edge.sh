@@ -30,7 +30,7 @@ echo "== Corvid: POST /flags?v=2, $FLAGS flags, a new distinct_id and varied pro
 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json" | tee "$DATA/corvid.txt"
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
 
-RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
+RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -c "$EDGE_TOKEN" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
 EDGE_PID=$!
 trap 'kill "$EDGE_PID" 2>/dev/null || true; kill "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$EDGE_PORT/internal-backstage/health" >/dev/null && break; sleep 0.1; done
