@@ -6,6 +6,7 @@
 //! ([`admin`]) and the local-evaluation definitions ([`local_eval`]).
 
 mod admin;
+mod coverage;
 pub(crate) mod engine;
 #[cfg(test)]
 mod engine_tests;

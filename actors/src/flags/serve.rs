@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::coverage::covered;
 use super::evaluate::{
     cached_stored, evaluate, load_stored, selected_flags, FlagsOutcome, StoredData,
 };
@@ -65,7 +66,14 @@ impl Flags {
             }
         };
         let selected = selected_flags(&snapshot, &request, runtime);
-        let needs_data = !selected.is_empty() && !request.disable_flags;
+        // The stored person is read only when the request does not decide every flag itself.
+        let needs_data = !selected.is_empty()
+            && !request.disable_flags
+            && !covered(
+                snapshot.person_keys.as_deref(),
+                &request.person_properties,
+                &request.groups,
+            );
         let org = project.organization_id;
 
         // Fast path: an organization known to be unlimited and everything needed in memory.

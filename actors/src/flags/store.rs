@@ -31,6 +31,9 @@ pub struct ProjectFlags {
     /// Per flag (same index as `flags`), the fixed JSON around its `/flags?v=2` entry, so the
     /// hot path copies it instead of escaping and formatting it on every request.
     pub v2_fragments: Vec<V2Fragments>,
+    /// The person property keys the flags read, when a request that sends them all needs no
+    /// stored person (see [`super::coverage`]).
+    pub person_keys: Option<Vec<String>>,
 }
 
 /// The parts of a flag's `v=2` entry that depend only on its definition.
@@ -67,7 +70,9 @@ impl ProjectFlags {
         let mut by_key: Vec<usize> = (0..flags.len()).collect();
         by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
         let v2_fragments = flags.iter().map(V2Fragments::new).collect();
+        let person_keys = super::coverage::person_keys(&flags, &cohorts, &static_members);
         ProjectFlags {
+            person_keys,
             flags,
             cohorts,
             static_members,
