@@ -1,11 +1,8 @@
 -- wrk script: POST /flags?v=2 as real traffic does it — a new distinct_id and varied person
--- properties (country, email, plan, age, app version) in every request. The first script
--- argument is the repeated-body file flags_setup.py writes; only its token is used.
+-- properties in every request (users.lua). The first script argument is the repeated-body
+-- file flags_setup.py writes; only its token is used. Run from the repository root.
+dofile("benches/load/users.lua")
 local token
-local countries = {"US", "DE", "FR", "GB", "BR", "IN", "JP", "CA", "ES", "NL"}
-local domains = {"corp.com", "gmail.com", "example.org", "mail.de", "shop.io"}
-local plans = {"free", "pro", "enterprise", "trial"}
-local counter = 0
 
 function init(args)
   local f = assert(io.open(args[1], "rb"))
@@ -18,18 +15,14 @@ function init(args)
 end
 
 function request()
-  counter = counter + 1
-  local n = math.random(1, 1000000000)
+  local u = new_user()
   local body = string.format(
-    '{"token":"%s","distinct_id":"user-%d-%d","person_properties":{"email":"u%d@%s",' ..
-    '"plan":"%s","age":%d,"country":"%s","$app_version":"2.%d.%d"}}',
-    token, counter, n, n, domains[n % #domains + 1], plans[n % #plans + 1], 16 + n % 60,
-    countries[n % #countries + 1], n % 10, n % 7)
+    '{"token":"%s","distinct_id":"%s","person_properties":{"email":"%s","plan":"%s",' ..
+    '"age":%d,"country":"%s","$app_version":"%s"}}',
+    token, u.id, u.email, u.plan, u.age, u.country, u.app_version)
   return wrk.format(nil, nil, nil, body)
 end
 
 function response(status, headers, body)
-  if status ~= 200 then
-    io.stderr:write("unexpected status " .. status .. ": " .. body .. "\n")
-  end
+  report_errors(status, body)
 end

@@ -1,0 +1,25 @@
+-- Shared by flags_users.lua and edge_users.lua: the fields of one new user per request, drawn
+-- the same way for both servers (country, email, plan, age, app version).
+local countries = {"US", "DE", "FR", "GB", "BR", "IN", "JP", "CA", "ES", "NL"}
+local domains = {"corp.com", "gmail.com", "example.org", "mail.de", "shop.io"}
+local plans = {"free", "pro", "enterprise", "trial"}
+local counter = 0
+
+function new_user()
+  counter = counter + 1
+  local n = math.random(1, 1000000000)
+  return {
+    id = string.format("user-%d-%d", counter, n),
+    email = string.format("u%d@%s", n, domains[n % #domains + 1]),
+    plan = plans[n % #plans + 1],
+    age = 16 + n % 60,
+    country = countries[n % #countries + 1],
+    app_version = string.format("2.%d.%d", n % 10, n % 7),
+  }
+end
+
+function report_errors(status, body)
+  if status ~= 200 then
+    io.stderr:write("unexpected status " .. status .. ": " .. body .. "\n")
+  end
+end
