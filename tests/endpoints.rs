@@ -865,15 +865,17 @@ fn runs_are_rate_limited_per_key() {
     );
     assert_eq!(res.status(), 200, "another key has its own budget");
     // Every run leaves a log entry, the refused one included.
-    let mut entries = Vec::new();
+    // Entries are written within a flush interval: wait until all five are there.
+    let (mut errors, mut infos) = (Vec::new(), Vec::new());
     assert!(wait_until(Duration::from_secs(5), || {
-        entries = logs(&server, "limited", "level=ERROR");
-        !entries.is_empty()
+        errors = logs(&server, "limited", "level=ERROR");
+        infos = logs(&server, "limited", "level=INFO");
+        errors.len() + infos.len() >= 5
     }));
-    assert_eq!(entries.len(), 1);
-    let message = entries[0]["message"].as_str().expect("message");
+    assert_eq!(errors.len(), 1);
+    let message = errors[0]["message"].as_str().expect("message");
     assert!(message.contains("error=throttled"), "{message}");
-    assert_eq!(logs(&server, "limited", "level=INFO").len(), 4);
+    assert_eq!(infos.len(), 4);
 }
 
 #[test]
