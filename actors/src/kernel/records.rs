@@ -204,7 +204,16 @@ mod tests {
             store.next_id().expect("id");
             store.next_id().expect("id")
         };
-        let db = sled::open(dir.path()).expect("sled");
+        // sled's flusher thread lets go of the directory's lock a moment after the last handle
+        // is dropped: retry the reopen briefly, as a restarted process would find it free.
+        let db = (0..100)
+            .find_map(|_| {
+                sled::open(dir.path()).ok().or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    None
+                })
+            })
+            .expect("sled reopens");
         let store: SledRecords<contract::Note> = SledRecords::open(&db, "notes").expect("open");
         assert!(store.next_id().expect("id") > last);
     }
