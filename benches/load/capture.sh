@@ -2,7 +2,7 @@
 # Capture load test: builds Corvid (release), starts it on a temp data dir with default
 # (fsync) durability, and drives it with wrk from this same machine:
 #   1. /batch/ with gzipped batches of 100 events (~500 B each)
-#   2. single events on /i/v0/e/
+#   2. single events on /i/v0/e/: a new distinct_id per request, then one repeated body
 #   3. event-to-queryable latency probes while /batch/ load runs
 # Usage: [SINGLE_CONNS=c, default 32] benches/load/capture.sh [seconds per scenario, default 20]
 # (SINGLE_CONNS: connections of the single-event scenario.)
@@ -30,7 +30,10 @@ settle() {
   echo "backlog still pending after 60 s: $pending events"
 }
 settle
-echo "== /i/v0/e/, one event per request"
+echo "== /i/v0/e/, one event per request, a new distinct_id and varied properties each (persons created)"
+wrk -t1 -c"${SINGLE_CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/capture_users.lua "$BASE/i/v0/e/" -- "$DATA/single.json"
+settle
+echo "== /i/v0/e/, one event per request, one repeated body (secondary)"
 wrk -t1 -c"${SINGLE_CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/i/v0/e/" -- "$DATA/single.json"
 
 echo "== event-to-queryable under /batch/ load"
