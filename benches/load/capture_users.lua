@@ -6,13 +6,7 @@ dofile("benches/load/users.lua")
 local token
 
 function init(args)
-  local f = assert(io.open(args[1], "rb"))
-  local text = f:read("*a")
-  f:close()
-  token = string.match(text, '"api_key": *"([^"]+)"')
-  wrk.method = "POST"
-  wrk.headers["Content-Type"] = "application/json"
-  math.randomseed(os.time())
+  token = json_post_with_field_of(args[1], "api_key")
 end
 
 function request()

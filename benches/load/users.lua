@@ -18,6 +18,18 @@ function new_user()
   }
 end
 
+-- Sets up a JSON POST and returns the string field `name` of the JSON file at `path` (the
+-- project token of the body files the setup scripts write).
+function json_post_with_field_of(path, name)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("*a")
+  f:close()
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  math.randomseed(os.time())
+  return string.match(text, '"' .. name .. '": *"([^"]+)"')
+end
+
 function report_errors(status, body)
   if status ~= 200 then
     io.stderr:write("unexpected status " .. status .. ": " .. body .. "\n")
