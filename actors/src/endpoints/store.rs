@@ -4,7 +4,7 @@
 //! implementation passes [`contract::suite`]). [`EndpointStore`] is what the domain uses: the
 //! records plus the in-memory copy of endpoints that runs read without I/O.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dashmap::DashMap;
 use uuid::Uuid;
@@ -49,6 +49,10 @@ pub struct EndpointStore {
     records: Arc<dyn EndpointRecords>,
     /// Endpoints read since start, by project and name.
     cached: DashMap<(u64, String), Arc<Endpoint>>,
+    /// Held while a record is written and its copy refreshed, and while a miss is filled:
+    /// without it a fill that read the record just before a delete could put the deleted
+    /// endpoint back in memory. Hits do not take it.
+    writing: Mutex<()>,
 }
 
 impl EndpointStore {
@@ -56,7 +60,13 @@ impl EndpointStore {
         EndpointStore {
             records,
             cached: DashMap::new(),
+            writing: Mutex::new(()),
         }
+    }
+
+    fn write_lock(&self) -> MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+        self.writing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn endpoints(&self, project_id: u64) -> Result<Vec<Endpoint>, StoreError> {
@@ -79,6 +89,10 @@ impl EndpointStore {
         if let Some(hit) = self.cached(project_id, name) {
             return Ok(Some(hit));
         }
+        let _writing = self.write_lock();
+        if let Some(hit) = self.cached(project_id, name) {
+            return Ok(Some(hit));
+        }
         let found = self.records.endpoint(project_id, name)?.map(Arc::new);
         if let Some(e) = &found {
             self.cached
@@ -88,6 +102,7 @@ impl EndpointStore {
     }
 
     pub fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        let _writing = self.write_lock();
         self.records.create(endpoint)?;
         self.cached.insert(
             (endpoint.project_id, endpoint.name.clone()),
@@ -109,6 +124,7 @@ impl EndpointStore {
     {
         let mut change = Some(change);
         let mut outcome = None;
+        let _writing = self.write_lock();
         let stored = self.records.update(project_id, name, &mut |e| {
             let Some(change) = change.take() else {
                 return false;
@@ -151,8 +167,10 @@ impl EndpointStore {
     }
 
     pub fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
+        let _writing = self.write_lock();
+        let deleted = self.records.delete(project_id, name)?;
         self.cached.remove(&(project_id, name.to_string()));
-        self.records.delete(project_id, name)
+        Ok(deleted)
     }
 
     pub fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError> {
