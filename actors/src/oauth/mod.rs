@@ -276,6 +276,7 @@ impl OAuth {
             }
             tenancy.forget_credential(&hash);
         }
+        let epoch = tenancy.credential_epoch();
         let lookup = hash.clone();
         let found = self.grants(move |g| g.token(&lookup)).await?;
         let Some(found) = found.filter(|s| s.token.kind == TokenKind::Access && s.is_active(now))
@@ -289,7 +290,7 @@ impl OAuth {
             return Ok(None);
         };
         let credential = Arc::new(credential);
-        tenancy.remember_credential(hash, Arc::clone(&credential));
+        tenancy.remember_credential(hash, Arc::clone(&credential), epoch);
         Ok(Some(credential))
     }
 

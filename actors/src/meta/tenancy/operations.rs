@@ -272,6 +272,7 @@ impl Tenancy {
         let credential = match self.cached_credential(&hash, Utc::now()) {
             Some(credential) => credential,
             None => {
+                let epoch = self.cache.credential_epoch();
                 let (store, lookup) = (Arc::clone(&self.store), hash.clone());
                 let found = run(move || {
                     let Some(key) = store.key_by_hash(&lookup)? else {
@@ -287,7 +288,8 @@ impl Tenancy {
                     return Ok(None);
                 };
                 let credential = Arc::new(credential);
-                self.cache.put_credential(hash, Arc::clone(&credential));
+                self.cache
+                    .put_credential(hash, Arc::clone(&credential), epoch);
                 credential
             }
         };
@@ -309,9 +311,16 @@ impl Tenancy {
         Some(cached)
     }
 
-    /// Caches a credential verified elsewhere (OAuth access tokens).
-    pub fn remember_credential(&self, sha256_hex: String, credential: Arc<Credential>) {
-        self.cache.put_credential(sha256_hex, credential);
+    /// Where revocations stand: take it before verifying a credential elsewhere and pass it
+    /// to [`Tenancy::remember_credential`].
+    pub fn credential_epoch(&self) -> u64 {
+        self.cache.credential_epoch()
+    }
+
+    /// Caches a credential verified elsewhere (OAuth access tokens) after `epoch` was taken;
+    /// nothing is kept if a credential was revoked in between.
+    pub fn remember_credential(&self, sha256_hex: String, credential: Arc<Credential>, epoch: u64) {
+        self.cache.put_credential(sha256_hex, credential, epoch);
     }
 
     /// Drops a revoked credential so the next request re-reads (and fails) at once.
@@ -342,8 +351,7 @@ impl Tenancy {
             sha256_hex: sha256_hex.clone(),
             last_used_at: Some(now),
         };
-        self.cache
-            .put_credential(sha256_hex.clone(), Arc::new(updated));
+        self.cache.refresh_credential(sha256_hex, Arc::new(updated));
         let (store, id) = (Arc::clone(&self.store), id.clone());
         tokio::task::spawn_blocking(move || {
             let touched = store.key(&id).and_then(|key| match key {
