@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use corvid_actors::bench::{
     prepare_user_sql, run_insight, write_committed, Bindings, DirCatalog, PropertyColumns,
-    SegmentCatalog, SegmentName, SegmentRef,
+    SegmentCatalog, SegmentFiles, SegmentName, SegmentRef,
 };
 use corvid_actors::ingest::{StoredEvent, Tail};
 use corvid_actors::persons::PersonStore;
@@ -169,7 +169,9 @@ fn setup() -> (QueryEngine, tempfile::TempDir) {
     let engine = QueryEngine::new(
         settings,
         Sources::new(
-            Arc::new(DirCatalog::open(root).expect("events directory")) as Arc<dyn SegmentCatalog>,
+            Arc::new(DirCatalog::open(root.clone()).expect("events directory"))
+                as Arc<dyn SegmentCatalog>,
+            Arc::new(SegmentFiles::local(&root).expect("events directory")),
             vec![Arc::new(Tail::default())],
             persons,
             Arc::new(PropertyColumns::fixed(&db, materialized).expect("columns")),

@@ -9,6 +9,7 @@ pub use crate::ingest::catalog::{
     write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
 };
 pub use crate::ingest::columns::PropertyColumns;
+pub use crate::ingest::files::SegmentFiles;
 pub use crate::ingest::segment::write_segment;
 pub use crate::query::hogql::{prepare_user_sql, Bindings};
 pub use crate::query::insights::run as run_insight;

@@ -17,6 +17,7 @@ use crate::flags::SledFlags;
 use crate::flags::{Flags, FlagsSettings};
 use crate::ingest::catalog::{DirCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
+use crate::ingest::files::SegmentFiles;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
 use crate::kernel::histogram::HistogramSnapshot;
 use crate::kernel::{SledRecords, StoreError};
@@ -128,19 +129,22 @@ impl Engine {
             PropertyColumns::open(&db, settings.materialized_properties.clone())
                 .map_err(StoreError::from)?,
         );
-        let catalog: Arc<dyn SegmentCatalog> =
-            Arc::new(DirCatalog::open(settings.data_dir.join("events"))?);
+        let events_dir = settings.data_dir.join("events");
+        let catalog: Arc<dyn SegmentCatalog> = Arc::new(DirCatalog::open(events_dir.clone())?);
+        let files = Arc::new(SegmentFiles::local(&events_dir)?);
         let ingest = Ingest::start(
             settings.ingest.clone(),
             Arc::clone(&persons),
             Arc::clone(&columns),
             Arc::clone(&catalog),
+            Arc::clone(&files),
         )
         .await?;
         let query = Arc::new(QueryEngine::new(
             settings.query.clone(),
             Sources::new(
                 Arc::clone(&catalog),
+                Arc::clone(&files),
                 ingest.tails().to_vec(),
                 Arc::clone(&persons),
                 Arc::clone(&columns),
@@ -178,7 +182,7 @@ impl Engine {
         );
 
         let compactor_stop = Arc::new(AtomicBool::new(false));
-        Compactor::new(catalog, columns, settings.compaction.clone())
+        Compactor::new(catalog, files, columns, settings.compaction.clone())
             .spawn(settings.compaction_interval, Arc::clone(&compactor_stop))?;
         let flags = Flags::new(
             flags,

@@ -7,7 +7,7 @@
 //! stays, so segments are not rewritten back and forth). New segments are written with the
 //! whole set; the compactor rewrites older ones that lack a column (backfill).
 //!
-//! Segments are immutable and readers open them by path, so a rewrite never replaces a file in
+//! Segments are immutable and readers open them by key, so a rewrite never replaces a file in
 //! place: it writes the same rows as the next version, `<stem>.v<N>.parquet`. Listings pick the
 //! newest version of each stem; superseded versions are deleted once older than a grace period
 //! longer than any query can run.
@@ -22,6 +22,7 @@ use dashmap::DashMap;
 use serde::de::IgnoredAny;
 
 use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
+use super::files::SegmentFiles;
 use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
 
 /// Settings of the property-column compactor.
@@ -138,6 +139,7 @@ pub struct CompactionReport {
 
 pub struct Compactor {
     catalog: Arc<dyn SegmentCatalog>,
+    files: Arc<SegmentFiles>,
     columns: Arc<PropertyColumns>,
     config: CompactionConfig,
 }
@@ -145,11 +147,13 @@ pub struct Compactor {
 impl Compactor {
     pub fn new(
         catalog: Arc<dyn SegmentCatalog>,
+        files: Arc<SegmentFiles>,
         columns: Arc<PropertyColumns>,
         config: CompactionConfig,
     ) -> Compactor {
         Compactor {
             catalog,
+            files,
             columns,
             config,
         }
@@ -226,8 +230,7 @@ impl Compactor {
                 break;
             }
             // Segments are sorted by event: sample evenly across the file, not its first rows.
-            let events =
-                read_segment(&self.catalog.local_path(file)?).map_err(std::io::Error::other)?;
+            let events = self.read(file)?;
             let step = events.len().div_ceil(self.config.sample_rows - rows).max(1);
             for e in events.iter().step_by(step) {
                 if rows >= self.config.sample_rows {
@@ -252,10 +255,15 @@ impl Compactor {
         Ok(frequent.into_iter().map(|(k, _)| k).collect())
     }
 
+    fn read(&self, segment: &SegmentRef) -> std::io::Result<Vec<StoredEvent>> {
+        let bytes = self.files.read(segment).map_err(std::io::Error::other)?;
+        read_segment(bytes, &segment.key()).map_err(std::io::Error::other)
+    }
+
     /// Rewrites `segment` as its next version when it lacks a column of `keys`.
     fn backfill(&self, segment: &SegmentRef, keys: &[String]) -> std::io::Result<bool> {
-        let path = self.catalog.local_path(segment)?;
-        let columns = segment::column_names(&path).map_err(std::io::Error::other)?;
+        let bytes = self.files.read(segment).map_err(std::io::Error::other)?;
+        let columns = segment::column_names(bytes.clone()).map_err(std::io::Error::other)?;
         if keys
             .iter()
             .all(|k| columns.contains(&materialized_column(k)))
@@ -264,7 +272,8 @@ impl Compactor {
         }
         let next = segment.next_version();
         let staged = self.catalog.version_staging_path(&next)?;
-        let rows: Vec<StoredEvent> = read_segment(&path).map_err(std::io::Error::other)?;
+        let rows: Vec<StoredEvent> =
+            read_segment(bytes, &segment.key()).map_err(std::io::Error::other)?;
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
         write_segment(&staged, &mut refs, keys).map_err(std::io::Error::other)?;
         self.catalog.publish_version(&next)?;
@@ -347,6 +356,7 @@ mod tests {
         let day = rows[0].day();
         let catalog: Arc<dyn SegmentCatalog> =
             Arc::new(DirCatalog::open(root.clone()).expect("test setup"));
+        let files = Arc::new(SegmentFiles::local(&root).expect("test setup"));
         let written = SegmentRef {
             project: 7,
             day,
@@ -370,7 +380,7 @@ mod tests {
         .expect("test setup");
         catalog.record_flush(&flush).expect("test setup");
         catalog.publish_flush(&flush).expect("test setup");
-        let original = catalog.local_path(&written).expect("test setup");
+        let original = root.join(written.key());
 
         let config = CompactionConfig {
             auto_keys: 5,
@@ -378,7 +388,12 @@ mod tests {
             sample_rows: 1_000,
             grace: Duration::from_secs(3600),
         };
-        let compactor = Compactor::new(Arc::clone(&catalog), Arc::clone(&columns), config.clone());
+        let compactor = Compactor::new(
+            Arc::clone(&catalog),
+            Arc::clone(&files),
+            Arc::clone(&columns),
+            config.clone(),
+        );
         let report = compactor.run_once().expect("test setup");
         // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
         assert_eq!(
@@ -388,11 +403,11 @@ mod tests {
         assert_eq!((report.rewritten, report.deleted), (1, 0));
         let current = catalog.segments(7, None, None).expect("test setup");
         assert_eq!(current, vec![written.next_version()]);
-        let listed = [catalog.local_path(&current[0]).expect("test setup")];
-        let names = segment::column_names(&listed[0]).expect("test setup");
+        let bytes = files.read(&current[0]).expect("test setup");
+        let names = segment::column_names(bytes.clone()).expect("test setup");
         assert!(names.contains("properties.plan") && names.contains("properties.$browser"));
         let mut before: Vec<Uuid> = rows.iter().map(|e| e.uuid).collect();
-        let mut after: Vec<Uuid> = read_segment(&listed[0])
+        let mut after: Vec<Uuid> = read_segment(bytes, "test")
             .expect("test setup")
             .iter()
             .map(|e| e.uuid)
@@ -404,6 +419,7 @@ mod tests {
         assert!(original.exists());
         let later = Compactor::new(
             Arc::clone(&catalog),
+            files,
             Arc::clone(&columns),
             CompactionConfig {
                 grace: Duration::ZERO,

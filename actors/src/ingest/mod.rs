@@ -14,6 +14,7 @@ pub(crate) mod decode;
 mod decode_tests;
 mod dedup;
 mod error;
+pub(crate) mod files;
 pub(crate) mod messages;
 pub(crate) mod normalize;
 mod persons;

@@ -1,12 +1,12 @@
 //! Reading stored events: committed Parquet segments plus each shard's not-yet-flushed tail, so
 //! an event is visible as soon as it is acknowledged and processed.
 
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::catalog::SegmentCatalog;
+use super::catalog::{SegmentCatalog, SegmentRef};
+use super::files::SegmentFiles;
 use super::segment::{read_segment_filtered, SegmentError, SegmentFilter, StoredEvent};
 
 /// A shard's buffered rows, shared read-only with readers: the `active` rows being appended
@@ -144,11 +144,10 @@ impl EventFilter {
     }
 }
 
-/// A consistent view: the segment files (with their day) and tail rows at one instant.
-/// Flushes publish segments under the tails' write locks, so a view never sees a row twice or
-/// not at all.
+/// A consistent view: the segments and tail rows at one instant. Flushes publish segments
+/// under the tails' write locks, so a view never sees a row twice or not at all.
 pub struct Snapshot {
-    pub files: Vec<(NaiveDate, PathBuf)>,
+    pub segments: Vec<SegmentRef>,
     pub tail: Vec<StoredEvent>,
 }
 
@@ -161,23 +160,20 @@ pub fn snapshot(
     keep: impl Fn(&StoredEvent) -> bool,
 ) -> std::io::Result<Snapshot> {
     let guards: Vec<_> = tails.iter().map(|t| t.read()).collect();
-    let files = catalog
-        .segments(project_id, from, to)?
-        .into_iter()
-        .map(|s| Ok((s.day, catalog.local_path(&s)?)))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    let segments = catalog.segments(project_id, from, to)?;
     let tail = guards
         .iter()
         .flat_map(|g| g.iter())
         .filter(|e| keep(e))
         .cloned()
         .collect();
-    Ok(Snapshot { files, tail })
+    Ok(Snapshot { segments, tail })
 }
 
 /// Events matching `filter`, newest first, at most `filter.limit`.
 pub fn query_events(
     catalog: &dyn SegmentCatalog,
+    files: &SegmentFiles,
     tails: &[Arc<Tail>],
     filter: &EventFilter,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
@@ -187,9 +183,9 @@ pub fn query_events(
         filter.matches(e)
     })?;
     // Newest day first; stop once a whole day leaves us with enough rows.
-    let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<PathBuf>> = Default::default();
-    for (day, file) in snap.files {
-        by_day.entry(day).or_default().push(file);
+    let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<SegmentRef>> = Default::default();
+    for segment in snap.segments {
+        by_day.entry(segment.day).or_default().push(segment);
     }
     let segment_filter = SegmentFilter {
         event: filter.event.clone(),
@@ -198,15 +194,16 @@ pub fn query_events(
         before: filter.scan_before(),
     };
     let mut rows = snap.tail;
-    for (day, files) in by_day.into_iter().rev() {
+    for (day, segments) in by_day.into_iter().rev() {
         // Every row of this day and older days is older than rows of newer days: once those
         // fill the page, nothing further can make it.
         if rows.iter().filter(|e| e.day() > day).count() >= filter.limit {
             break;
         }
-        for file in files {
+        for segment in segments {
+            let bytes = files.read(&segment)?;
             rows.extend(
-                read_segment_filtered(&file, &segment_filter)?
+                read_segment_filtered(bytes, &segment.key(), &segment_filter)?
                     .into_iter()
                     .filter(|e| filter.matches(e)),
             );

@@ -17,6 +17,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::file::reader::ChunkReader;
 use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
@@ -207,6 +208,8 @@ fn uuid_column(events: &[&StoredEvent], value: impl Fn(&StoredEvent) -> &Uuid) -
 pub enum SegmentError {
     #[error("segment I/O failed")]
     Io(#[from] std::io::Error),
+    #[error("segment store failed")]
+    Store(#[from] object_store::Error),
     #[error("parquet encoding failed")]
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("arrow conversion failed")]
@@ -285,13 +288,15 @@ impl Write for PacedFile {
     }
 }
 
-/// Reads every row of a segment.
-pub fn read_segment(path: &Path) -> Result<Vec<StoredEvent>, SegmentError> {
-    let file = File::open(path)?;
+/// Reads every row of a segment (its bytes, or an open file); `source` names it in errors.
+pub fn read_segment(
+    file: impl ChunkReader + 'static,
+    source: &str,
+) -> Result<Vec<StoredEvent>, SegmentError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)?.build()?;
     let mut out = Vec::new();
     for batch in reader {
-        out.extend(from_record_batch(&batch?, path)?);
+        out.extend(from_record_batch(&batch?, source)?);
     }
     Ok(out)
 }
@@ -310,14 +315,15 @@ pub struct SegmentFilter {
 /// statistics lie outside the bounds are skipped, and `event`/`distinct_id` equality is
 /// evaluated on those columns alone before any other column is decoded.
 pub fn read_segment_filtered(
-    path: &Path,
+    file: impl ChunkReader + 'static,
+    source: &str,
     filter: &SegmentFilter,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
     use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter};
     use parquet::arrow::ProjectionMask;
     use parquet::file::statistics::Statistics;
 
-    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
     let metadata = builder.metadata().clone();
     let ts_index = schema().index_of("timestamp")?;
     let row_groups: Vec<usize> = (0..metadata.num_row_groups())
@@ -378,7 +384,7 @@ pub fn read_segment_filtered(
     }
     let mut out = Vec::new();
     for batch in builder.build()? {
-        out.extend(from_record_batch(&batch?, path)?);
+        out.extend(from_record_batch(&batch?, source)?);
     }
     Ok(out)
 }
@@ -386,26 +392,26 @@ pub fn read_segment_filtered(
 fn column<'a, T: 'static>(
     batch: &'a RecordBatch,
     name: &str,
-    path: &Path,
+    source: &str,
 ) -> Result<&'a T, SegmentError> {
     batch
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| SegmentError::Layout(format!("{} (column {name})", path.display())))
+        .ok_or_else(|| SegmentError::Layout(format!("{source} (column {name})")))
 }
 
 /// Record batch → rows (the inverse of [`to_record_batch`]).
 pub fn from_record_batch(
     batch: &RecordBatch,
-    path: &Path,
+    source: &str,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
-    let s = |name| column::<StringArray>(batch, name, path);
+    let s = |name| column::<StringArray>(batch, name, source);
     let (uuid, event, distinct_id, person_id) =
         (s("uuid")?, s("event")?, s("distinct_id")?, s("person_id")?);
     let (properties, person_properties) = (s("properties")?, s("person_properties")?);
-    let timestamp = column::<TimestampMicrosecondArray>(batch, "timestamp", path)?;
-    let created_at = column::<TimestampMicrosecondArray>(batch, "created_at", path)?;
-    let project_id = column::<Int64Array>(batch, "project_id", path)?;
+    let timestamp = column::<TimestampMicrosecondArray>(batch, "timestamp", source)?;
+    let created_at = column::<TimestampMicrosecondArray>(batch, "created_at", source)?;
+    let project_id = column::<Int64Array>(batch, "project_id", source)?;
     let groups: Vec<&StringArray> = GROUP_COLUMNS
         .iter()
         .map(|c| s(c))
@@ -435,9 +441,11 @@ pub fn from_record_batch(
         .collect())
 }
 
-/// Column names of a segment, from its footer.
-pub fn column_names(path: &Path) -> Result<std::collections::BTreeSet<String>, SegmentError> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?;
+/// Column names of a segment (its bytes, or an open file), from its footer.
+pub fn column_names(
+    file: impl ChunkReader + 'static,
+) -> Result<std::collections::BTreeSet<String>, SegmentError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
     Ok(builder
         .schema()
         .fields()

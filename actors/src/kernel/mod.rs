@@ -1,12 +1,13 @@
 //! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
-//! parsing, the record-store trait of definition records ([`records`]), and the helper that
-//! keeps blocking storage work off async threads. It depends on no domain.
+//! parsing, the record-store trait of definition records ([`records`]), owned runtimes
+//! ([`runtime`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
 pub(crate) mod codec;
 mod error;
 pub(crate) mod histogram;
 pub(crate) mod records;
+pub(crate) mod runtime;
 pub(crate) mod secrets;
 pub(crate) mod sequence;
 pub(crate) mod time;

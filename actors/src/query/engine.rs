@@ -6,7 +6,6 @@
 //! spilling: exceeding it is the query's error) and a deadline.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,10 +25,12 @@ use super::results;
 use super::run_count;
 use super::tables;
 use super::uniq;
-use crate::ingest::catalog::SegmentCatalog;
+use crate::ingest::catalog::{SegmentCatalog, SegmentRef};
 use crate::ingest::columns::PropertyColumns;
+use crate::ingest::files::SegmentFiles;
 use crate::ingest::read::{snapshot, Tail};
 use crate::ingest::segment;
+use crate::kernel::runtime::OwnedRuntime;
 use crate::persons::PersonStore;
 use dashmap::DashMap;
 
@@ -72,14 +73,16 @@ impl QuerySettings {
 
 /// Where a project's data lives.
 pub struct Sources {
-    /// Which segments exist, and where their files are.
+    /// Which segments exist.
     pub catalog: Arc<dyn SegmentCatalog>,
+    /// Their bytes (registered in the query runtime, so DataFusion reads them there too).
+    pub files: Arc<SegmentFiles>,
     pub tails: Vec<Arc<Tail>>,
     pub persons: Arc<PersonStore>,
     /// Property keys ingest writes as their own segment columns, per project.
     pub columns: Arc<PropertyColumns>,
     /// Which materialized columns each segment file has (files never change once written).
-    pub file_columns: DashMap<PathBuf, Arc<BTreeSet<String>>>,
+    pub file_columns: DashMap<SegmentRef, Arc<BTreeSet<String>>>,
     /// Object stores and caches every query shares (no disk spilling).
     runtime: Arc<RuntimeEnv>,
 }
@@ -87,40 +90,45 @@ pub struct Sources {
 impl Sources {
     pub fn new(
         catalog: Arc<dyn SegmentCatalog>,
+        files: Arc<SegmentFiles>,
         tails: Vec<Arc<Tail>>,
         persons: Arc<PersonStore>,
         columns: Arc<PropertyColumns>,
     ) -> Sources {
+        let runtime = RuntimeEnvBuilder::new()
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .build_arc()
+            .unwrap_or_else(|_| Arc::new(RuntimeEnv::default()));
+        files.register(&runtime);
         Sources {
             catalog,
+            files,
             tails,
             persons,
             columns,
             file_columns: DashMap::new(),
-            runtime: RuntimeEnvBuilder::new()
-                .with_disk_manager_builder(
-                    DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-                )
-                .build_arc()
-                .unwrap_or_else(|_| Arc::new(RuntimeEnv::default())),
+            runtime,
         }
     }
 
-    /// `project`'s materialized keys present in every one of `files`.
-    fn materialized_in(&self, project: u64, files: &[(chrono::NaiveDate, PathBuf)]) -> Vec<String> {
+    /// `project`'s materialized keys present in every one of `segments`.
+    async fn materialized_in(&self, project: u64, segments: &[SegmentRef]) -> Vec<String> {
         let mut keys: Vec<String> = self.columns.keys_for(project);
-        for (_, file) in files {
+        for segment in segments {
             if keys.is_empty() {
                 break;
             }
-            let columns = match self.file_columns.get(file) {
-                Some(c) => Arc::clone(&c),
+            let cached = self.file_columns.get(segment).map(|c| Arc::clone(&c));
+            let columns = match cached {
+                Some(c) => c,
                 None => {
-                    let Ok(c) = segment::column_names(file) else {
+                    let Ok(c) = self.files.column_names(segment).await else {
                         return Vec::new();
                     };
                     let c = Arc::new(c);
-                    self.file_columns.insert(file.clone(), Arc::clone(&c));
+                    self.file_columns.insert(segment.clone(), Arc::clone(&c));
                     c
                 }
             };
@@ -143,19 +151,8 @@ pub struct QueryOutput {
     pub elapsed: Duration,
 }
 
-/// Owns the runtime; dropping it from inside another runtime is allowed.
-struct QueryRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for QueryRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 pub struct QueryEngine {
-    runtime: QueryRuntime,
+    runtime: OwnedRuntime,
     sources: Arc<Sources>,
     settings: QuerySettings,
 }
@@ -166,13 +163,9 @@ impl QueryEngine {
         settings
             .session_config()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(settings.threads.max(1))
-            .thread_name("corvid-query")
-            .enable_time()
-            .build()?;
+        let runtime = OwnedRuntime::new("corvid-query", settings.threads)?;
         Ok(QueryEngine {
-            runtime: QueryRuntime(Some(runtime)),
+            runtime,
             sources: Arc::new(sources),
             settings,
         })
@@ -218,10 +211,7 @@ impl QueryEngine {
     ) -> Result<ArrowOutput, QueryError> {
         let sources = Arc::clone(&self.sources);
         let settings = self.settings.clone();
-        let Some(runtime) = &self.runtime.0 else {
-            return Err(QueryError::Internal("query runtime stopped".into()));
-        };
-        let handle = runtime.spawn(async move {
+        let handle = self.runtime.handle().spawn(async move {
             let deadline = settings.timeout;
             match tokio::time::timeout(deadline, execute(project_id, prepared, &sources, &settings))
                 .await
@@ -251,7 +241,7 @@ async fn execute(
     sources: &Sources,
     settings: &QuerySettings,
 ) -> Result<ArrowOutput, QueryError> {
-    let (ctx, events) = session(project_id, &prepared, sources, settings)?;
+    let (ctx, events) = session(project_id, &prepared, sources, settings).await?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(Box::new(e));
     // Over `events` alone, `properties.<key>` reads the key's column when every segment has
@@ -307,7 +297,7 @@ async fn execute(
 /// The `events` snapshot of a query, registered once the statement says which materialized
 /// columns it reads.
 struct EventsSnapshot {
-    files: Vec<(chrono::NaiveDate, PathBuf)>,
+    files: Vec<(chrono::NaiveDate, String)>,
     tail: Vec<crate::ingest::segment::StoredEvent>,
     /// Materialized keys every file has.
     available: BTreeSet<String>,
@@ -329,7 +319,7 @@ impl EventsSnapshot {
 
 /// A fresh session with only `project_id`'s tables (only those the statement names); `events`
 /// is returned as a snapshot for the caller to register.
-fn session(
+async fn session(
     project_id: u64,
     prepared: &Prepared,
     sources: &Sources,
@@ -370,10 +360,15 @@ fn session(
         .map_err(|e| QueryError::Internal(Box::new(e)))?;
         events = Some(EventsSnapshot {
             available: sources
-                .materialized_in(project_id, &snap.files)
+                .materialized_in(project_id, &snap.segments)
+                .await
                 .into_iter()
                 .collect(),
-            files: snap.files,
+            files: snap
+                .segments
+                .iter()
+                .map(|s| (s.day, sources.files.url(s)))
+                .collect(),
             tail: snap.tail,
         });
     }

@@ -6,7 +6,6 @@
 //! reach another project's files.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::TimestampMicrosecondArray;
@@ -32,8 +31,8 @@ use crate::persons::{Group, Person};
 
 /// The `events` table of one project at one instant.
 pub struct EventsTable {
-    /// Committed segments with their day.
-    files: Vec<(NaiveDate, PathBuf)>,
+    /// Committed segments: their day, and the URL the segment store knows them by.
+    files: Vec<(NaiveDate, String)>,
     tail: Arc<MemTable>,
     schema: SchemaRef,
 }
@@ -49,7 +48,7 @@ impl fmt::Debug for EventsTable {
 impl EventsTable {
     /// `materialized`: property keys every file has as a column (the tail computes them).
     pub fn new(
-        files: Vec<(NaiveDate, PathBuf)>,
+        files: Vec<(NaiveDate, String)>,
         tail: &[StoredEvent],
         materialized: &[String],
     ) -> DfResult<EventsTable> {
@@ -177,7 +176,7 @@ impl TableProvider for EventsTable {
             .files
             .iter()
             .filter(|(day, _)| from.is_none_or(|f| *day >= f) && to.is_none_or(|t| *day <= t))
-            .map(|(_, path)| ListingTableUrl::parse(path.to_string_lossy()))
+            .map(|(_, url)| ListingTableUrl::parse(url))
             .collect::<DfResult<Vec<_>>>()?;
         let mut plans = vec![self.tail.scan(state, projection, filters, limit).await?];
         if !urls.is_empty() {

@@ -14,6 +14,7 @@ use crate::ingest::catalog::{
     write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
 };
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
+use crate::ingest::files::SegmentFiles;
 use crate::ingest::read::Tail;
 use crate::ingest::segment::StoredEvent;
 use crate::persons::{Person, PersonStore};
@@ -22,6 +23,7 @@ pub(crate) struct Fixture {
     pub engine: Arc<QueryEngine>,
     pub columns: Arc<PropertyColumns>,
     pub catalog: Arc<dyn SegmentCatalog>,
+    pub files: Arc<SegmentFiles>,
     _dir: tempfile::TempDir,
 }
 
@@ -84,6 +86,7 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         let catalog: Arc<dyn SegmentCatalog> =
             Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog"));
+        let files = Arc::new(SegmentFiles::local(&dir.path().join("events")).expect("files"));
         let mut by_file: std::collections::BTreeMap<_, Vec<&StoredEvent>> = Default::default();
         for e in &segments {
             by_file.entry((e.project_id, e.day())).or_default().push(e);
@@ -129,7 +132,13 @@ impl Fixture {
         let engine = Arc::new(
             QueryEngine::new(
                 settings,
-                Sources::new(Arc::clone(&catalog), vec![t], persons, Arc::clone(&columns)),
+                Sources::new(
+                    Arc::clone(&catalog),
+                    Arc::clone(&files),
+                    vec![t],
+                    persons,
+                    Arc::clone(&columns),
+                ),
             )
             .expect("engine"),
         );
@@ -137,6 +146,7 @@ impl Fixture {
             engine,
             columns,
             catalog,
+            files,
             _dir: dir,
         }
     }
@@ -783,6 +793,7 @@ fn datafusion_options_apply_and_bad_ones_are_refused() {
     ] {
         let sources = Sources::new(
             Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog")),
+            Arc::new(SegmentFiles::local(&dir.path().join("events")).expect("files")),
             vec![],
             Arc::new(PersonStore::open(&db).expect("persons")),
             Arc::new(PropertyColumns::open(&db, vec![]).expect("columns")),
@@ -901,6 +912,7 @@ fn materialized_property_columns_answer_like_json() {
     // same answer, and the superseded version goes once past its grace period.
     let compactor = Compactor::new(
         Arc::clone(&f.catalog),
+        Arc::clone(&f.files),
         Arc::clone(&f.columns),
         CompactionConfig {
             auto_keys: 0,

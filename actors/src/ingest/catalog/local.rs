@@ -269,10 +269,6 @@ impl SegmentCatalog for DirCatalog {
             other => other,
         }
     }
-
-    fn local_path(&self, segment: &SegmentRef) -> std::io::Result<PathBuf> {
-        Ok(self.path(segment))
-    }
 }
 
 #[cfg(test)]
@@ -284,9 +280,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("events");
         let catalog = DirCatalog::open(root.clone()).expect("open");
+        let files = crate::ingest::files::SegmentFiles::local(&root).expect("files");
         let reopen = || -> Box<dyn SegmentCatalog> {
             Box::new(DirCatalog::open(root.clone()).expect("reopen"))
         };
-        super::super::contract::suite(&catalog, &reopen);
+        super::super::contract::suite(&catalog, &files, &reopen);
     }
 }

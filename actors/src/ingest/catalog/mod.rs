@@ -199,9 +199,6 @@ pub trait SegmentCatalog: Send + Sync {
 
     /// Removes a segment version and its file.
     fn remove(&self, segment: &SegmentRef) -> std::io::Result<()>;
-
-    /// A local path to read a committed segment from.
-    fn local_path(&self, segment: &SegmentRef) -> std::io::Result<PathBuf>;
 }
 
 /// Writes `rows` as one committed segment, outside any running ingest (staged, recorded with
@@ -229,6 +226,7 @@ pub fn write_committed(
 #[cfg(test)]
 pub(crate) mod contract {
     use super::*;
+    use crate::ingest::files::SegmentFiles;
 
     fn day(d: u32) -> NaiveDate {
         NaiveDate::from_ymd_opt(2024, 5, d).expect("date")
@@ -252,17 +250,29 @@ pub(crate) mod contract {
         std::fs::write(path, s.key()).expect("staged file");
     }
 
-    /// Runs every check against an empty catalog; `reopen` gives a catalog over the same
-    /// storage, as after a restart.
-    pub fn suite(catalog: &dyn SegmentCatalog, reopen: &dyn Fn() -> Box<dyn SegmentCatalog>) {
-        flushes_become_visible_only_when_published(catalog);
+    fn read(files: &SegmentFiles, s: &SegmentRef) -> String {
+        let bytes = files.read(s).expect("published segment readable");
+        String::from_utf8(bytes.to_vec()).expect("text")
+    }
+
+    /// Runs every check against an empty catalog whose published segments `files` reads;
+    /// `reopen` gives a catalog over the same storage, as after a restart.
+    pub fn suite(
+        catalog: &dyn SegmentCatalog,
+        files: &SegmentFiles,
+        reopen: &dyn Fn() -> Box<dyn SegmentCatalog>,
+    ) {
+        flushes_become_visible_only_when_published(catalog, files);
         days_filter_and_projects_are_listed(catalog);
         checkpoints_are_kept_per_shard(catalog);
-        versions_replace_and_are_removed(catalog);
+        versions_replace_and_are_removed(catalog, files);
         recovery_keeps_recorded_flushes_only(catalog, reopen);
     }
 
-    fn flushes_become_visible_only_when_published(catalog: &dyn SegmentCatalog) {
+    fn flushes_become_visible_only_when_published(
+        catalog: &dyn SegmentCatalog,
+        files: &SegmentFiles,
+    ) {
         let flush = Flush {
             shard: 0,
             checkpoint: 10,
@@ -278,9 +288,7 @@ pub(crate) mod contract {
             catalog.segments(1, None, None).expect("list"),
             vec![flush.segments[0].clone()]
         );
-        let read = std::fs::read_to_string(catalog.local_path(&flush.segments[1]).expect("path"))
-            .expect("file");
-        assert_eq!(read, flush.segments[1].key());
+        assert_eq!(read(files, &flush.segments[1]), flush.segments[1].key());
         assert!(catalog
             .checkpoints()
             .expect("checkpoints")
@@ -326,7 +334,7 @@ pub(crate) mod contract {
             .any(|(s, _)| *s == 5));
     }
 
-    fn versions_replace_and_are_removed(catalog: &dyn SegmentCatalog) {
+    fn versions_replace_and_are_removed(catalog: &dyn SegmentCatalog, files: &SegmentFiles) {
         let original = seg(1, 1, 0, 1, 10);
         let next = original.next_version();
         std::fs::write(catalog.version_staging_path(&next).expect("path"), "v1")
@@ -345,9 +353,10 @@ pub(crate) mod contract {
         assert_eq!(catalog.versions(1).expect("versions").len(), 4);
         catalog.remove(&original).expect("remove");
         assert_eq!(catalog.versions(1).expect("versions").len(), 3);
-        assert_eq!(
-            std::fs::read_to_string(catalog.local_path(&next).expect("path")).expect("file"),
-            "v1"
+        assert_eq!(read(files, &next), "v1");
+        assert!(
+            files.read(&original).is_err(),
+            "a removed version's file is gone"
         );
     }
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::catalog::SegmentCatalog;
 use super::columns::PropertyColumns;
 use super::error::IngestError;
+use super::files::SegmentFiles;
 use super::messages::{
     BatchDone, FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats,
 };
@@ -97,6 +98,7 @@ struct Inner {
     pending: Arc<AtomicUsize>,
     max_pending: usize,
     catalog: Arc<dyn SegmentCatalog>,
+    files: Arc<SegmentFiles>,
     columns: Arc<PropertyColumns>,
     wal_thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -106,12 +108,14 @@ impl Ingest {
     /// the WAL writer. Returns once replayed events are processed, so everything acknowledged
     /// before a crash is visible again before the server answers. Must run inside an actix
     /// system; recovery blocks on disk I/O (it runs before serving).
-    /// `columns` says which property columns each project's segments materialize.
+    /// `columns` says which property columns each project's segments materialize; `catalog`
+    /// lists the segments that `files` holds.
     pub async fn start(
         config: IngestConfig,
         persons: Arc<PersonStore>,
         columns: Arc<PropertyColumns>,
         catalog: Arc<dyn SegmentCatalog>,
+        files: Arc<SegmentFiles>,
     ) -> Result<Ingest, IngestError> {
         let shards_n = config.shards.max(1);
         let (wal, replayed) = Wal::open(&config.data_dir.join("wal"), config.wal_segment_bytes)?;
@@ -119,7 +123,7 @@ impl Ingest {
         catalog.recover()?;
         let on_disk = catalog.checkpoints()?;
         let low = on_disk.iter().map(|(_, seq)| *seq).min().unwrap_or(0);
-        let skip = Arc::new(uuids_in_segments_after(catalog.as_ref(), low)?);
+        let skip = Arc::new(uuids_in_segments_after(catalog.as_ref(), &files, low)?);
         // Every current shard restarts from the lowest checkpoint; replayed events already in
         // segments are skipped by uuid, whatever shard held them before.
         for (shard, _) in &on_disk {
@@ -237,6 +241,7 @@ impl Ingest {
                 pending,
                 max_pending: config.max_buffered_events,
                 catalog,
+                files,
                 columns,
                 wal_thread: Mutex::new(Some(wal_thread)),
             }),
@@ -378,10 +383,14 @@ impl Ingest {
 
     /// Events of a project matching `filter`, newest first (blocking: call off the event loop).
     pub fn query_events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>, SegmentError> {
-        query_events(self.inner.catalog.as_ref(), &self.inner.tails, filter)
+        query_events(
+            self.inner.catalog.as_ref(),
+            &self.inner.files,
+            &self.inner.tails,
+            filter,
+        )
     }
 
-    /// Root of the segment files, for the query engine.
     /// The segment catalog the shards commit to.
     pub fn catalog(&self) -> &Arc<dyn SegmentCatalog> {
         &self.inner.catalog
@@ -390,6 +399,11 @@ impl Ingest {
     /// Which property columns segments materialize, per project.
     pub fn columns(&self) -> &Arc<PropertyColumns> {
         &self.inner.columns
+    }
+
+    /// Where segment bytes are read from.
+    pub fn files(&self) -> &Arc<SegmentFiles> {
+        &self.inner.files
     }
 
     /// The shards' tails, for the query engine.

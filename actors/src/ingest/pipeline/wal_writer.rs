@@ -136,14 +136,19 @@ pub(super) fn wal_loop(
 /// Uuids of committed segments that may overlap the WAL records still to be replayed.
 pub(super) fn uuids_in_segments_after(
     catalog: &dyn SegmentCatalog,
+    files: &SegmentFiles,
     low: u64,
 ) -> Result<HashSet<Uuid>, IngestError> {
     let mut out = HashSet::new();
     for project in catalog.projects()? {
         for segment in catalog.segments(project, None, None)? {
             if segment.name.last > low {
-                let path = catalog.local_path(&segment)?;
-                out.extend(read_segment(&path)?.into_iter().map(|e| e.uuid));
+                let bytes = files.read(&segment)?;
+                out.extend(
+                    read_segment(bytes, &segment.key())?
+                        .into_iter()
+                        .map(|e| e.uuid),
+                );
             }
         }
     }
