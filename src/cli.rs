@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use corvid_actors::engine::Engine;
+use corvid_actors::engine::{migrate_metastore, Engine};
 use corvid_actors::meta::MintKey;
 
 use crate::bootstrap;
@@ -39,6 +39,9 @@ pub enum Command {
     /// Create the default organization, project and admin user if missing, and mint a fresh
     /// personal API key (all scopes), without serving. Idempotent; safe to run repeatedly.
     Bootstrap(BootstrapArgs),
+    /// Apply the cluster metastore's schema (PostgreSQL, `cluster.postgres.url`). Idempotent
+    /// and safe to run from several nodes at once; refuses a schema newer than this build.
+    Migrate(MigrateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +52,9 @@ pub struct CommonArgs {
     /// Directory for all state [default: ./data].
     #[arg(long, env = "CORVID_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The cluster metastore (cluster.postgres.url), e.g. postgres://user:pass@host:5432/corvid.
+    #[arg(long, env = "CORVID_POSTGRES_URL", value_name = "URL")]
+    pub postgres_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -72,12 +78,19 @@ pub struct BootstrapArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args, cli.log_format),
         Command::Bootstrap(args) => run_bootstrap(args, cli.log_format),
+        Command::Migrate(args) => run_migrate(args, cli.log_format),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -91,6 +104,7 @@ pub fn main() -> ExitCode {
 fn load(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Config> {
     let overrides = Overrides {
         data_dir: common.data_dir.clone(),
+        postgres_url: common.postgres_url.clone(),
         ..overrides
     };
     Ok(Config::load(common.config.as_deref(), overrides)?)
@@ -117,6 +131,32 @@ fn serve(args: ServeArgs, log_format: Option<LogFormat>) -> anyhow::Result<()> {
         }
         running.run_until(signal).await
     })
+}
+
+fn run_migrate(args: MigrateArgs, log_format: Option<LogFormat>) -> anyhow::Result<()> {
+    let config = load(
+        &args.common,
+        Overrides {
+            log_format,
+            ..Overrides::default()
+        },
+    )?;
+    telemetry::init_tracing(&config.log);
+    let Some(settings) = config.postgres_settings() else {
+        anyhow::bail!(
+            "no metastore: set cluster.postgres.url, CORVID_POSTGRES_URL or --postgres-url"
+        );
+    };
+    let migrated = migrate_metastore(&settings)?;
+    if migrated.applied.is_empty() {
+        println!("metastore schema is current (version {})", migrated.version);
+    } else {
+        println!(
+            "metastore schema migrated to version {} (applied {:?})",
+            migrated.version, migrated.applied
+        );
+    }
+    Ok(())
 }
 
 fn run_bootstrap(args: BootstrapArgs, log_format: Option<LogFormat>) -> anyhow::Result<()> {

@@ -244,7 +244,14 @@ impl ApiError {
                 StoreError::NotFound { .. } => {
                     (StatusCode::NOT_FOUND, "invalid_request", "not_found", None)
                 }
+                StoreError::Unavailable(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "service_unavailable",
+                    None,
+                ),
                 StoreError::Sled(_)
+                | StoreError::Postgres(_)
                 | StoreError::Corrupt { .. }
                 | StoreError::SchemaTooNew { .. }
                 | StoreError::PasswordHash

@@ -28,6 +28,26 @@ use crate::query::{QueryEngine, QuerySettings, Sources};
 use crate::remote_config::RemoteConfig;
 use crate::surveys::Surveys;
 
+pub use crate::kernel::pg::PgSettings;
+
+/// What [`migrate_metastore`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Migrated {
+    /// Versions applied now, oldest first (empty when the schema was current).
+    pub applied: Vec<i32>,
+    /// The schema version the metastore is at.
+    pub version: i32,
+}
+
+/// Brings the cluster metastore's schema (PostgreSQL) up to this build's version; refuses a
+/// newer one. Safe to run from many nodes at once. Blocking.
+pub fn migrate_metastore(settings: &PgSettings) -> Result<Migrated, EngineError> {
+    let pg = crate::kernel::pg::Pg::connect(settings)?;
+    let applied = crate::kernel::pg::migrations::migrate(&pg)?;
+    let version = crate::kernel::pg::migrations::current(&pg)?;
+    Ok(Migrated { applied, version })
+}
+
 /// Everything the engine is configured with.
 #[derive(Clone)]
 pub struct EngineSettings {

@@ -74,9 +74,13 @@ impl Config {
         if let Some(format) = o.log_format {
             self.log.format = format;
         }
+        if let Some(url) = o.postgres_url {
+            self.cluster.postgres.url = Some(url);
+        }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_cluster()?;
         if self.limits.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "limits.max_body_bytes must be > 0".into(),
@@ -270,7 +274,50 @@ impl Config {
     /// Everything the engine is started with.
     /// The engine's settings; `public_url` is where clients reach this server (OAuth issues
     /// tokens for it and the region URLs only).
+    /// `[cluster]` names what distributed mode needs whenever it is chosen.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if c.mode == ClusterMode::Embedded {
+            return Ok(());
+        }
+        if c.node_id.as_deref().is_none_or(str::is_empty) {
+            return Err(ConfigError::Invalid(
+                "cluster.node_id is required when cluster.mode = \"distributed\"".into(),
+            ));
+        }
+        if c.postgres.url.is_none() {
+            return Err(ConfigError::Invalid(
+                "cluster.postgres.url (or CORVID_POSTGRES_URL) is required when cluster.mode = \"distributed\""
+                    .into(),
+            ));
+        }
+        if c.object_store.is_none() {
+            return Err(ConfigError::Invalid(
+                "[cluster.object_store] is required when cluster.mode = \"distributed\"".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How to reach the metastore, when `cluster.postgres.url` is set.
+    pub fn postgres_settings(&self) -> Option<PgSettings> {
+        let p = &self.cluster.postgres;
+        Some(PgSettings {
+            url: p.url.clone()?,
+            pool_size: p.pool_size.get(),
+            connect_timeout: p.connect_timeout,
+        })
+    }
+
     pub fn engine_settings(&self, public_url: &str) -> anyhow::Result<EngineSettings> {
+        if self.cluster.mode == ClusterMode::Distributed {
+            anyhow::bail!(
+                "cluster.mode = \"distributed\" cannot start a node in this version: of the \
+                 stores, only tenancy metadata has a PostgreSQL implementation; persons, flags, \
+                 endpoints, execution logs, OAuth grants and segments are embedded-only (see \
+                 docs/DEPLOY.md)"
+            );
+        }
         Ok(EngineSettings {
             data_dir: self.data_dir.clone(),
             tenancy: TenancySettings {
@@ -365,10 +412,15 @@ mod tests {
                 data_dir: Some("/tmp/x".into()),
                 public_url: Some("https://a.example".into()),
                 log_format: Some(LogFormat::Json),
+                postgres_url: Some("postgres://corvid@db.internal/corvid".into()),
             },
         )
         .expect("loads");
         assert_eq!(c.server.bind.port(), 9000);
+        assert_eq!(
+            c.postgres_settings().map(|p| p.url),
+            Some("postgres://corvid@db.internal/corvid".into())
+        );
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.public_url_for(c.server.bind), "https://a.example");
         assert_eq!(c.log.format, LogFormat::Json);

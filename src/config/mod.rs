@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corvid_actors::endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
-use corvid_actors::engine::EngineSettings;
+use corvid_actors::engine::{EngineSettings, PgSettings};
 use corvid_actors::flags::FlagsSettings;
 use corvid_actors::ingest::{CompactionConfig, Durability, IngestConfig, Limits};
 use corvid_actors::meta::TenancySettings;
@@ -61,6 +61,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub oauth: OAuthConfig,
     pub log: LogConfig,
+    pub cluster: ClusterConfig,
 }
 
 mod load;

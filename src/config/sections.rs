@@ -208,6 +208,55 @@ pub struct LogConfig {
     pub filter: String,
 }
 
+/// `[cluster]`: one embedded node, or many sharing PostgreSQL and a bucket.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub mode: ClusterMode,
+    #[serde(default)]
+    pub node_id: Option<String>,
+    pub postgres: PostgresConfig,
+    #[serde(default)]
+    pub object_store: Option<ClusterObjectStore>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    Embedded,
+    Distributed,
+}
+
+/// `[cluster.postgres]`: the metastore.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    #[serde(default)]
+    pub url: Option<String>,
+    pub pool_size: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+/// `[cluster.object_store]`: the bucket of distributed mode.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterObjectStore {
+    pub bucket: String,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    #[serde(default)]
+    pub allow_http: bool,
+    #[serde(default)]
+    pub prefix: String,
+}
+
 /// Values from the environment and the command line, applied over the files.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -215,4 +264,6 @@ pub struct Overrides {
     pub bind: Option<SocketAddr>,
     pub public_url: Option<String>,
     pub log_format: Option<LogFormat>,
+    /// `cluster.postgres.url`.
+    pub postgres_url: Option<String>,
 }

@@ -6,6 +6,12 @@ use thiserror::Error;
 pub enum StoreError {
     #[error("storage failure")]
     Sled(#[from] sled::Error),
+    /// A PostgreSQL statement failed (cluster mode).
+    #[error("metastore failure")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The metastore cannot be reached (no connection within the pool's wait).
+    #[error("the metastore is unavailable: {0}")]
+    Unavailable(String),
     #[error("stored record `{key}` in tree `{tree}` could not be decoded")]
     Corrupt {
         tree: &'static str,
@@ -13,7 +19,7 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("the data directory was written by a newer Corvid (schema {found}, this build reads up to {supported})")]
+    #[error("the data was written by a newer Corvid (schema {found}, this build reads up to {supported})")]
     SchemaTooNew { found: u32, supported: u32 },
     #[error("{what} already exists")]
     Conflict { what: String },

@@ -6,6 +6,7 @@
 pub(crate) mod codec;
 mod error;
 pub(crate) mod histogram;
+pub mod pg;
 pub(crate) mod records;
 pub(crate) mod runtime;
 pub(crate) mod secrets;

@@ -7,6 +7,7 @@
 mod cache;
 mod credential;
 mod model;
+mod pg_store;
 pub(crate) mod scopes;
 mod sled_store;
 mod store;
@@ -19,6 +20,7 @@ pub use model::{
     NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, User,
 };
+pub use pg_store::PgMetadata;
 pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
 pub use sled_store::{SledMetadata, SCHEMA_VERSION};
 pub use store::MetadataStore;

@@ -1,0 +1,138 @@
+//! PostgreSQL, the metastore of cluster mode: a connection pool, the schema migrations, and
+//! the bridge that lets the blocking storage traits run statements on it.
+//!
+//! The storage traits are synchronous (their callers already run on blocking threads), while
+//! the client is async; [`Pg::run`] runs a statement's future on the pool's own runtime and
+//! waits for it, like segment-file reads do.
+
+pub(crate) mod migrations;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Json;
+use tokio_postgres::{NoTls, Row};
+
+use super::runtime::OwnedRuntime;
+use super::StoreError;
+
+/// How to reach PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    /// `postgres://user:pass@host:port/db` (also key=value form).
+    pub url: String,
+    /// Connections kept open by this node.
+    pub pool_size: usize,
+    /// How long a statement waits for a free connection (or a new one) before failing with
+    /// [`StoreError::Unavailable`].
+    pub connect_timeout: Duration,
+}
+
+/// A pool of connections to the metastore.
+pub struct Pg {
+    pool: Pool,
+    io: OwnedRuntime,
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pg")
+            .field("status", &self.pool.status())
+            .finish()
+    }
+}
+
+impl Pg {
+    /// A pool for `settings` (connections are opened on first use; see [`Pg::ping`]).
+    pub fn connect(settings: &PgSettings) -> Result<Pg, StoreError> {
+        let mut config: tokio_postgres::Config = settings
+            .url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| StoreError::invalid(e.to_string(), "url"))?;
+        config.connect_timeout(settings.connect_timeout);
+        config.application_name("corvid");
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let io = OwnedRuntime::new("corvid-pg", 1)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(settings.connect_timeout))
+            .create_timeout(Some(settings.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(Pg { pool, io })
+    }
+
+    /// Runs `work` with a pooled connection and waits for it (blocking: call from a plain or
+    /// blocking-pool thread, never from an async task).
+    pub fn run<T, F, Fut>(&self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Object) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.pool.clone();
+        self.io
+            .wait(async move {
+                let client = pool.get().await.map_err(pool_error)?;
+                work(client).await
+            })
+            .map_err(|e| StoreError::TaskFailed(e.to_string()))?
+    }
+
+    /// Whether a statement can run now (readiness).
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.run(|client| async move {
+            client.simple_query("SELECT 1").await?;
+            Ok(())
+        })
+    }
+}
+
+fn pool_error(err: PoolError) -> StoreError {
+    match err {
+        PoolError::Backend(e) => StoreError::Postgres(e),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// Whether a statement failed on a unique constraint (the record already exists).
+pub fn is_unique_violation(err: &tokio_postgres::Error) -> bool {
+    err.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+/// A record as the `jsonb` value stored beside its key columns.
+pub fn record_json<T: serde::Serialize>(
+    what: &'static str,
+    record: &T,
+) -> Result<Json<serde_json::Value>, StoreError> {
+    serde_json::to_value(record)
+        .map(Json)
+        .map_err(|source| StoreError::Encode { what, source })
+}
+
+/// The record in a row's `record` column; `Corrupt` (naming the table and key) when it does
+/// not decode.
+pub fn record_of<T: serde::de::DeserializeOwned>(
+    row: &Row,
+    table: &'static str,
+    key: impl std::fmt::Display,
+) -> Result<T, StoreError> {
+    let Json(value): Json<serde_json::Value> = row.try_get("record")?;
+    serde_json::from_value(value).map_err(|source| StoreError::Corrupt {
+        tree: table,
+        key: key.to_string(),
+        source,
+    })
+}
