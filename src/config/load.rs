@@ -313,8 +313,8 @@ impl Config {
         if self.cluster.mode == ClusterMode::Distributed {
             anyhow::bail!(
                 "cluster.mode = \"distributed\" cannot start a node in this version: of the \
-                 stores, only tenancy metadata has a PostgreSQL implementation; persons, flags, \
-                 endpoints, execution logs, OAuth grants and segments are embedded-only (see \
+                 stores, only tenancy metadata and OAuth grants have PostgreSQL implementations; \
+                 persons, flags, endpoints, execution logs and segments are embedded-only (see \
                  docs/DEPLOY.md)"
             );
         }

@@ -8,7 +8,10 @@ use super::Pg;
 use crate::kernel::StoreError;
 
 /// `(version, name, SQL)`, in order. Never edit a released entry: add the next one.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "metadata", include_str!("0001_metadata.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "metadata", include_str!("0001_metadata.sql")),
+    (2, "oauth", include_str!("0002_oauth.sql")),
+];
 
 /// Advisory-lock key under which migrations run (any constant unique to Corvid).
 const MIGRATION_LOCK: i64 = 0x636f_7276_6964; // "corvid"
