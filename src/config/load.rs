@@ -313,9 +313,9 @@ impl Config {
         if self.cluster.mode == ClusterMode::Distributed {
             anyhow::bail!(
                 "cluster.mode = \"distributed\" cannot start a node in this version: of the \
-                 stores, only tenancy metadata and OAuth grants have PostgreSQL implementations; \
-                 persons, flags, endpoints, execution logs and segments are embedded-only (see \
-                 docs/DEPLOY.md)"
+                 stores, only tenancy metadata, OAuth grants and person records have PostgreSQL \
+                 implementations; flags, endpoints, execution logs and segments are \
+                 embedded-only (see docs/DEPLOY.md)"
             );
         }
         Ok(EngineSettings {

@@ -7,6 +7,7 @@
 //! in the embedded default). [`Persons`] is the door the service uses.
 
 mod model;
+mod pg_store;
 pub(crate) mod records;
 mod sled_store;
 mod store;
@@ -14,6 +15,7 @@ mod store;
 use std::sync::Arc;
 
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
+pub use pg_store::PgPersons;
 pub use records::PersonRecords;
 pub use sled_store::SledPersons;
 pub use store::PersonStore;
