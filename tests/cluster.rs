@@ -102,7 +102,7 @@ fn a_distributed_node_names_what_its_config_lacks() {
         "127.0.0.1:0",
     ]);
     assert!(!out.status.success());
-    assert!(text(&out).contains("embedded-only"), "{}", text(&out));
+    assert!(text(&out).contains("no PostgreSQL"), "{}", text(&out));
     assert!(
         !dir.path().join("data").join("meta").exists(),
         "nothing was opened"

@@ -312,10 +312,10 @@ impl Config {
     pub fn engine_settings(&self, public_url: &str) -> anyhow::Result<EngineSettings> {
         if self.cluster.mode == ClusterMode::Distributed {
             anyhow::bail!(
-                "cluster.mode = \"distributed\" cannot start a node in this version: of the \
-                 stores, only tenancy metadata, OAuth grants and person records have PostgreSQL \
-                 implementations; flags, endpoints, execution logs and segments are \
-                 embedded-only (see docs/DEPLOY.md)"
+                "cluster.mode = \"distributed\" cannot start a node in this version: \
+                 endpoints, execution logs and the segment catalog have no PostgreSQL \
+                 implementation, and flag snapshots are not invalidated across nodes (see \
+                 docs/DEPLOY.md)"
             );
         }
         Ok(EngineSettings {

@@ -8,6 +8,7 @@ mod error;
 pub(crate) mod histogram;
 pub mod pg;
 pub(crate) mod records;
+mod records_pg;
 pub(crate) mod runtime;
 pub(crate) mod secrets;
 pub(crate) mod sequence;
@@ -15,6 +16,7 @@ pub(crate) mod time;
 
 pub use error::StoreError;
 pub use records::{RecordStore, SledRecords};
+pub use records_pg::PgRecords;
 pub use time::parse_timestamp;
 
 /// Runs blocking storage work off the async runtime's threads.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
 use super::store::MetadataStore;
-use crate::kernel::pg::{is_unique_violation, record_json, record_of, Pg};
+use crate::kernel::pg::{is_unique_violation, next_in_sequence, record_json, record_of, Pg};
 use crate::kernel::StoreError;
 
 pub struct PgMetadata {
@@ -39,18 +39,8 @@ fn to_i64(id: u64) -> i64 {
 impl MetadataStore for PgMetadata {
     fn next_id(&self, sequence: &str) -> Result<u64, StoreError> {
         let name = sequence.to_string();
-        self.pg.run(move |client| async move {
-            let row = client
-                .query_one(
-                    "INSERT INTO id_sequences (name, value) VALUES ($1, 1)
-                     ON CONFLICT (name) DO UPDATE SET value = id_sequences.value + 1
-                     RETURNING value",
-                    &[&name],
-                )
-                .await?;
-            let value: i64 = row.try_get(0)?;
-            u64::try_from(value).map_err(|_| StoreError::Sequence { name })
-        })
+        self.pg
+            .run(move |client| async move { next_in_sequence(&client, &name).await })
     }
 
     fn put_organization(&self, org: &Organization) -> Result<(), StoreError> {

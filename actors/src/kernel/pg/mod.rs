@@ -112,6 +112,20 @@ pub fn is_unique_violation(err: &tokio_postgres::Error) -> bool {
     err.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
+/// The next value (1, 2, …) of the named sequence in `id_sequences`, shared by every node.
+pub async fn next_in_sequence(client: &Object, name: &str) -> Result<u64, StoreError> {
+    let row = client
+        .query_one(
+            "INSERT INTO id_sequences (name, value) VALUES ($1, 1)
+             ON CONFLICT (name) DO UPDATE SET value = id_sequences.value + 1
+             RETURNING value",
+            &[&name],
+        )
+        .await?;
+    let value: i64 = row.try_get(0)?;
+    u64::try_from(value).map_err(|_| StoreError::Sequence { name: name.into() })
+}
+
 /// A record as the `jsonb` value stored beside its key columns.
 pub fn record_json<T: serde::Serialize>(
     what: &'static str,

@@ -12,6 +12,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "metadata", include_str!("0001_metadata.sql")),
     (2, "oauth", include_str!("0002_oauth.sql")),
     (3, "persons", include_str!("0003_persons.sql")),
+    (
+        4,
+        "flags and records",
+        include_str!("0004_flags_and_records.sql"),
+    ),
 ];
 
 /// Advisory-lock key under which migrations run (any constant unique to Corvid).
