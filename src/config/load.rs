@@ -313,9 +313,10 @@ impl Config {
         if self.cluster.mode == ClusterMode::Distributed {
             anyhow::bail!(
                 "cluster.mode = \"distributed\" cannot start a node in this version: \
-                 endpoints, execution logs and the segment catalog have no PostgreSQL \
-                 implementation, and flag snapshots are not invalidated across nodes (see \
-                 docs/DEPLOY.md)"
+                 the segment catalog has no PostgreSQL implementation and segments are not \
+                 written to the bucket, flag snapshots and credential caches are not \
+                 invalidated across nodes, and materialization is not claimed cluster-wide \
+                 (see docs/DEPLOY.md)"
             );
         }
         Ok(EngineSettings {

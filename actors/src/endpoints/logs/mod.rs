@@ -3,6 +3,7 @@
 //! embedded default; every implementation passes [`contract::suite`]) and searched by endpoint,
 //! level, text, time and instance.
 
+mod pg_store;
 mod sled_store;
 mod writer;
 
@@ -14,6 +15,7 @@ use super::materialize::table::parse_time_text;
 use super::EndpointError;
 use crate::kernel::StoreError;
 
+pub use pg_store::PgExecutionLog;
 pub use sled_store::SledExecutionLog;
 pub use writer::LogStats;
 pub(crate) use writer::{ExecutionLogHandle, GetLogStats};

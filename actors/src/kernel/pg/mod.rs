@@ -91,12 +91,80 @@ impl Pg {
             .map_err(|e| StoreError::TaskFailed(e.to_string()))?
     }
 
+    /// Opens a transaction on one connection, for read-modify-write steps whose logic runs on
+    /// the calling thread between statements (blocking, like [`Pg::run`]).
+    pub fn begin(&self) -> Result<BlockingTx<'_>, StoreError> {
+        let pool = self.pool.clone();
+        let client = self
+            .io
+            .wait(async move {
+                let client = pool.get().await.map_err(pool_error)?;
+                client.batch_execute("BEGIN").await?;
+                Ok::<Object, StoreError>(client)
+            })
+            .map_err(|e| StoreError::TaskFailed(e.to_string()))??;
+        Ok(BlockingTx {
+            pg: self,
+            client: Some(client),
+        })
+    }
+
     /// Whether a statement can run now (readiness).
     pub fn ping(&self) -> Result<(), StoreError> {
         self.run(|client| async move {
             client.simple_query("SELECT 1").await?;
             Ok(())
         })
+    }
+}
+
+/// A transaction held across blocking steps. Dropped without [`BlockingTx::commit`], its
+/// connection is closed rather than returned to the pool, so the server rolls it back.
+pub struct BlockingTx<'a> {
+    pg: &'a Pg,
+    client: Option<Object>,
+}
+
+impl BlockingTx<'_> {
+    /// Runs one step on the transaction's connection: `work` gets the connection and hands it
+    /// back with its result.
+    pub fn step<T, F, Fut>(&mut self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Object) -> Fut + Send + 'static,
+        Fut: Future<Output = (Object, Result<T, StoreError>)> + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some(client) = self.client.take() else {
+            return Err(StoreError::TaskFailed(
+                "the transaction's connection was lost".into(),
+            ));
+        };
+        let (client, result) = self
+            .pg
+            .io
+            .wait(work(client))
+            .map_err(|e| StoreError::TaskFailed(e.to_string()))?;
+        self.client = Some(client);
+        result
+    }
+
+    pub fn commit(mut self) -> Result<(), StoreError> {
+        self.step(|client| async move {
+            let done = client.batch_execute("COMMIT").await;
+            (client, done.map_err(StoreError::from))
+        })?;
+        // Committed: the connection goes back to the pool.
+        self.client.take();
+        Ok(())
+    }
+}
+
+impl Drop for BlockingTx<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Still inside the transaction (not committed): never reuse this connection.
+            drop(Object::take(client));
+        }
     }
 }
 

@@ -12,11 +12,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "metadata", include_str!("0001_metadata.sql")),
     (2, "oauth", include_str!("0002_oauth.sql")),
     (3, "persons", include_str!("0003_persons.sql")),
-    (
-        4,
-        "flags and records",
-        include_str!("0004_flags_and_records.sql"),
-    ),
+    (4, "records", include_str!("0004_flags_and_records.sql")),
+    (5, "endpoints", include_str!("0005_endpoints.sql")),
 ];
 
 /// Advisory-lock key under which migrations run (any constant unique to Corvid).
