@@ -1,10 +1,17 @@
 //! Flag and cohort definitions in PostgreSQL (cluster mode), shared by every node.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::records::{CohortRecord, FlagRecord, FlagRecords};
 use crate::kernel::pg::{next_in_sequence, record_json, record_of, Pg};
 use crate::kernel::StoreError;
+
+/// The channel flag and cohort writes are announced on (payload: the project id).
+const CHANNEL: &str = "corvid_flags";
+
+/// How often a node drops every flag snapshot regardless, should a notification be lost.
+const RESYNC: Duration = Duration::from_secs(30);
 
 pub struct PgFlags {
     pg: Arc<Pg>,
@@ -55,6 +62,8 @@ impl PgFlags {
         })
     }
 
+    /// Writes a record and notifies every node's listener of its project, in one statement
+    /// (the notification is delivered when it commits).
     fn put(
         &self,
         table: &'static str,
@@ -66,10 +75,14 @@ impl PgFlags {
         let record = tokio_postgres::types::Json(record);
         self.pg.run(move |client| async move {
             let statement = format!(
-                "INSERT INTO {table} (project_id, id, record) VALUES ($1, $2, $3)
-                 ON CONFLICT (project_id, id) DO UPDATE SET record = $3"
+                "WITH written AS (
+                     INSERT INTO {table} (project_id, id, record) VALUES ($1, $2, $3)
+                     ON CONFLICT (project_id, id) DO UPDATE SET record = $3
+                     RETURNING project_id
+                 )
+                 SELECT pg_notify('{CHANNEL}', project_id::text) FROM written"
             );
-            client.execute(&statement, &[&p, &id, &record]).await?;
+            client.query(&statement, &[&p, &id, &record]).await?;
             Ok(())
         })
     }
@@ -118,6 +131,20 @@ impl FlagRecords for PgFlags {
         let json = record_json("cohort", record)?.0;
         self.put("cohorts", record.project_id, record.definition.id, json)
     }
+
+    fn watch(&self, on_change: Arc<dyn Fn(Option<u64>) + Send + Sync>) {
+        self.pg.listen(
+            CHANNEL,
+            RESYNC,
+            Arc::new(move |payload: Option<&str>| match payload {
+                Some(p) => match p.parse() {
+                    Ok(project) => on_change(Some(project)),
+                    Err(_) => on_change(None),
+                },
+                None => on_change(None),
+            }),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +152,41 @@ mod tests {
     use super::*;
     use crate::kernel::pg::migrations::migrate;
     use crate::kernel::pg::testing::TestPostgres;
+
+    #[test]
+    fn a_flag_saved_on_one_node_is_in_another_nodes_snapshot_within_a_second() {
+        use crate::flags::store::FlagStore;
+        let server = TestPostgres::start();
+        let db = server.database();
+        migrate(&db.connect()).expect("migrate");
+        let node1 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
+        let node3 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
+        assert!(node3.snapshot(1).expect("snapshot").flags.is_empty());
+        // Let node 3's listener connect before the change it must hear about.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let definition = serde_json::from_value(
+            serde_json::json!({"id": 0, "key": "beta", "active": true, "version": 0}),
+        )
+        .expect("definition");
+        let saved = node1.save_flag(1, definition, None).expect("save");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let seen = node3
+                .cached_snapshot(1)
+                .map(|s| s.flags.iter().any(|f| f.id == saved.definition.id));
+            if seen == Some(true) || node3.cached_snapshot(1).is_none() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node 3 still serves its old snapshot after 1 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let rebuilt = node3.snapshot(1).expect("snapshot");
+        assert_eq!(rebuilt.flags.len(), 1);
+        assert_eq!(rebuilt.flags[0].key, "beta");
+    }
 
     #[test]
     fn postgres_flags_pass_the_contract() {

@@ -4,6 +4,8 @@
 //! implementation passes [`contract::suite`]). The rules (live key uniqueness, versions) and
 //! the in-memory evaluation snapshots are [`super::store::FlagStore`]'s.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +69,15 @@ pub trait FlagRecords: Send + Sync {
     fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError>;
     /// Inserts or replaces the cohort `record.definition.id` of `record.project_id`.
     fn put_cohort(&self, record: &CohortRecord) -> Result<(), StoreError>;
+    /// Calls `on_change` when another process changes a project's flags or cohorts (`None`:
+    /// any project's may have changed), so in-memory snapshots can be dropped. A store only
+    /// this process writes (the embedded one) never calls it: the [`FlagStore`] that wrote
+    /// already refreshed its snapshot.
+    ///
+    /// [`FlagStore`]: super::store::FlagStore
+    fn watch(&self, on_change: Arc<dyn Fn(Option<u64>) + Send + Sync>) {
+        let _ = on_change;
+    }
 }
 
 fn key(project_id: u64, id: i64) -> [u8; 16] {

@@ -3,6 +3,7 @@
 //! reaches `/flags` as soon as the write returns.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -89,17 +90,33 @@ pub struct FlagStore {
     records: Arc<dyn FlagRecords>,
     /// Serializes saves, so the key-uniqueness check and the write are one step.
     write: std::sync::Mutex<()>,
-    snapshots: DashMap<u64, Arc<ProjectFlags>>,
+    snapshots: Arc<DashMap<u64, Arc<ProjectFlags>>>,
+    /// Counts changes announced by other nodes: a refresh that read the records before one
+    /// does not keep its (possibly stale) snapshot.
+    remote_changes: Arc<AtomicU64>,
     /// How many times each project's snapshot was built: 1 on first use, +1 per change.
     snapshot_versions: DashMap<u64, u64>,
 }
 
 impl FlagStore {
     pub fn new(records: Arc<dyn FlagRecords>) -> FlagStore {
+        let snapshots: Arc<DashMap<u64, Arc<ProjectFlags>>> = Arc::new(DashMap::new());
+        let remote_changes = Arc::new(AtomicU64::new(0));
+        let (dropped, changes) = (Arc::clone(&snapshots), Arc::clone(&remote_changes));
+        records.watch(Arc::new(move |project| {
+            changes.fetch_add(1, Ordering::SeqCst);
+            match project {
+                Some(p) => {
+                    dropped.remove(&p);
+                }
+                None => dropped.clear(),
+            }
+        }));
         FlagStore {
             records,
             write: std::sync::Mutex::new(()),
-            snapshots: DashMap::new(),
+            snapshots,
+            remote_changes,
             snapshot_versions: DashMap::new(),
         }
     }
@@ -244,6 +261,7 @@ impl FlagStore {
 
     /// Rebuilds and swaps in the project's snapshot.
     pub fn refresh(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
+        let seen = self.remote_changes.load(Ordering::SeqCst);
         let mut flags: Vec<FlagDefinition> = self
             .flags(project_id)?
             .into_iter()
@@ -264,6 +282,11 @@ impl FlagStore {
         }
         let snapshot = Arc::new(ProjectFlags::new(flags, cohorts, static_members));
         self.snapshots.insert(project_id, Arc::clone(&snapshot));
+        if self.remote_changes.load(Ordering::SeqCst) != seen {
+            // Another node changed something while this one read: serve what was read this
+            // once, but rebuild on the next request.
+            self.snapshots.remove(&project_id);
+        }
         *self.snapshot_versions.entry(project_id).or_insert(0) += 1;
         Ok(snapshot)
     }

@@ -6,6 +6,7 @@
 //! waits for it, like segment-file reads do.
 
 pub(crate) mod migrations;
+mod notify;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
@@ -36,6 +37,8 @@ pub struct PgSettings {
 pub struct Pg {
     pool: Pool,
     io: OwnedRuntime,
+    /// For connections outside the pool (a listener holds one for good).
+    config: tokio_postgres::Config,
 }
 
 impl std::fmt::Debug for Pg {
@@ -56,7 +59,7 @@ impl Pg {
         config.connect_timeout(settings.connect_timeout);
         config.application_name("corvid");
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -71,7 +74,7 @@ impl Pg {
             .create_timeout(Some(settings.connect_timeout))
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Pg { pool, io })
+        Ok(Pg { pool, io, config })
     }
 
     /// Runs `work` with a pooled connection and waits for it (blocking: call from a plain or
