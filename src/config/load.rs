@@ -313,10 +313,9 @@ impl Config {
         if self.cluster.mode == ClusterMode::Distributed {
             anyhow::bail!(
                 "cluster.mode = \"distributed\" cannot start a node in this version: \
-                 the segment catalog has no PostgreSQL implementation and segments are not \
-                 written to the bucket, flag snapshots and credential caches are not \
-                 invalidated across nodes, and materialization is not claimed cluster-wide \
-                 (see docs/DEPLOY.md)"
+                 the segment catalog has no PostgreSQL implementation, segments are not \
+                 written to the bucket, and materialization is not claimed cluster-wide (see \
+                 docs/DEPLOY.md)"
             );
         }
         Ok(EngineSettings {

@@ -1,17 +1,13 @@
 //! Flag and cohort definitions in PostgreSQL (cluster mode), shared by every node.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::records::{CohortRecord, FlagRecord, FlagRecords};
-use crate::kernel::pg::{next_in_sequence, record_json, record_of, Pg};
+use crate::kernel::pg::{next_in_sequence, record_json, record_of, Pg, RESYNC};
 use crate::kernel::StoreError;
 
 /// The channel flag and cohort writes are announced on (payload: the project id).
 const CHANNEL: &str = "corvid_flags";
-
-/// How often a node drops every flag snapshot regardless, should a notification be lost.
-const RESYNC: Duration = Duration::from_secs(30);
 
 pub struct PgFlags {
     pg: Arc<Pg>,

@@ -92,6 +92,12 @@ impl MetaCache {
         self.credentials_by_hash.remove(sha256_hex);
     }
 
+    /// Drops every remembered credential (another node revoked one this node cannot name).
+    pub fn forget_all_credentials(&self) {
+        self.forgotten.fetch_add(1, Ordering::SeqCst);
+        self.credentials_by_hash.clear();
+    }
+
     /// An organization's flag-request quota, if known: `Some(None)` means unlimited.
     pub fn org_quota(&self, org: uuid::Uuid) -> Option<Option<u64>> {
         self.org_quotas.get(&org).map(|q| *q)

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::MetadataStore;
-use crate::kernel::pg::{is_unique_violation, next_in_sequence, record_json, record_of, Pg};
+use super::store::{MetadataStore, OnRevoked};
+use crate::kernel::pg::{
+    is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL, RESYNC,
+};
 use crate::kernel::StoreError;
 
 pub struct PgMetadata {
@@ -254,10 +256,15 @@ impl MetadataStore for PgMetadata {
     fn delete_key(&self, id: &str) -> Result<Option<PersonalApiKey>, StoreError> {
         let id = id.to_string();
         self.pg.run(move |client| async move {
+            // Every node's listener hears of it when the delete commits.
             let row = client
                 .query_opt(
-                    "DELETE FROM personal_api_keys WHERE id = $1 RETURNING record",
-                    &[&id],
+                    "WITH gone AS (
+                         DELETE FROM personal_api_keys WHERE id = $1
+                         RETURNING record, secure_value_sha256
+                     )
+                     SELECT record, pg_notify($2, secure_value_sha256) FROM gone",
+                    &[&id, &CREDENTIALS_CHANNEL],
                 )
                 .await?;
             row.map(|r| record_of(&r, "personal_api_keys", &id))
@@ -268,6 +275,16 @@ impl MetadataStore for PgMetadata {
     fn flush(&self) -> Result<(), StoreError> {
         // Every write above is a committed statement: durable already.
         Ok(())
+    }
+
+    fn watch_credentials(&self, on_revoked: OnRevoked) {
+        self.pg.listen(
+            CREDENTIALS_CHANNEL,
+            RESYNC,
+            Arc::new(move |payload: Option<&str>| {
+                on_revoked(payload.filter(|p| *p != "*"));
+            }),
+        );
     }
 }
 
@@ -330,5 +347,72 @@ mod tests {
         let mut ids: Vec<u64> = (0..4).map(|_| nodes[0].next_id("x").expect("id")).collect();
         ids.dedup();
         assert_eq!(ids.len(), 4, "sequence values are never handed out twice");
+    }
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::kernel::pg::migrations::migrate;
+    use crate::kernel::pg::testing::TestPostgres;
+    use crate::meta::{MintKey, Tenancy, TenancySettings};
+
+    fn node(db: &crate::kernel::pg::testing::TestDatabase) -> Tenancy {
+        Tenancy::new(
+            Arc::new(PgMetadata::new(Arc::new(db.connect()))),
+            TenancySettings {
+                cache_ttl: Duration::from_secs(60),
+                last_used_resolution: Duration::from_secs(3600),
+            },
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_key_deleted_on_one_node_is_refused_by_another_within_a_second() {
+        let server = TestPostgres::start();
+        let db = server.database();
+        migrate(&db.connect()).expect("migrate");
+        let node1 = node(&db);
+        let node3 = node(&db);
+        let boot = node1
+            .bootstrap(MintKey::OnFirstRun)
+            .await
+            .expect("bootstrap");
+        let secret = boot.personal_api_key.expect("key");
+        // Node 3 has the key in its cache before the deletion.
+        assert!(node3
+            .authenticate_key(&secret)
+            .await
+            .expect("auth")
+            .is_some());
+        let key_id = node1
+            .authenticate_key(&secret)
+            .await
+            .expect("auth")
+            .and_then(|c| match &c.source {
+                crate::meta::CredentialSource::PersonalApiKey { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .expect("key id");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(node1
+            .delete_personal_api_key(boot.admin.id, &key_id)
+            .await
+            .expect("delete"));
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while node3
+            .authenticate_key(&secret)
+            .await
+            .expect("auth")
+            .is_some()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node 3 still accepts the key after 1 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

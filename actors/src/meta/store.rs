@@ -5,10 +5,15 @@
 //! durable when it returns. [`super::SledMetadata`] is the embedded implementation; every
 //! implementation passes [`contract::suite`].
 
+use std::sync::Arc;
+
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
 use crate::kernel::StoreError;
+
+/// Told the SHA-256 hex of a credential another process revoked (`None`: any may have been).
+pub type OnRevoked = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 pub trait MetadataStore: Send + Sync {
     /// The next value (1, 2, …) of a named id sequence, unique across restarts.
@@ -43,6 +48,14 @@ pub trait MetadataStore: Send + Sync {
 
     /// Makes everything written so far durable (shutdown).
     fn flush(&self) -> Result<(), StoreError>;
+
+    /// Calls `on_revoked` with the SHA-256 hex of a credential another process revoked
+    /// (`None`: any may have been), so cached credentials can be dropped. A store only this
+    /// process writes (the embedded one) never calls it: the facade that revoked already
+    /// forgot the credential.
+    fn watch_credentials(&self, on_revoked: OnRevoked) {
+        let _ = on_revoked;
+    }
 }
 
 /// The behaviour every [`MetadataStore`] must show, written against the trait.

@@ -13,7 +13,7 @@ use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
 use super::store::GrantStore;
-use crate::kernel::pg::{record_json, record_of, Pg};
+use crate::kernel::pg::{record_json, record_of, Pg, CREDENTIALS_CHANNEL};
 use crate::kernel::StoreError;
 
 pub struct PgGrants {
@@ -157,6 +157,9 @@ impl GrantStore for PgGrants {
                     &[&family_id, &record],
                 )
                 .await?;
+                // Its access tokens may be cached on any node under any hash: drop them all.
+                tx.execute("SELECT pg_notify($1, '*')", &[&CREDENTIALS_CHANNEL])
+                    .await?;
             }
             tx.commit().await?;
             Ok(())
@@ -172,10 +175,14 @@ impl GrantStore for PgGrants {
             let hash = hash.to_string();
             self.pg.run(move |client| async move {
                 client
-                    .execute(
-                        "UPDATE oauth_tokens SET record = jsonb_set(record, '{revoked}', 'true')
-                         WHERE hash = $1",
-                        &[&hash],
+                    .query(
+                        "WITH revoked AS (
+                             UPDATE oauth_tokens
+                             SET record = jsonb_set(record, '{revoked}', 'true')
+                             WHERE hash = $1 RETURNING hash
+                         )
+                         SELECT pg_notify($2, hash) FROM revoked",
+                        &[&hash, &CREDENTIALS_CHANNEL],
                     )
                     .await?;
                 Ok(())

@@ -33,6 +33,13 @@ pub struct PgSettings {
     pub connect_timeout: Duration,
 }
 
+/// The channel credential revocations are announced on: the payload is the SHA-256 hex of a
+/// revoked key or token, or `*` when any may have been (a whole grant was revoked).
+pub const CREDENTIALS_CHANNEL: &str = "corvid_credentials";
+
+/// How often a node drops cached state regardless, should a notification be lost.
+pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A pool of connections to the metastore.
 pub struct Pg {
     pool: Pool,

@@ -4,9 +4,15 @@ use super::*;
 
 impl Tenancy {
     pub fn new(store: Arc<dyn MetadataStore>, settings: TenancySettings) -> Tenancy {
+        let cache = Arc::new(MetaCache::new(settings.cache_ttl));
+        let revoked = Arc::clone(&cache);
+        store.watch_credentials(Arc::new(move |hash| match hash {
+            Some(h) => revoked.forget_credential(h),
+            None => revoked.forget_all_credentials(),
+        }));
         Tenancy {
             store,
-            cache: Arc::new(MetaCache::new(settings.cache_ttl)),
+            cache,
             settings,
         }
     }
