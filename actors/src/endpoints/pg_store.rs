@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
 use super::store::EndpointRecords;
-use crate::kernel::pg::{is_unique_violation, record_json, record_of, Pg};
+use crate::kernel::pg::{bigint, is_unique_violation, record_json, record_of, Pg};
 use crate::kernel::StoreError;
 
 pub struct PgEndpoints {
@@ -23,13 +23,9 @@ impl PgEndpoints {
     }
 }
 
-fn project(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
 impl EndpointRecords for PgEndpoints {
     fn endpoints(&self, project_id: u64) -> Result<Vec<Endpoint>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
@@ -59,7 +55,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn endpoint(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
-        let (p, name) = (project(project_id), name.to_string());
+        let (p, name) = (bigint(project_id), name.to_string());
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -72,7 +68,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        let (p, name) = (project(endpoint.project_id), endpoint.name.clone());
+        let (p, name) = (bigint(endpoint.project_id), endpoint.name.clone());
         let record = record_json("endpoint", endpoint)?;
         self.pg.run(move |client| async move {
             let inserted = client
@@ -98,7 +94,7 @@ impl EndpointRecords for PgEndpoints {
         name: &str,
         change: &mut dyn FnMut(&mut Endpoint) -> bool,
     ) -> Result<Option<Endpoint>, StoreError> {
-        let (p, name) = (project(project_id), name.to_string());
+        let (p, name) = (bigint(project_id), name.to_string());
         let mut tx = self.pg.begin()?;
         let key = name.clone();
         let row = tx.step(move |client| async move {
@@ -140,7 +136,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
-        let (p, name) = (project(project_id), name.to_string());
+        let (p, name) = (bigint(project_id), name.to_string());
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
             let Some(row) = tx
@@ -166,7 +162,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         let mut out: Vec<InsightVariable> = self.pg.run(move |client| async move {
             let rows = client
                 .query(
@@ -183,7 +179,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn variable(&self, project_id: u64, id: Uuid) -> Result<Option<InsightVariable>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -198,7 +194,7 @@ impl EndpointRecords for PgEndpoints {
 
     fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError> {
         let (p, id, code) = (
-            project(variable.project_id),
+            bigint(variable.project_id),
             variable.id,
             variable.code_name.clone(),
         );
@@ -224,7 +220,7 @@ impl EndpointRecords for PgEndpoints {
     }
 
     fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let n = client
                 .execute(

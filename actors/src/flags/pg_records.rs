@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::records::{CohortRecord, FlagRecord, FlagRecords};
-use crate::kernel::pg::{next_in_sequence, record_json, record_of, Pg, RESYNC};
+use crate::kernel::pg::{bigint, next_in_sequence, record_json, record_of, Pg, RESYNC};
 use crate::kernel::StoreError;
 
 /// The channel flag and cohort writes are announced on (payload: the project id).
@@ -33,7 +33,7 @@ impl PgFlags {
         table: &'static str,
         project_id: u64,
     ) -> Result<Vec<T>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let statement =
                 format!("SELECT id, record FROM {table} WHERE project_id = $1 ORDER BY id");
@@ -50,7 +50,7 @@ impl PgFlags {
         project_id: u64,
         id: i64,
     ) -> Result<Option<T>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let statement = format!("SELECT record FROM {table} WHERE project_id = $1 AND id = $2");
             let row = client.query_opt(&statement, &[&p, &id]).await?;
@@ -67,7 +67,7 @@ impl PgFlags {
         id: i64,
         record: serde_json::Value,
     ) -> Result<(), StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         let record = tokio_postgres::types::Json(record);
         self.pg.run(move |client| async move {
             let statement = format!(
@@ -82,10 +82,6 @@ impl PgFlags {
             Ok(())
         })
     }
-}
-
-fn project(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 impl FlagRecords for PgFlags {

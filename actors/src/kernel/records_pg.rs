@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::pg::{next_in_sequence, record_json, record_of, Pg};
+use super::pg::{bigint, next_in_sequence, record_json, record_of, Pg};
 use super::records::RecordStore;
 use super::StoreError;
 
@@ -28,13 +28,9 @@ impl<T> PgRecords<T> {
     }
 }
 
-fn project(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
 impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgRecords<T> {
     fn list(&self, project_id: u64) -> Result<Vec<T>, StoreError> {
-        let (name, p) = (self.name, project(project_id));
+        let (name, p) = (self.name, bigint(project_id));
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
@@ -69,7 +65,7 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgReco
     }
 
     fn get(&self, project_id: u64, id: &str) -> Result<Option<T>, StoreError> {
-        let (name, p, id) = (self.name, project(project_id), id.to_string());
+        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -83,7 +79,7 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgReco
     }
 
     fn put(&self, project_id: u64, id: &str, record: &T) -> Result<(), StoreError> {
-        let (name, p, id) = (self.name, project(project_id), id.to_string());
+        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
         let record = record_json(name, record)?;
         self.pg.run(move |client| async move {
             client
@@ -99,7 +95,7 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgReco
     }
 
     fn delete(&self, project_id: u64, id: &str) -> Result<bool, StoreError> {
-        let (name, p, id) = (self.name, project(project_id), id.to_string());
+        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
         self.pg.run(move |client| async move {
             let n = client
                 .execute(

@@ -10,7 +10,8 @@ use uuid::Uuid;
 use super::model::{Organization, PersonalApiKey, Project, User};
 use super::store::{MetadataStore, OnRevoked};
 use crate::kernel::pg::{
-    is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL, RESYNC,
+    bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
+    RESYNC,
 };
 use crate::kernel::StoreError;
 
@@ -31,11 +32,6 @@ fn conflict(err: tokio_postgres::Error, what: impl Into<String>) -> StoreError {
     } else {
         StoreError::Postgres(err)
     }
-}
-
-fn to_i64(id: u64) -> i64 {
-    // Ids come from sequences starting at 1; anything past i64::MAX is not an id we made.
-    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 impl MetadataStore for PgMetadata {
@@ -80,7 +76,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn insert_project(&self, project: &Project) -> Result<(), StoreError> {
-        let (id, token) = (to_i64(project.id), project.api_token.clone());
+        let (id, token) = (bigint(project.id), project.api_token.clone());
         let record = record_json("project", project)?;
         self.pg.run(move |client| async move {
             client
@@ -95,7 +91,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn put_project(&self, project: &Project) -> Result<(), StoreError> {
-        let id = to_i64(project.id);
+        let id = bigint(project.id);
         let record = record_json("project", project)?;
         self.pg.run(move |client| async move {
             client
@@ -109,7 +105,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn project(&self, id: u64) -> Result<Option<Project>, StoreError> {
-        let key = to_i64(id);
+        let key = bigint(id);
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt("SELECT record FROM projects WHERE id = $1", &[&key])
@@ -144,7 +140,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn insert_user(&self, user: &User) -> Result<(), StoreError> {
-        let (id, email) = (to_i64(user.id), user.email.clone());
+        let (id, email) = (bigint(user.id), user.email.clone());
         let record = record_json("user", user)?;
         self.pg.run(move |client| async move {
             client
@@ -159,7 +155,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn user(&self, id: u64) -> Result<Option<User>, StoreError> {
-        let key = to_i64(id);
+        let key = bigint(id);
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt("SELECT record FROM users WHERE id = $1", &[&key])
@@ -182,7 +178,7 @@ impl MetadataStore for PgMetadata {
     fn insert_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
         let (id, user, hash) = (
             key.id.clone(),
-            to_i64(key.user_id),
+            bigint(key.user_id),
             key.secure_value_sha256.clone(),
         );
         let record = record_json("personal API key", key)?;
@@ -239,7 +235,7 @@ impl MetadataStore for PgMetadata {
     }
 
     fn keys_of_user(&self, user_id: u64) -> Result<Vec<PersonalApiKey>, StoreError> {
-        let user = to_i64(user_id);
+        let user = bigint(user_id);
         self.pg.run(move |client| async move {
             let rows = client
                 .query(

@@ -55,6 +55,29 @@ impl PgGrants {
     }
 }
 
+/// The grant family `family_id` (created from `template` when new), locked for the rest of
+/// the transaction.
+async fn lock_family(
+    tx: &deadpool_postgres::Transaction<'_>,
+    family_id: Uuid,
+    created: Option<DateTime<Utc>>,
+    template: &Json<serde_json::Value>,
+) -> Result<FamilyRecord, StoreError> {
+    tx.execute(
+        "INSERT INTO oauth_families (id, created_at, record) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO NOTHING",
+        &[&family_id, &created, template],
+    )
+    .await?;
+    let row = tx
+        .query_one(
+            "SELECT record FROM oauth_families WHERE id = $1 FOR UPDATE",
+            &[&family_id],
+        )
+        .await?;
+    record_of(&row, "oauth_families", family_id)
+}
+
 impl GrantStore for PgGrants {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
         let (hash, expires) = (hash.to_string(), code.expires_at);
@@ -93,20 +116,8 @@ impl GrantStore for PgGrants {
             .collect::<Result<Vec<_>, StoreError>>()?;
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
-            tx.execute(
-                "INSERT INTO oauth_families (id, created_at, record) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO NOTHING",
-                &[&family_id, &created, &family],
-            )
-            .await?;
             // The row lock orders this against a concurrent revocation of the same grant.
-            let row = tx
-                .query_one(
-                    "SELECT record FROM oauth_families WHERE id = $1 FOR UPDATE",
-                    &[&family_id],
-                )
-                .await?;
-            let current: FamilyRecord = record_of(&row, "oauth_families", family_id)?;
+            let current = lock_family(&tx, family_id, created, &family).await?;
             if current.revoked_at.is_some() {
                 return Err(StoreError::Conflict {
                     what: "the grant was revoked".into(),
@@ -136,19 +147,7 @@ impl GrantStore for PgGrants {
         let created = template.created_at;
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
-            tx.execute(
-                "INSERT INTO oauth_families (id, created_at, record) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO NOTHING",
-                &[&family_id, &created, &family],
-            )
-            .await?;
-            let row = tx
-                .query_one(
-                    "SELECT record FROM oauth_families WHERE id = $1 FOR UPDATE",
-                    &[&family_id],
-                )
-                .await?;
-            let mut current: FamilyRecord = record_of(&row, "oauth_families", family_id)?;
+            let mut current = lock_family(&tx, family_id, created, &family).await?;
             if current.revoked_at.is_none() {
                 current.revoked_at = Some(now);
                 let record = record_json("grant family", &current)?;

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::model::{Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
-use crate::kernel::pg::{record_json, record_of, Pg};
+use crate::kernel::pg::{bigint, record_json, record_of, Pg};
 use crate::kernel::StoreError;
 
 /// Advisory-lock namespace of group-type assignment (the project id is the second key).
@@ -27,13 +27,9 @@ impl PgPersons {
     }
 }
 
-fn project(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
 impl PersonRecords for PgPersons {
     fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -50,7 +46,7 @@ impl PersonRecords for PgPersons {
         project_id: u64,
         distinct_id: &str,
     ) -> Result<Option<Uuid>, StoreError> {
-        let (p, did) = (project(project_id), distinct_id.to_string());
+        let (p, did) = (bigint(project_id), distinct_id.to_string());
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -64,7 +60,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
-        let (p, id) = (project(project_id), person.id);
+        let (p, id) = (bigint(project_id), person.id);
         let record = record_json("person", person)?;
         let distinct_ids = person.distinct_ids.clone();
         self.pg.run(move |mut client| async move {
@@ -88,7 +84,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             client
                 .execute(
@@ -101,7 +97,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
@@ -116,7 +112,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
@@ -138,7 +134,7 @@ impl PersonRecords for PgPersons {
         group_type: &str,
         max: u8,
     ) -> Result<Option<u8>, StoreError> {
-        let (p, name) = (project(project_id), group_type.to_string());
+        let (p, name) = (bigint(project_id), group_type.to_string());
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
             // Lock keys are two int4s: the namespace and the project id (truncated; a shared
@@ -181,7 +177,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn group(&self, project_id: u64, index: u8, key: &str) -> Result<Option<Group>, StoreError> {
-        let (p, i, key) = (project(project_id), i16::from(index), key.to_string());
+        let (p, i, key) = (bigint(project_id), i16::from(index), key.to_string());
         self.pg.run(move |client| async move {
             let row = client
                 .query_opt(
@@ -195,7 +191,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
-        let (p, i) = (project(project_id), index.map(i16::from));
+        let (p, i) = (bigint(project_id), index.map(i16::from));
         self.pg.run(move |client| async move {
             // Byte order of keys, as the embedded store lists them.
             let rows = client
@@ -214,7 +210,7 @@ impl PersonRecords for PgPersons {
 
     fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
         let (p, i, key) = (
-            project(project_id),
+            bigint(project_id),
             i16::from(group.group_type_index),
             group.group_key.clone(),
         );
@@ -243,7 +239,7 @@ impl PersonRecords for PgPersons {
         if n == 0 {
             return Ok(());
         }
-        let p = project(project_id);
+        let p = bigint(project_id);
         let month = at.format("%Y-%m").to_string();
         let (kind, n) = (i16::from(kind.tag()), i64::try_from(n).unwrap_or(i64::MAX));
         self.pg.run(move |client| async move {
@@ -261,7 +257,7 @@ impl PersonRecords for PgPersons {
     }
 
     fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
-        let p = project(project_id);
+        let p = bigint(project_id);
         self.pg.run(move |client| async move {
             let rows = client
                 .query(

@@ -185,6 +185,12 @@ fn pool_error(err: PoolError) -> StoreError {
     }
 }
 
+/// A project (or other sequence-made) id as PostgreSQL's `bigint`. Ids start at 1 and count
+/// up; one past `i64::MAX` is not an id Corvid made, and maps to the largest key.
+pub fn bigint(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
 /// Whether a statement failed on a unique constraint (the record already exists).
 pub fn is_unique_violation(err: &tokio_postgres::Error) -> bool {
     err.code() == Some(&SqlState::UNIQUE_VIOLATION)
