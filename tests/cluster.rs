@@ -67,40 +67,35 @@ fn migrate_without_a_metastore_or_an_unreachable_one_fails_with_a_clear_message(
     assert!(text(&down).contains("metastore"), "{}", text(&down));
 }
 
+/// `corvid serve` with `config` as its config file, in `dir`.
+fn serve_with(dir: &std::path::Path, config: &str) -> Output {
+    let file = dir.join("node.toml");
+    std::fs::write(&file, config).expect("config");
+    corvid(&[
+        "serve",
+        "--config",
+        &file.to_string_lossy(),
+        "--data-dir",
+        &dir.join("data").to_string_lossy(),
+        "--bind",
+        "127.0.0.1:0",
+    ])
+}
+
 #[test]
 fn a_distributed_node_names_what_its_config_lacks() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("node.toml");
-    std::fs::write(&config, "[cluster]\nmode = \"distributed\"\n").expect("config");
-    let out = corvid(&[
-        "serve",
-        "--config",
-        &config.to_string_lossy(),
-        "--data-dir",
-        &dir.path().join("data").to_string_lossy(),
-        "--bind",
-        "127.0.0.1:0",
-    ]);
+    let out = serve_with(dir.path(), "[cluster]\nmode = \"distributed\"\n");
     assert!(!out.status.success());
     assert!(text(&out).contains("cluster.node_id"), "{}", text(&out));
 
     // Complete, it still does not start: the stores it would need are not all distributed.
-    std::fs::write(
-        &config,
+    let out = serve_with(
+        dir.path(),
         "[cluster]\nmode = \"distributed\"\nnode_id = \"node-1\"\n\
          [cluster.postgres]\nurl = \"postgres://corvid@127.0.0.1:1/corvid\"\n\
          [cluster.object_store]\nbucket = \"corvid\"\n",
-    )
-    .expect("config");
-    let out = corvid(&[
-        "serve",
-        "--config",
-        &config.to_string_lossy(),
-        "--data-dir",
-        &dir.path().join("data").to_string_lossy(),
-        "--bind",
-        "127.0.0.1:0",
-    ]);
+    );
     assert!(!out.status.success());
     assert!(text(&out).contains("no PostgreSQL"), "{}", text(&out));
     assert!(

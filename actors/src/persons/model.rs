@@ -54,3 +54,24 @@ pub struct UsageRow {
     pub historical_events: u64,
     pub flag_requests: u64,
 }
+
+/// Monthly rows from stored `(month, kind tag, count)` counters sorted by month.
+pub(crate) fn usage_rows(counters: impl IntoIterator<Item = (String, u8, u64)>) -> Vec<UsageRow> {
+    let mut rows: Vec<UsageRow> = Vec::new();
+    for (month, tag, count) in counters {
+        if rows.last().is_none_or(|r| r.month != month) {
+            rows.push(UsageRow {
+                month,
+                ..UsageRow::default()
+            });
+        }
+        if let Some(row) = rows.last_mut() {
+            match tag {
+                0 => row.billable_events = count,
+                1 => row.historical_events = count,
+                _ => row.flag_requests = count,
+            }
+        }
+    }
+    rows
+}

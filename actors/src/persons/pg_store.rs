@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::model::{Group, Person, UsageKind, UsageRow};
+use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
 use crate::kernel::pg::{bigint, record_json, record_of, Pg};
 use crate::kernel::StoreError;
@@ -266,25 +266,13 @@ impl PersonRecords for PgPersons {
                     &[&p],
                 )
                 .await?;
-            let mut out: Vec<UsageRow> = Vec::new();
-            for row in rows {
-                let month: String = row.get(0);
-                let count = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
-                if out.last().is_none_or(|r| r.month != month) {
-                    out.push(UsageRow {
-                        month,
-                        ..UsageRow::default()
-                    });
-                }
-                if let Some(last) = out.last_mut() {
-                    match row.get::<_, i16>(1) {
-                        0 => last.billable_events = count,
-                        1 => last.historical_events = count,
-                        _ => last.flag_requests = count,
-                    }
-                }
-            }
-            Ok(out)
+            Ok(usage_rows(rows.iter().map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    u8::try_from(r.get::<_, i16>(1)).unwrap_or(u8::MAX),
+                    u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+                )
+            })))
         })
     }
 

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::model::{Group, Person, UsageKind, UsageRow};
+use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
 use crate::kernel::codec::{encode, get, scan_prefix};
 use crate::kernel::StoreError;
@@ -165,7 +165,7 @@ impl PersonRecords for SledPersons {
     }
 
     fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
-        let mut rows: Vec<UsageRow> = Vec::new();
+        let mut counters = Vec::new();
         for item in self.usage.scan_prefix(project_id.to_be_bytes()) {
             let (k, v) = item?;
             if k.len() < 8 + 7 + 1 {
@@ -173,21 +173,9 @@ impl PersonRecords for SledPersons {
             }
             let month = String::from_utf8_lossy(&k[8..15]).into_owned();
             let count = v.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
-            if rows.last().is_none_or(|r| r.month != month) {
-                rows.push(UsageRow {
-                    month: month.clone(),
-                    ..UsageRow::default()
-                });
-            }
-            if let Some(row) = rows.last_mut() {
-                match k[15] {
-                    0 => row.billable_events = count,
-                    1 => row.historical_events = count,
-                    _ => row.flag_requests = count,
-                }
-            }
+            counters.push((month, k[15], count));
         }
-        Ok(rows)
+        Ok(usage_rows(counters))
     }
 
     fn flush(&self) -> Result<(), StoreError> {
