@@ -20,6 +20,7 @@ use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::files::SegmentFiles;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
 use crate::kernel::histogram::HistogramSnapshot;
+use crate::kernel::JobLease;
 use crate::kernel::{SledRecords, StoreError};
 use crate::meta::{SledMetadata, Tenancy, TenancySettings};
 use crate::oauth::{OAuth, OAuthSettings, SledGrants};
@@ -177,6 +178,8 @@ impl Engine {
             Arc::clone(&query),
             settings.results.clone(),
             settings.endpoints.clone(),
+            // One node: a lease outlives any run (the query deadline, plus writing the result).
+            JobLease::local(settings.query.timeout + Duration::from_secs(300)),
         )?);
         let oauth = OAuth::new(
             Arc::new(SledGrants::open(&db)?),

@@ -119,6 +119,7 @@ impl Endpoints {
         engine: Arc<QueryEngine>,
         storage: materialize::storage::ResultStorage,
         settings: EndpointSettings,
+        lease: crate::kernel::JobLease,
     ) -> Result<Endpoints, StoreError> {
         let store = Arc::new(EndpointStore::new(records));
         let results = Arc::new(Results::new(storage, settings.materialize_max_rows));
@@ -129,6 +130,7 @@ impl Endpoints {
             Arc::clone(&results),
             settings.materialize_interval,
             settings.materialize_retry,
+            lease,
         )
         .start();
         Ok(Endpoints {

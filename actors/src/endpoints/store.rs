@@ -84,6 +84,11 @@ impl EndpointStore {
             .map(|e| Arc::clone(e.value()))
     }
 
+    /// The endpoint as stored now, bypassing memory (another node may have changed it).
+    pub fn stored(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.records.endpoint(project_id, name)
+    }
+
     /// The endpoint, from memory or storage (then remembered).
     pub fn load(&self, project_id: u64, name: &str) -> Result<Option<Arc<Endpoint>>, StoreError> {
         if let Some(hit) = self.cached(project_id, name) {

@@ -3,6 +3,8 @@
 //! parsing, the record-store trait of definition records ([`records`]), owned runtimes
 //! ([`runtime`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
+pub(crate) mod claims;
+mod claims_pg;
 pub(crate) mod codec;
 mod error;
 pub(crate) mod histogram;
@@ -14,6 +16,8 @@ pub(crate) mod secrets;
 pub(crate) mod sequence;
 pub(crate) mod time;
 
+pub use claims::{JobClaims, JobLease, LocalClaims};
+pub use claims_pg::PgClaims;
 pub use error::StoreError;
 pub use records::{RecordStore, SledRecords};
 pub use records_pg::PgRecords;

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::Results;
 use crate::endpoints::model::{Endpoint, MaterializationStatus};
 use crate::endpoints::store::EndpointStore;
+use crate::kernel::JobLease;
 use crate::meta::Tenancy;
 use crate::query::QueryEngine;
 
@@ -27,6 +28,8 @@ pub struct Materializer {
     pub interval: Duration,
     /// How long after a failure a version is retried.
     pub retry_after: Duration,
+    /// Which node runs a due version: of all that find it due, the one that claims it.
+    pub lease: JobLease,
     in_flight: HashSet<(Uuid, u32)>,
     counters: Counters,
 }
@@ -67,6 +70,7 @@ impl Materializer {
         results: Arc<Results>,
         interval: Duration,
         retry_after: Duration,
+        lease: JobLease,
     ) -> Materializer {
         Materializer {
             store,
@@ -75,6 +79,7 @@ impl Materializer {
             results,
             interval,
             retry_after,
+            lease,
             in_flight: HashSet::new(),
             counters: Counters::default(),
         }
@@ -202,19 +207,19 @@ impl Materializer {
         if !self.in_flight.insert(slot) {
             return;
         }
-        let work = run_job(
-            job,
-            Arc::clone(&self.store),
-            self.tenancy.clone(),
-            Arc::clone(&self.engine),
-            Arc::clone(&self.results),
-        );
-        ctx.spawn(work.into_actor(self).map(move |ok, this, _| {
+        let (lease, retry_after) = (self.lease.clone(), self.retry_after);
+        let work = claimed(job, Arc::clone(&self.store), lease, retry_after, {
+            let (store, tenancy) = (Arc::clone(&self.store), self.tenancy.clone());
+            let (engine, results) = (Arc::clone(&self.engine), Arc::clone(&self.results));
+            move |job| run_job(job, store, tenancy, engine, results)
+        });
+        ctx.spawn(work.into_actor(self).map(move |ran, this, _| {
             this.in_flight.remove(&slot);
-            if ok {
-                this.counters.completed += 1;
-            } else {
-                this.counters.failed += 1;
+            match ran {
+                Some(true) => this.counters.completed += 1,
+                Some(false) => this.counters.failed += 1,
+                // Another node has it, or it is no longer due.
+                None => {}
             }
         }));
     }
@@ -222,6 +227,53 @@ impl Materializer {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     tokio::task::spawn_blocking(f).await.ok()
+}
+
+/// Runs `job` only once this node has claimed it and it is still due as stored now (another
+/// node may have just finished it), then gives the claim back. `None` when it did not run.
+async fn claimed<F, Fut>(
+    job: Job,
+    store: Arc<EndpointStore>,
+    lease: JobLease,
+    retry_after: Duration,
+    run: F,
+) -> Option<bool>
+where
+    F: FnOnce(Job) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let key = format!("materialize/{}/v{}", job.endpoint_id, job.version);
+    let still_due = {
+        let (key, lease, job) = (key.clone(), lease.clone(), job.clone());
+        blocking(move || {
+            let now = Utc::now();
+            if !lease.claims.claim(&key, &lease.holder, now, lease.lease)? {
+                return Ok(false);
+            }
+            let due = store
+                .stored(job.project_id, &job.name)?
+                .into_iter()
+                .flat_map(|e| due_jobs(vec![e], now, retry_after))
+                .any(|j| j.endpoint_id == job.endpoint_id && j.version == job.version);
+            if !due {
+                lease.claims.release(&key, &lease.holder)?;
+            }
+            Ok::<bool, crate::kernel::StoreError>(due)
+        })
+        .await
+    };
+    match still_due {
+        Some(Ok(true)) => {}
+        Some(Ok(false)) => return None,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "cannot claim a materialization; retrying later");
+            return None;
+        }
+        None => return None,
+    }
+    let ran = run(job).await;
+    let _ = blocking(move || lease.claims.release(&key, &lease.holder)).await;
+    Some(ran)
 }
 
 async fn run_job(
@@ -316,5 +368,73 @@ async fn run_job(
             .await;
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::endpoints::SledEndpoints;
+    use crate::kernel::LocalClaims;
+
+    /// An endpoint whose version 1 is materialized and has never run (due now).
+    fn due_endpoint() -> Endpoint {
+        serde_json::from_value(json!({
+            "id": Uuid::new_v4(), "project_id": 1, "name": "daily", "is_active": true,
+            "current_version": 1, "derived_from_insight": null,
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "created_by": null, "last_executed_at": null,
+            "versions": [{
+                "id": Uuid::new_v4(), "version": 1,
+                "query": {"kind": "HogQLQuery", "query": "SELECT 1"},
+                "data_freshness_seconds": 3600, "is_active": true,
+                "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+                "materialization": {"status": "Completed"}
+            }]
+        }))
+        .expect("endpoint")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn of_several_nodes_finding_a_version_due_one_runs_it() {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let store = Arc::new(EndpointStore::new(Arc::new(
+            SledEndpoints::open(&db).expect("records"),
+        )));
+        let endpoint = due_endpoint();
+        store.create(&endpoint).expect("create");
+        let job = due_jobs(vec![endpoint], Utc::now(), Duration::from_secs(60))
+            .pop()
+            .expect("due");
+        let claims: Arc<dyn crate::kernel::JobClaims> = Arc::new(LocalClaims::default());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let nodes = (0..3).map(|n| {
+            let lease = JobLease {
+                claims: Arc::clone(&claims),
+                holder: format!("node-{n}"),
+                lease: Duration::from_secs(60),
+            };
+            let runs = Arc::clone(&runs);
+            let store = Arc::clone(&store);
+            claimed(
+                job.clone(),
+                store,
+                lease,
+                Duration::from_secs(60),
+                move |_| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    // Holds the claim while the others try.
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    true
+                },
+            )
+        });
+        let outcomes = futures_util::future::join_all(nodes).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{outcomes:?}");
+        assert_eq!(outcomes.iter().filter(|o| o.is_some()).count(), 1);
     }
 }
