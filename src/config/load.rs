@@ -314,8 +314,8 @@ impl Config {
             anyhow::bail!(
                 "cluster.mode = \"distributed\" cannot start a node in this version: \
                  the segment catalog has no PostgreSQL implementation, segments are not \
-                 written to the bucket, and endpoint copies in memory are not invalidated \
-                 across nodes (see docs/DEPLOY.md)"
+                 written to the bucket, and person merges are serialized per node only (see \
+                 docs/DEPLOY.md)"
             );
         }
         Ok(EngineSettings {

@@ -71,6 +71,11 @@ impl ResultsCache {
         self.entries.insert(key, Arc::new(entry));
     }
 
+    /// Forgets every cached answer.
+    pub fn clear(&self) {
+        self.entries.clear();
+    }
+
     /// Forgets everything cached for an endpoint (its query or settings changed).
     pub fn forget_endpoint(&self, endpoint: Uuid) {
         let prefix = format!("{endpoint}:");

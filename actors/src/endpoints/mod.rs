@@ -95,7 +95,7 @@ pub struct Endpoints {
     pub store: Arc<EndpointStore>,
     engine: Arc<QueryEngine>,
     results: Arc<Results>,
-    cache: cache::ResultsCache,
+    cache: Arc<cache::ResultsCache>,
     throttle: Throttle,
     log: ExecutionLogHandle,
     log_store: Arc<dyn ExecutionLogStore>,
@@ -122,6 +122,22 @@ impl Endpoints {
         lease: crate::kernel::JobLease,
     ) -> Result<Endpoints, StoreError> {
         let store = Arc::new(EndpointStore::new(records));
+        let cache = Arc::new(cache::ResultsCache::new(settings.cache_entries));
+        {
+            // Weak: the records' listener must not keep the store that owns them alive.
+            let (copies, answers) = (Arc::downgrade(&store), Arc::downgrade(&cache));
+            store.records().watch(Arc::new(move |change| {
+                if let Some(copies) = copies.upgrade() {
+                    copies.forget_remote(change.as_ref());
+                }
+                if let Some(answers) = answers.upgrade() {
+                    match &change {
+                        Some(c) => answers.forget_endpoint(c.id),
+                        None => answers.clear(),
+                    }
+                }
+            }));
+        }
         let results = Arc::new(Results::new(storage, settings.materialize_max_rows));
         let materializer = Materializer::new(
             Arc::clone(&store),
@@ -137,7 +153,7 @@ impl Endpoints {
             store,
             engine,
             results,
-            cache: cache::ResultsCache::new(settings.cache_entries),
+            cache,
             throttle: Throttle::new(settings.inline_rates, settings.materialized_rates),
             log: ExecutionLogHandle::start(Arc::clone(&log_store), settings.log_retention)?,
             log_store,

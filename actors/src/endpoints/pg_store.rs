@@ -8,12 +8,25 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use super::store::EndpointRecords;
-use crate::kernel::pg::{bigint, is_unique_violation, record_json, record_of, Pg};
+use super::store::{EndpointRecords, OnEndpointChange};
+use crate::kernel::pg::{bigint, is_unique_violation, record_json, record_of, Pg, RESYNC};
 use crate::kernel::StoreError;
+
+/// The channel endpoint writes are announced on (payload: an `EndpointChange` as JSON).
+const CHANNEL: &str = "corvid_endpoints";
 
 pub struct PgEndpoints {
     pg: Arc<Pg>,
+}
+
+/// The notification payload of a write to `endpoint`.
+fn announcement(endpoint: &Endpoint) -> String {
+    serde_json::json!({
+        "project_id": endpoint.project_id,
+        "name": endpoint.name,
+        "id": endpoint.id,
+    })
+    .to_string()
 }
 
 impl PgEndpoints {
@@ -70,11 +83,16 @@ impl EndpointRecords for PgEndpoints {
     fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         let (p, name) = (bigint(endpoint.project_id), endpoint.name.clone());
         let record = record_json("endpoint", endpoint)?;
+        let news = announcement(endpoint);
         self.pg.run(move |client| async move {
             let inserted = client
-                .execute(
-                    "INSERT INTO endpoints (project_id, name, record) VALUES ($1, $2, $3)",
-                    &[&p, &name, &record],
+                .query(
+                    "WITH created AS (
+                         INSERT INTO endpoints (project_id, name, record) VALUES ($1, $2, $3)
+                         RETURNING 1
+                     )
+                     SELECT pg_notify($4, $5) FROM created",
+                    &[&p, &name, &record, &CHANNEL, &news],
                 )
                 .await;
             match inserted {
@@ -122,11 +140,16 @@ impl EndpointRecords for PgEndpoints {
             return Ok(Some(stored));
         }
         let record = record_json("endpoint", &endpoint)?;
+        let news = announcement(&endpoint);
         tx.step(move |client| async move {
             let done = client
-                .execute(
-                    "UPDATE endpoints SET record = $3 WHERE project_id = $1 AND name = $2",
-                    &[&p, &name, &record],
+                .query(
+                    "WITH changed AS (
+                         UPDATE endpoints SET record = $3
+                         WHERE project_id = $1 AND name = $2 RETURNING 1
+                     )
+                     SELECT pg_notify($4, $5) FROM changed",
+                    &[&p, &name, &record, &CHANNEL, &news],
                 )
                 .await;
             (client, done.map(|_| ()).map_err(StoreError::from))
@@ -154,6 +177,11 @@ impl EndpointRecords for PgEndpoints {
                 "INSERT INTO endpoints_deleted (id, record) VALUES ($1, $2)
                  ON CONFLICT (id) DO UPDATE SET record = $2",
                 &[&endpoint.id, &record],
+            )
+            .await?;
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&CHANNEL, &announcement(&endpoint)],
             )
             .await?;
             tx.commit().await?;
@@ -219,6 +247,17 @@ impl EndpointRecords for PgEndpoints {
         })
     }
 
+    fn watch(&self, on_change: OnEndpointChange) {
+        self.pg.listen(
+            CHANNEL,
+            RESYNC,
+            Arc::new(move |payload: Option<&str>| {
+                // An unreadable payload is treated as "anything may have changed".
+                on_change(payload.and_then(|p| serde_json::from_str(p).ok()));
+            }),
+        );
+    }
+
     fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
         let p = bigint(project_id);
         self.pg.run(move |client| async move {
@@ -236,6 +275,54 @@ impl EndpointRecords for PgEndpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoints::store::EndpointChange;
+
+    #[test]
+    fn a_change_announced_by_one_node_reaches_another() {
+        let server = TestPostgres::start();
+        let db = server.database();
+        migrate(&db.connect()).expect("migrate");
+        let node1 = PgEndpoints::new(Arc::new(db.connect()));
+        let node3 = PgEndpoints::new(Arc::new(db.connect()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        node3.watch(Arc::new(move |change| {
+            if let Some(c) = change {
+                let _ = tx.lock().map(|t| t.send(c));
+            }
+        }));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let endpoint = endpoint_named("weekly");
+        node1.create(&endpoint).expect("create");
+        let heard = rx
+            .recv_timeout(std::time::Duration::from_secs(1))
+            .expect("node 3 hears of the new endpoint within 1 s");
+        assert_eq!(
+            heard,
+            EndpointChange {
+                project_id: 1,
+                name: "weekly".into(),
+                id: endpoint.id
+            }
+        );
+        node1.delete(1, "weekly").expect("delete");
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(1))
+                .expect("and of its deletion")
+                .id,
+            endpoint.id
+        );
+    }
+
+    fn endpoint_named(name: &str) -> Endpoint {
+        serde_json::from_value(serde_json::json!({
+            "id": Uuid::new_v4(), "project_id": 1, "name": name, "is_active": true,
+            "current_version": 0, "derived_from_insight": null,
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "created_by": null, "last_executed_at": null, "versions": []
+        }))
+        .expect("endpoint")
+    }
     use crate::kernel::pg::migrations::migrate;
     use crate::kernel::pg::testing::TestPostgres;
 
@@ -256,14 +343,7 @@ mod tests {
         let nodes: Vec<PgEndpoints> = (0..3)
             .map(|_| PgEndpoints::new(Arc::new(db.connect())))
             .collect();
-        let mut endpoint: Endpoint = serde_json::from_value(serde_json::json!({
-            "id": Uuid::new_v4(), "project_id": 1, "name": "counts", "is_active": true,
-            "current_version": 0, "derived_from_insight": null,
-            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
-            "created_by": null, "last_executed_at": null, "versions": []
-        }))
-        .expect("endpoint");
-        endpoint.current_version = 0;
+        let endpoint = endpoint_named("counts");
         nodes[0].create(&endpoint).expect("create");
         std::thread::scope(|s| {
             for node in &nodes {

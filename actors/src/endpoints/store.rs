@@ -4,6 +4,7 @@
 //! implementation passes [`contract::suite`]). [`EndpointStore`] is what the domain uses: the
 //! records plus the in-memory copy of endpoints that runs read without I/O.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dashmap::DashMap;
@@ -11,6 +12,17 @@ use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
 use crate::kernel::StoreError;
+
+/// An endpoint another process created, changed or deleted.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EndpointChange {
+    pub project_id: u64,
+    pub name: String,
+    pub id: Uuid,
+}
+
+/// Told of an endpoint another process changed (`None`: any may have changed).
+pub type OnEndpointChange = Arc<dyn Fn(Option<EndpointChange>) + Send + Sync>;
 
 /// Endpoints and insight variables, by project. Writes are durable when they return.
 pub trait EndpointRecords: Send + Sync {
@@ -41,6 +53,13 @@ pub trait EndpointRecords: Send + Sync {
     fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError>;
     /// Whether it existed.
     fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError>;
+
+    /// Calls `on_change` when another process changes an endpoint, so copies kept in memory
+    /// (records, cached answers) can be dropped. A store only this process writes (the
+    /// embedded one) never calls it: the writer refreshed its own copies.
+    fn watch(&self, on_change: OnEndpointChange) {
+        let _ = on_change;
+    }
 }
 
 /// The domain's view of the records: every write goes through here and refreshes the
@@ -53,6 +72,8 @@ pub struct EndpointStore {
     /// without it a fill that read the record just before a delete could put the deleted
     /// endpoint back in memory. Hits do not take it.
     writing: Mutex<()>,
+    /// Counts changes other nodes announced: a fill that read before one is not kept.
+    remote_changes: AtomicU64,
 }
 
 impl EndpointStore {
@@ -61,6 +82,23 @@ impl EndpointStore {
             records,
             cached: DashMap::new(),
             writing: Mutex::new(()),
+            remote_changes: AtomicU64::new(0),
+        }
+    }
+
+    /// The records, to watch for other nodes' changes.
+    pub fn records(&self) -> &Arc<dyn EndpointRecords> {
+        &self.records
+    }
+
+    /// Drops the in-memory copy of an endpoint another node changed (`None`: of all).
+    pub fn forget_remote(&self, change: Option<&EndpointChange>) {
+        self.remote_changes.fetch_add(1, Ordering::SeqCst);
+        match change {
+            Some(c) => {
+                self.cached.remove(&(c.project_id, c.name.clone()));
+            }
+            None => self.cached.clear(),
         }
     }
 
@@ -98,10 +136,15 @@ impl EndpointStore {
         if let Some(hit) = self.cached(project_id, name) {
             return Ok(Some(hit));
         }
+        let seen = self.remote_changes.load(Ordering::SeqCst);
         let found = self.records.endpoint(project_id, name)?.map(Arc::new);
         if let Some(e) = &found {
-            self.cached
-                .insert((project_id, name.to_string()), Arc::clone(e));
+            let key = (project_id, name.to_string());
+            self.cached.insert(key.clone(), Arc::clone(e));
+            if self.remote_changes.load(Ordering::SeqCst) != seen {
+                // Another node changed something while this read: answer, but do not keep it.
+                self.cached.remove(&key);
+            }
         }
         Ok(found)
     }
