@@ -287,11 +287,13 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
         node3.watch(Arc::new(move |change| {
-            if let Some(c) = change {
-                let _ = tx.lock().map(|t| t.send(c));
-            }
+            let _ = tx.lock().map(|t| t.send(change));
         }));
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // The listener reports `None` once it listens: only then can it hear a change.
+        let connected = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the listener connects");
+        assert_eq!(connected, None);
         let endpoint = endpoint_named("weekly");
         node1.create(&endpoint).expect("create");
         let heard = rx
@@ -299,19 +301,17 @@ mod tests {
             .expect("node 3 hears of the new endpoint within 1 s");
         assert_eq!(
             heard,
-            EndpointChange {
+            Some(EndpointChange {
                 project_id: 1,
                 name: "weekly".into(),
                 id: endpoint.id
-            }
+            })
         );
         node1.delete(1, "weekly").expect("delete");
-        assert_eq!(
-            rx.recv_timeout(std::time::Duration::from_secs(1))
-                .expect("and of its deletion")
-                .id,
-            endpoint.id
-        );
+        let heard = rx
+            .recv_timeout(std::time::Duration::from_secs(1))
+            .expect("and of its deletion");
+        assert_eq!(heard.map(|c| c.id), Some(endpoint.id));
     }
 
     fn endpoint_named(name: &str) -> Endpoint {
