@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use super::store::{EndpointRecords, OnEndpointChange};
+use super::store::{code_name_taken, name_taken, EndpointRecords, OnEndpointChange};
 use crate::kernel::pg::{bigint, is_unique_violation, record_json, record_of, Pg, RESYNC};
 use crate::kernel::StoreError;
 
@@ -97,10 +97,7 @@ impl EndpointRecords for PgEndpoints {
                 .await;
             match inserted {
                 Ok(_) => Ok(()),
-                Err(e) if is_unique_violation(&e) => Err(StoreError::Invalid {
-                    detail: format!("An endpoint named '{name}' already exists."),
-                    attr: Some("name"),
-                }),
+                Err(e) if is_unique_violation(&e) => Err(name_taken(&name)),
                 Err(e) => Err(e.into()),
             }
         })
@@ -238,10 +235,7 @@ impl EndpointRecords for PgEndpoints {
                 .await;
             match saved {
                 Ok(_) => Ok(()),
-                Err(e) if is_unique_violation(&e) => Err(StoreError::Invalid {
-                    detail: format!("A variable with code_name '{code}' already exists."),
-                    attr: Some("code_name"),
-                }),
+                Err(e) if is_unique_violation(&e) => Err(code_name_taken(&code)),
                 Err(e) => Err(e.into()),
             }
         })

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use super::store::EndpointRecords;
+use super::store::{code_name_taken, name_taken, EndpointRecords};
 use crate::kernel::codec::{decode, encode, scan_prefix, u64_key};
 use crate::kernel::StoreError;
 
@@ -72,10 +72,7 @@ impl EndpointRecords for SledEndpoints {
         let _guard = self.lock();
         let key = endpoint_key(endpoint.project_id, &endpoint.name);
         if self.endpoints.contains_key(&key)? {
-            return Err(StoreError::Invalid {
-                detail: format!("An endpoint named '{}' already exists.", endpoint.name),
-                attr: Some("name"),
-            });
+            return Err(name_taken(&endpoint.name));
         }
         self.endpoints.insert(key, encode(endpoint)?)?;
         self.endpoints.flush()?;
@@ -135,13 +132,7 @@ impl EndpointRecords for SledEndpoints {
             .into_iter()
             .any(|v| v.id != variable.id && v.code_name == variable.code_name);
         if clash {
-            return Err(StoreError::Invalid {
-                detail: format!(
-                    "A variable with code_name '{}' already exists.",
-                    variable.code_name
-                ),
-                attr: Some("code_name"),
-            });
+            return Err(code_name_taken(&variable.code_name));
         }
         self.variables.insert(
             variable_key(variable.project_id, variable.id),

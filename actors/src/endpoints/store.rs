@@ -13,6 +13,22 @@ use uuid::Uuid;
 use super::model::{Endpoint, InsightVariable};
 use crate::kernel::StoreError;
 
+/// `create`'s refusal when the project already has an endpoint named `name`.
+pub(crate) fn name_taken(name: &str) -> StoreError {
+    StoreError::Invalid {
+        detail: format!("An endpoint named '{name}' already exists."),
+        attr: Some("name"),
+    }
+}
+
+/// `save_variable`'s refusal when another variable of the project has `code_name`.
+pub(crate) fn code_name_taken(code_name: &str) -> StoreError {
+    StoreError::Invalid {
+        detail: format!("A variable with code_name '{code_name}' already exists."),
+        attr: Some("code_name"),
+    }
+}
+
 /// An endpoint another process created, changed or deleted.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EndpointChange {

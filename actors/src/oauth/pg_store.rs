@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
-use super::store::GrantStore;
+use super::store::{grant_revoked, GrantStore};
 use crate::kernel::pg::{record_json, record_of, Pg, CREDENTIALS_CHANNEL};
 use crate::kernel::StoreError;
 
@@ -24,6 +24,27 @@ impl PgGrants {
     /// The store over `pg`, whose schema is migrated.
     pub fn new(pg: Arc<Pg>) -> PgGrants {
         PgGrants { pg }
+    }
+
+    /// Inserts or replaces a record keyed by a secret's hash that expires (codes, sessions).
+    fn put_expiring(
+        &self,
+        table: &'static str,
+        hash: &str,
+        expires: DateTime<Utc>,
+        record: Json<serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        let hash = hash.to_string();
+        self.pg.run(move |client| async move {
+            let statement = format!(
+                "INSERT INTO {table} (hash, expires_at, record) VALUES ($1, $2, $3)
+                 ON CONFLICT (hash) DO UPDATE SET expires_at = $2, record = $3"
+            );
+            client
+                .execute(&statement, &[&hash, &expires, &record])
+                .await?;
+            Ok(())
+        })
     }
 
     /// Marks a one-time record used with one conditional statement; `flag` is its JSON field.
@@ -80,18 +101,8 @@ async fn lock_family(
 
 impl GrantStore for PgGrants {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
-        let (hash, expires) = (hash.to_string(), code.expires_at);
         let record = record_json("authorization code", code)?;
-        self.pg.run(move |client| async move {
-            client
-                .execute(
-                    "INSERT INTO oauth_codes (hash, expires_at, record) VALUES ($1, $2, $3)
-                     ON CONFLICT (hash) DO UPDATE SET expires_at = $2, record = $3",
-                    &[&hash, &expires, &record],
-                )
-                .await?;
-            Ok(())
-        })
+        self.put_expiring("oauth_codes", hash, code.expires_at, record)
     }
 
     fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError> {
@@ -119,9 +130,7 @@ impl GrantStore for PgGrants {
             // The row lock orders this against a concurrent revocation of the same grant.
             let current = lock_family(&tx, family_id, created, &family).await?;
             if current.revoked_at.is_some() {
-                return Err(StoreError::Conflict {
-                    what: "the grant was revoked".into(),
-                });
+                return Err(grant_revoked());
             }
             for (hash, expires, record) in &tokens {
                 tx.execute(
@@ -234,18 +243,8 @@ impl GrantStore for PgGrants {
     }
 
     fn put_session(&self, hash: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        let (hash, expires) = (hash.to_string(), session.expires_at);
         let record = record_json("session", session)?;
-        self.pg.run(move |client| async move {
-            client
-                .execute(
-                    "INSERT INTO oauth_sessions (hash, expires_at, record) VALUES ($1, $2, $3)
-                     ON CONFLICT (hash) DO UPDATE SET expires_at = $2, record = $3",
-                    &[&hash, &expires, &record],
-                )
-                .await?;
-            Ok(())
-        })
+        self.put_expiring("oauth_sessions", hash, session.expires_at, record)
     }
 
     fn session(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<SessionRecord>, StoreError> {

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
-use super::store::GrantStore;
+use super::store::{grant_revoked, GrantStore};
 use crate::kernel::codec::{decode, encode};
 use crate::kernel::StoreError;
 
@@ -108,9 +108,7 @@ impl GrantStore for SledGrants {
     ) -> Result<(), StoreError> {
         self.update_family(family_id, template, |family| {
             if family.revoked_at.is_some() {
-                return Err(StoreError::Conflict {
-                    what: "the grant was revoked".into(),
-                });
+                return Err(grant_revoked());
             }
             Ok(())
         })?;

@@ -15,6 +15,13 @@ use super::records::{
 };
 use crate::kernel::StoreError;
 
+/// `issue`'s refusal when the grant was revoked first: no token is stored.
+pub(crate) fn grant_revoked() -> StoreError {
+    StoreError::Conflict {
+        what: "the grant was revoked".into(),
+    }
+}
+
 pub trait GrantStore: Send + Sync {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError>;
     /// Marks a code used, atomically: of concurrent redemptions exactly one is `Fresh`.
