@@ -201,9 +201,9 @@ pub fn query_events(
             break;
         }
         for segment in segments {
-            let bytes = files.read(&segment)?;
+            let file = files.open(&segment)?;
             rows.extend(
-                read_segment_filtered(bytes, &segment.key(), &segment_filter)?
+                read_segment_filtered(file, &segment.key(), &segment_filter)?
                     .into_iter()
                     .filter(|e| filter.matches(e)),
             );
