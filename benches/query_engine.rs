@@ -133,6 +133,7 @@ fn ensure_data(root: &Path, total: usize, materialized: &[String]) {
                 project: 1,
                 day,
                 name: SegmentName {
+                    node: 0,
                     shard,
                     first: 1,
                     last: 1,

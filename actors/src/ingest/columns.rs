@@ -361,6 +361,7 @@ mod tests {
             project: 7,
             day,
             name: SegmentName {
+                node: 0,
                 shard: 0,
                 first: 1,
                 last: 50,

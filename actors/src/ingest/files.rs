@@ -5,7 +5,8 @@
 //! and read them through the same store registered in their runtime.
 //!
 //! Writing stays with the catalog: a segment is staged as a local file and fsynced (the local
-//! object store does not fsync), and the catalog's publish makes it visible at its key.
+//! object store does not fsync), and the catalog's publish makes it visible at its key — by a
+//! rename in the local directory, or by [`SegmentFiles::upload`] to a bucket.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,11 +14,13 @@ use std::sync::Arc;
 
 use bytes::Buf;
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
+use futures_util::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 use parquet::arrow::parquet_to_arrow_schema;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaDataReader;
@@ -76,6 +79,40 @@ impl SegmentFiles {
         self.io
             .wait(async move { store.get(&path).await?.bytes().await })?
             .map_err(SegmentError::from)
+    }
+
+    /// Stores the local file `staged` as `segment`'s bytes (one put: a reader sees all of it
+    /// or nothing). Blocking.
+    pub fn upload(&self, segment: &SegmentRef, staged: &Path) -> std::io::Result<()> {
+        let bytes = std::fs::read(staged)?;
+        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        self.io
+            .wait(async move { store.put(&path, PutPayload::from(bytes)).await })?
+            .map(|_| ())
+            .map_err(std::io::Error::other)
+    }
+
+    /// Deletes `segment`'s bytes (nothing when already gone). Blocking.
+    pub fn delete(&self, segment: &SegmentRef) -> std::io::Result<()> {
+        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        match self.io.wait(async move { store.delete(&path).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+
+    /// Every stored segment, with when it was written (objects whose key is not a segment's
+    /// are left out). Blocking.
+    pub fn list(&self) -> std::io::Result<Vec<(SegmentRef, DateTime<Utc>)>> {
+        let store = Arc::clone(&self.store);
+        let objects: Vec<ObjectMeta> = self
+            .io
+            .wait(async move { store.list(None).try_collect().await })?
+            .map_err(std::io::Error::other)?;
+        Ok(objects
+            .into_iter()
+            .filter_map(|o| Some((SegmentRef::parse_key(o.location.as_ref())?, o.last_modified)))
+            .collect())
     }
 
     /// A segment opened for ranged reads: the Parquet reader fetches only the footer and the
@@ -193,6 +230,7 @@ mod tests {
             project: 1,
             day: rows[0].day(),
             name: SegmentName {
+                node: 0,
                 shard: 0,
                 first: 1,
                 last: 500,

@@ -429,6 +429,7 @@ impl Flusher {
                         project,
                         day,
                         name: SegmentName {
+                            node: self.catalog.node(),
                             shard: self.shard,
                             first: job.first,
                             last: job.last,

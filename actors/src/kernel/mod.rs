@@ -1,8 +1,9 @@
 //! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
-//! parsing, the record-store trait of definition records ([`records`]), owned runtimes
+//! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]), owned runtimes
 //! ([`runtime`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
+pub mod bucket;
 pub(crate) mod claims;
 mod claims_pg;
 pub(crate) mod codec;

@@ -96,6 +96,7 @@ impl Fixture {
                 project,
                 day,
                 name: SegmentName {
+                    node: 0,
                     shard: 0,
                     first: 1,
                     last: 1,
@@ -159,6 +160,7 @@ impl Fixture {
             project: 1,
             day: events[0].day(),
             name: SegmentName {
+                node: 0,
                 shard,
                 first: 1,
                 last: 1,

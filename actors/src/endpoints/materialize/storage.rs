@@ -9,28 +9,13 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::FileReader;
 use arrow::ipc::writer::FileWriter;
-use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::endpoints::error::EndpointError;
-
-/// Where an S3-compatible bucket is and how to reach it.
-#[derive(Debug, Clone, Default)]
-pub struct S3Settings {
-    pub bucket: String,
-    pub region: Option<String>,
-    /// For S3-compatible services (MinIO, R2, Ceph…): their URL; requests are path-style.
-    pub endpoint: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    /// Key prefix inside the bucket.
-    pub prefix: Option<String>,
-    /// Allow a plain-http endpoint (a local test server).
-    pub allow_http: bool,
-}
+use crate::kernel::bucket::s3_store;
+pub use crate::kernel::bucket::S3Settings;
 
 #[derive(Clone)]
 pub struct ResultStorage {
@@ -54,29 +39,9 @@ impl ResultStorage {
     /// An S3-compatible bucket. Unset credentials and region come from the usual `AWS_*`
     /// environment variables.
     pub fn s3(settings: &S3Settings) -> Result<ResultStorage, String> {
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(&settings.bucket)
-            .with_allow_http(settings.allow_http);
-        if let Some(region) = &settings.region {
-            builder = builder.with_region(region);
-        }
-        if let Some(endpoint) = &settings.endpoint {
-            builder = builder.with_endpoint(endpoint);
-        }
-        if let (Some(id), Some(secret)) = (&settings.access_key_id, &settings.secret_access_key) {
-            builder = builder
-                .with_access_key_id(id)
-                .with_secret_access_key(secret);
-        }
-        let store = builder
-            .build()
-            .map_err(|e| format!("S3 result storage: {e}"))?;
-        let store: Arc<dyn ObjectStore> = match settings.prefix.as_deref().filter(|p| !p.is_empty())
-        {
-            Some(prefix) => Arc::new(PrefixStore::new(store, prefix)),
-            None => Arc::new(store),
-        };
-        Ok(ResultStorage { store })
+        Ok(ResultStorage {
+            store: s3_store(settings).map_err(|e| format!("S3 result storage: {e}"))?,
+        })
     }
 
     /// Any other object store.

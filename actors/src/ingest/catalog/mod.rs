@@ -7,9 +7,11 @@
 //! after it, recovery treats the flush as done) runs before the shard's tail is cleared, and
 //! [`SegmentCatalog::publish_flush`] (cheap) runs under the tail's write lock, so readers never
 //! see a row both in the tail and in a segment. [`DirCatalog`] keeps everything in the local
-//! events directory (the embedded default); every implementation passes [`contract::suite`].
+//! events directory (the embedded default); [`PgCatalog`] keeps rows and checkpoints in
+//! PostgreSQL and files in a bucket (a cluster). Both pass [`contract::suite`].
 
 mod local;
+mod pg;
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -17,13 +19,17 @@ use std::time::SystemTime;
 use chrono::NaiveDate;
 
 pub use local::DirCatalog;
+pub use pg::PgCatalog;
 
 use super::segment::{write_segment, SegmentError, StoredEvent};
 
-/// `s<shard>-<first seq>-<last seq>[.v<version>].parquet`: the WAL range a shard's flush
-/// covered, and the compaction version (0 for the file the flush wrote).
+/// `[n<node>-]s<shard>-<first seq>-<last seq>[.v<version>].parquet`: the node and shard whose
+/// flush wrote it, the WAL range it covered, and the compaction version (0 for the file the
+/// flush wrote). WAL sequences are per node, so in a cluster the node number (from the
+/// metastore; 0, and left out of the name, for the embedded default) keeps names unique.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SegmentName {
+    pub node: u32,
     pub shard: usize,
     pub first: u64,
     pub last: u64,
@@ -40,8 +46,13 @@ impl SegmentName {
             }
             _ => (stem, 0),
         };
+        let (node, base) = match base.strip_prefix('n').and_then(|b| b.split_once('-')) {
+            Some((node, rest)) => (node.parse().ok()?, rest),
+            None => (0, base),
+        };
         let mut parts = base.strip_prefix('s')?.split('-');
         let name = SegmentName {
+            node,
             shard: parts.next()?.parse().ok()?,
             first: parts.next()?.parse().ok()?,
             last: parts.next()?.parse().ok()?,
@@ -52,7 +63,11 @@ impl SegmentName {
 
     /// The file name (sequence numbers zero-padded, so names sort by WAL position).
     pub fn file_name(&self) -> String {
-        let base = format!("s{}-{:020}-{:020}", self.shard, self.first, self.last);
+        let node = match self.node {
+            0 => String::new(),
+            n => format!("n{n}-"),
+        };
+        let base = format!("{node}s{}-{:020}-{:020}", self.shard, self.first, self.last);
         match self.version {
             0 => format!("{base}.parquet"),
             v => format!("{base}.v{v}.parquet"),
@@ -69,7 +84,8 @@ impl SegmentName {
 
     /// Whether two names are versions of the same segment.
     pub fn same_segment(&self, other: &SegmentName) -> bool {
-        (self.shard, self.first, self.last) == (other.shard, other.first, other.last)
+        (self.node, self.shard, self.first, self.last)
+            == (other.node, other.shard, other.first, other.last)
     }
 }
 
@@ -145,6 +161,12 @@ pub struct Flush {
 
 /// Where segments are listed and checkpoints kept.
 pub trait SegmentCatalog: Send + Sync {
+    /// The number this node's flushes name their segments with ([`SegmentName::node`]); its
+    /// checkpoints are the ones [`SegmentCatalog::checkpoints`] lists.
+    fn node(&self) -> u32 {
+        0
+    }
+
     /// The current version of each committed segment of `project` whose day is in
     /// `[from, to]` (open ends allowed), in key order.
     fn segments(
@@ -199,6 +221,13 @@ pub trait SegmentCatalog: Send + Sync {
 
     /// Removes a segment version and its file.
     fn remove(&self, segment: &SegmentRef) -> std::io::Result<()>;
+
+    /// Deletes stored files no listed segment owns, left by a node that died between writing
+    /// a file and recording it; returns how many. Nothing to do where recording and writing
+    /// are one step (the local directory).
+    fn sweep_orphans(&self) -> std::io::Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Writes `rows` as one committed segment, outside any running ingest (staged, recorded with
@@ -237,6 +266,7 @@ pub(crate) mod contract {
             project,
             day: day(d),
             name: SegmentName {
+                node: 0,
                 shard,
                 first,
                 last,
@@ -402,6 +432,7 @@ mod tests {
     #[test]
     fn names_parse_and_format_as_one() {
         let name = SegmentName {
+            node: 0,
             shard: 2,
             first: 7,
             last: 99,
@@ -414,6 +445,13 @@ mod tests {
         assert_eq!(SegmentName::parse(&name.file_name()), Some(name));
         let v3 = SegmentName { version: 3, ..name };
         assert_eq!(SegmentName::parse(&v3.file_name()), Some(v3));
+        let on_node = SegmentName { node: 12, ..v3 };
+        assert_eq!(
+            on_node.file_name(),
+            "n12-s2-00000000000000000007-00000000000000000099.v3.parquet"
+        );
+        assert_eq!(SegmentName::parse(&on_node.file_name()), Some(on_node));
+        assert!(!on_node.same_segment(&v3), "another node's WAL range");
         assert_eq!(
             SegmentName::parse("s0-1-2.parquet").map(|n| n.last),
             Some(2)
@@ -423,6 +461,8 @@ mod tests {
             "x0-1-2.parquet",
             "s0-1.parquet",
             "s0-1-2-3.parquet",
+            "nx-s0-1-2.parquet",
+            "n1s0-1-2.parquet",
         ] {
             assert_eq!(SegmentName::parse(bad), None, "{bad}");
         }
@@ -441,6 +481,7 @@ mod tests {
             project: 1,
             day,
             name: SegmentName {
+                node: 0,
                 shard,
                 first: 1,
                 last: 2,

@@ -133,7 +133,8 @@ pub(super) fn wal_loop(
     }
 }
 
-/// Uuids of committed segments that may overlap the WAL records still to be replayed.
+/// Uuids of this node's committed segments that may overlap the WAL records still to be
+/// replayed (other nodes' segments hold other WALs' records).
 pub(super) fn uuids_in_segments_after(
     catalog: &dyn SegmentCatalog,
     files: &SegmentFiles,
@@ -142,7 +143,7 @@ pub(super) fn uuids_in_segments_after(
     let mut out = HashSet::new();
     for project in catalog.projects()? {
         for segment in catalog.segments(project, None, None)? {
-            if segment.name.last > low {
+            if segment.name.node == catalog.node() && segment.name.last > low {
                 let bytes = files.read(&segment)?;
                 out.extend(
                     read_segment(bytes, &segment.key())?

@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "records", include_str!("0004_flags_and_records.sql")),
     (5, "endpoints", include_str!("0005_endpoints.sql")),
     (6, "claims", include_str!("0006_claims.sql")),
+    (7, "segments", include_str!("0007_segments.sql")),
 ];
 
 /// Advisory-lock key under which migrations run (any constant unique to Corvid).

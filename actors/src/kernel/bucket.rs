@@ -1,0 +1,57 @@
+//! S3-compatible buckets: the one place a bucket's settings become an object store, for every
+//! domain that keeps files in one (segments, materialized results).
+
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::ObjectStore;
+
+/// Where an S3-compatible bucket is and how to reach it.
+#[derive(Debug, Clone, Default)]
+pub struct S3Settings {
+    pub bucket: String,
+    pub region: Option<String>,
+    /// For S3-compatible services (MinIO, R2, Ceph…): their URL; requests are path-style.
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Key prefix inside the bucket.
+    pub prefix: Option<String>,
+    /// Allow a plain-http endpoint (a local test server).
+    pub allow_http: bool,
+}
+
+/// The bucket `settings` name, under its prefix. Unset credentials and region come from the
+/// usual `AWS_*` environment variables.
+pub fn s3_store(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> {
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(&settings.bucket)
+        .with_allow_http(settings.allow_http);
+    if let Some(region) = &settings.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = &settings.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let (Some(id), Some(secret)) = (&settings.access_key_id, &settings.secret_access_key) {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+    }
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        builder
+            .build()
+            .map_err(|e| format!("bucket {:?}: {e}", settings.bucket))?,
+    );
+    Ok(match settings.prefix.as_deref().filter(|p| !p.is_empty()) {
+        Some(prefix) => under(store, prefix),
+        None => store,
+    })
+}
+
+/// `store` seen from below `prefix` (each domain keeps its files under its own prefix).
+pub fn under(store: Arc<dyn ObjectStore>, prefix: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(PrefixStore::new(store, ObjectPath::from(prefix)))
+}
