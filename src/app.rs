@@ -40,7 +40,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .with_context(|| format!("cannot bind {}", config.server.bind))?;
     let addr = listener.local_addr()?;
     let public_url: Arc<str> = config.public_url_for(addr).into();
-    let engine = Engine::start_embedded(config.engine_settings(&public_url)?).await?;
+    let engine = Engine::start(config.engine_settings(&public_url)?).await?;
     let outcome = engine.tenancy.bootstrap(MintKey::OnFirstRun).await?;
     let first_run = bootstrap::credentials(outcome);
     if let Some(credentials) = &first_run {

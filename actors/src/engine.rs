@@ -6,25 +6,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
 use crate::early_access::EarlyAccess;
-use crate::endpoints::logs::SledExecutionLog;
+use crate::endpoints::logs::{ExecutionLogStore, PgExecutionLog, SledExecutionLog};
 use crate::endpoints::materialize::storage::ResultStorage;
-use crate::endpoints::{EndpointSettings, EndpointStats, Endpoints, SledEndpoints};
+use crate::endpoints::store::EndpointRecords;
+use crate::endpoints::{EndpointSettings, EndpointStats, Endpoints, PgEndpoints, SledEndpoints};
 use crate::experiments::Experiments;
 use crate::flags::geoip::GeoIp;
 use crate::flags::store::FlagStore;
-use crate::flags::SledFlags;
+use crate::flags::{FlagRecords, PgFlags, SledFlags};
 use crate::flags::{Flags, FlagsSettings};
-use crate::ingest::catalog::{DirCatalog, SegmentCatalog};
+use crate::ingest::catalog::{DirCatalog, PgCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::files::SegmentFiles;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
+use crate::kernel::bucket::{s3_store, under, S3Settings};
 use crate::kernel::histogram::HistogramSnapshot;
-use crate::kernel::JobLease;
-use crate::kernel::{SledRecords, StoreError};
-use crate::meta::{SledMetadata, Tenancy, TenancySettings};
-use crate::oauth::{OAuth, OAuthSettings, SledGrants};
-use crate::persons::{PersonStore, Persons, SledPersons};
+use crate::kernel::pg::Pg;
+use crate::kernel::{JobLease, PgClaims, PgRecords, RecordStore, SledRecords, StoreError};
+use crate::meta::{PgMetadata, SledMetadata, Tenancy, TenancySettings};
+use crate::oauth::{GrantStore, OAuth, OAuthSettings, PgGrants, SledGrants};
+use crate::persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
 use crate::query::{QueryEngine, QuerySettings, Sources};
 use crate::remote_config::RemoteConfig;
 use crate::surveys::Surveys;
@@ -49,9 +54,31 @@ pub fn migrate_metastore(settings: &PgSettings) -> Result<Migrated, EngineError>
     Ok(Migrated { applied, version })
 }
 
+/// Where the engine keeps its state.
+#[derive(Debug, Clone, Default)]
+pub enum Storage {
+    /// sled and local files under the data directory: one node, no services (the default).
+    #[default]
+    Embedded,
+    /// Shared with other nodes: PostgreSQL for records and catalogs, a bucket for segment
+    /// files and materialized results. The WAL stays in the node's data directory, and so
+    /// do the promoted property columns (a cache of what the compactor found frequent).
+    Cluster(ClusterSettings),
+}
+
+/// One cluster node's view of the shared services.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// Unique per node: names its claims and numbers its segments.
+    pub node_id: String,
+    pub postgres: PgSettings,
+    pub bucket: S3Settings,
+}
+
 /// Everything the engine is configured with.
 #[derive(Clone)]
 pub struct EngineSettings {
+    pub storage: Storage,
     /// Root of the embedded state: `meta/` (sled), `wal/`, `events/`.
     pub data_dir: PathBuf,
     pub tenancy: TenancySettings,
@@ -84,6 +111,8 @@ pub enum EngineError {
     GeoIp(#[from] crate::flags::geoip::GeoIpError),
     #[error("cannot start the OAuth server: {0}")]
     OAuth(String),
+    #[error("cannot open the bucket: {0}")]
+    Bucket(String),
 }
 
 /// Every component's statistics at one moment, for `/metrics`.
@@ -114,45 +143,229 @@ pub struct Engine {
     pub surveys: Surveys,
     pub experiments: Experiments,
     compactor_stop: Arc<AtomicBool>,
+    /// What a cluster node checks before it reports ready.
+    readiness: Option<Readiness>,
 }
+
+/// The shared services a cluster node needs to serve.
+struct Readiness {
+    pg: Arc<Pg>,
+    bucket: Arc<dyn ObjectStore>,
+}
+
+/// A key looked up to see that the bucket answers (it need not exist).
+const READINESS_PROBE: &str = "_corvid/readiness";
+/// How long the bucket may take to answer the readiness probe.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens the embedded metadata store under `data_dir` as a tenancy facade.
 async fn embedded_tenancy(settings: &EngineSettings) -> Result<(Tenancy, sled::Db), EngineError> {
     std::fs::create_dir_all(&settings.data_dir)?;
     let meta_dir = settings.data_dir.join("meta");
-    let metadata = tokio::task::spawn_blocking(move || SledMetadata::open(&meta_dir))
-        .await
-        .map_err(|e| StoreError::TaskFailed(e.to_string()))?
-        .map_err(EngineError::Metadata)?;
+    let metadata =
+        blocking(move || SledMetadata::open(&meta_dir).map_err(EngineError::Metadata)).await?;
     let db = metadata.db().clone();
     Ok((Tenancy::new(Arc::new(metadata), settings.tenancy), db))
 }
 
+/// Runs blocking start-up work (opening stores, connecting) off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> Result<T, EngineError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::TaskFailed(e.to_string()))?
+}
+
+/// Connects to the cluster's metastore and migrates it (every node may: migrations take a
+/// lock, and a schema newer than this build is refused).
+async fn cluster_metastore(cluster: &ClusterSettings) -> Result<Arc<Pg>, EngineError> {
+    let settings = cluster.postgres.clone();
+    blocking(move || {
+        let pg = Pg::connect(&settings)?;
+        crate::kernel::pg::migrations::migrate(&pg)?;
+        Ok(Arc::new(pg))
+    })
+    .await
+}
+
+/// Where every domain's records are kept: the embedded sled database, or the cluster's
+/// PostgreSQL. The one place that picks an implementation per storage trait.
+enum Backing {
+    Embedded(sled::Db),
+    Cluster(Arc<Pg>),
+}
+
+impl Backing {
+    fn records<T>(&self, name: &'static str) -> Result<Arc<dyn RecordStore<T>>, StoreError>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledRecords::open(db, name)?),
+            Backing::Cluster(pg) => Arc::new(PgRecords::new(Arc::clone(pg), name)),
+        })
+    }
+
+    fn persons(&self) -> Result<Arc<dyn PersonRecords>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledPersons::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgPersons::new(Arc::clone(pg))),
+        })
+    }
+
+    fn flags(&self) -> Result<Arc<dyn FlagRecords>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledFlags::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgFlags::new(Arc::clone(pg))),
+        })
+    }
+
+    fn endpoints(&self) -> Result<Arc<dyn EndpointRecords>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledEndpoints::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgEndpoints::new(Arc::clone(pg))),
+        })
+    }
+
+    fn execution_log(&self) -> Result<Arc<dyn ExecutionLogStore>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledExecutionLog::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgExecutionLog::new(Arc::clone(pg))),
+        })
+    }
+
+    fn grants(&self) -> Result<Arc<dyn GrantStore>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledGrants::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgGrants::new(Arc::clone(pg))),
+        })
+    }
+
+    /// Leases on background jobs, held for `lease`: within this process, or across the
+    /// cluster in the name of `node_id`.
+    fn lease(&self, node_id: &str, lease: Duration) -> JobLease {
+        match self {
+            Backing::Embedded(_) => JobLease::local(lease),
+            Backing::Cluster(pg) => JobLease {
+                claims: Arc::new(PgClaims::new(Arc::clone(pg))),
+                holder: node_id.to_string(),
+                lease,
+            },
+        }
+    }
+}
+
+/// Segments: the local events directory, or the cluster's catalog and bucket. The property
+/// columns stay in a node-local sled tree (see [`Storage::Cluster`]).
+async fn segment_storage(
+    settings: &EngineSettings,
+    backing: &Backing,
+) -> Result<(Arc<dyn SegmentCatalog>, Arc<SegmentFiles>), EngineError> {
+    match (backing, &settings.storage) {
+        (Backing::Cluster(pg), Storage::Cluster(cluster)) => {
+            let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
+            let files = Arc::new(SegmentFiles::new(under(bucket, EVENTS_PREFIX))?);
+            let (pg, node_id) = (Arc::clone(pg), cluster.node_id.clone());
+            let staging = settings.data_dir.join("staging");
+            let catalog_files = Arc::clone(&files);
+            let catalog = blocking(move || {
+                Ok(PgCatalog::open(
+                    pg,
+                    catalog_files,
+                    &node_id,
+                    staging,
+                    ORPHAN_AGE,
+                )?)
+            })
+            .await?;
+            Ok((Arc::new(catalog), files))
+        }
+        _ => {
+            let events_dir = settings.data_dir.join("events");
+            let catalog: Arc<dyn SegmentCatalog> = Arc::new(DirCatalog::open(events_dir.clone())?);
+            Ok((catalog, Arc::new(SegmentFiles::local(&events_dir)?)))
+        }
+    }
+}
+
+/// Key prefix of segment files in a cluster's bucket (materialized results sit beside, under
+/// [`RESULTS_PREFIX`]).
+pub const EVENTS_PREFIX: &str = "events";
+/// Key prefix of materialized endpoint results in a cluster's bucket.
+pub const RESULTS_PREFIX: &str = "materialized";
+/// A stored segment file no row names is deleted once this old: no upload takes this long
+/// to reach its commit.
+const ORPHAN_AGE: Duration = Duration::from_secs(15 * 60);
+
 impl Engine {
     /// Only the tenancy facade, for commands that set up organizations, users and keys
-    /// (`corvid bootstrap`) without starting the engine.
+    /// (`corvid bootstrap`) without starting the engine: over the embedded store, or the
+    /// cluster's metastore.
     pub async fn open_tenancy(settings: &EngineSettings) -> Result<Tenancy, EngineError> {
-        Ok(embedded_tenancy(settings).await?.0)
+        match &settings.storage {
+            Storage::Embedded => Ok(embedded_tenancy(settings).await?.0),
+            Storage::Cluster(cluster) => {
+                let pg = cluster_metastore(cluster).await?;
+                Ok(Tenancy::new(
+                    Arc::new(PgMetadata::new(pg)),
+                    settings.tenancy,
+                ))
+            }
+        }
     }
 
     /// Opens the embedded storage under `settings.data_dir` and starts everything. Must run
     /// inside an actix system (the ingest shards and the endpoints' actors are actix actors).
     pub async fn start_embedded(settings: EngineSettings) -> Result<Engine, EngineError> {
-        let (tenancy, db) = embedded_tenancy(&settings).await?;
+        Engine::start(EngineSettings {
+            storage: Storage::Embedded,
+            ..settings
+        })
+        .await
+    }
 
-        let persons = Arc::new(PersonStore::new(Arc::new(SledPersons::open(&db)?)));
-        let flags = Arc::new(FlagStore::new(Arc::new(SledFlags::open(&db)?)));
+    /// Starts a node over the storage `settings.storage` names: embedded, or a cluster's
+    /// PostgreSQL and bucket (the WAL and staging files stay under `settings.data_dir`, which
+    /// must be a persistent volume). Must run inside an actix system.
+    pub async fn start(settings: EngineSettings) -> Result<Engine, EngineError> {
+        let (tenancy, backing, node_db, readiness) = match &settings.storage {
+            Storage::Embedded => {
+                let (tenancy, db) = embedded_tenancy(&settings).await?;
+                (tenancy, Backing::Embedded(db.clone()), db, None)
+            }
+            Storage::Cluster(cluster) => {
+                std::fs::create_dir_all(&settings.data_dir)?;
+                let pg = cluster_metastore(cluster).await?;
+                let tenancy =
+                    Tenancy::new(Arc::new(PgMetadata::new(Arc::clone(&pg))), settings.tenancy);
+                let node_dir = settings.data_dir.join("node");
+                let db =
+                    blocking(move || Ok(sled::open(node_dir).map_err(StoreError::from)?)).await?;
+                let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
+                let readiness = Readiness {
+                    pg: Arc::clone(&pg),
+                    bucket,
+                };
+                (tenancy, Backing::Cluster(pg), db, Some(readiness))
+            }
+        };
+        let node_id = match &settings.storage {
+            Storage::Embedded => "local".to_string(),
+            Storage::Cluster(cluster) => cluster.node_id.clone(),
+        };
+
+        let persons = Arc::new(PersonStore::new(backing.persons()?));
+        let flags = Arc::new(FlagStore::new(backing.flags()?));
         let geoip = match &settings.geoip {
             Some(path) => Some(Arc::new(GeoIp::open(path)?)),
             None => None,
         };
         let columns = Arc::new(
-            PropertyColumns::open(&db, settings.materialized_properties.clone())
+            PropertyColumns::open(&node_db, settings.materialized_properties.clone())
                 .map_err(StoreError::from)?,
         );
-        let events_dir = settings.data_dir.join("events");
-        let catalog: Arc<dyn SegmentCatalog> = Arc::new(DirCatalog::open(events_dir.clone())?);
-        let files = Arc::new(SegmentFiles::local(&events_dir)?);
+        let (catalog, files) = segment_storage(&settings, &backing).await?;
         let ingest = Ingest::start(
             settings.ingest.clone(),
             Arc::clone(&persons),
@@ -172,41 +385,47 @@ impl Engine {
             ),
         )?);
         let endpoints = Arc::new(Endpoints::start(
-            Arc::new(SledEndpoints::open(&db)?),
-            Arc::new(SledExecutionLog::open(&db)?),
+            backing.endpoints()?,
+            backing.execution_log()?,
             tenancy.clone(),
             Arc::clone(&query),
             settings.results.clone(),
             settings.endpoints.clone(),
-            // One node: a lease outlives any run (the query deadline, plus writing the result).
-            JobLease::local(settings.query.timeout + Duration::from_secs(300)),
+            // A lease outlives any run (the query deadline, plus writing the result).
+            backing.lease(&node_id, settings.query.timeout + Duration::from_secs(300)),
         )?);
-        let oauth = OAuth::new(
-            Arc::new(SledGrants::open(&db)?),
-            tenancy.clone(),
-            settings.oauth.clone(),
-        )
-        .map_err(EngineError::OAuth)?;
+        let oauth = OAuth::new(backing.grants()?, tenancy.clone(), settings.oauth.clone())
+            .map_err(EngineError::OAuth)?;
         let surveys = Surveys::new(
-            Arc::new(SledRecords::open(&db, "surveys")?),
+            backing.records("surveys")?,
             Arc::clone(&flags),
             Arc::clone(&query),
         );
         let remote_config = RemoteConfig::new(Arc::clone(&flags), surveys.clone());
         let early_access = EarlyAccess::new(
-            Arc::new(SledRecords::open(&db, "early_access_features")?),
+            backing.records("early_access_features")?,
             Arc::clone(&flags),
         );
         let experiments = Experiments::new(
-            Arc::new(SledRecords::open(&db, "experiments")?),
-            Arc::new(SledRecords::open(&db, "experiment_holdouts")?),
+            backing.records("experiments")?,
+            backing.records("experiment_holdouts")?,
             Arc::clone(&flags),
             Arc::clone(&query),
         );
 
         let compactor_stop = Arc::new(AtomicBool::new(false));
-        Compactor::new(catalog, files, columns, settings.compaction.clone())
-            .spawn(settings.compaction_interval, Arc::clone(&compactor_stop))?;
+        Compactor::new(
+            catalog,
+            files,
+            columns,
+            settings.compaction.clone(),
+            // Longer than a pass over one project can take.
+            backing.lease(
+                &node_id,
+                settings.compaction_interval + Duration::from_secs(3600),
+            ),
+        )
+        .spawn(settings.compaction_interval, Arc::clone(&compactor_stop))?;
         let flags = Flags::new(
             flags,
             Arc::clone(&persons),
@@ -227,7 +446,28 @@ impl Engine {
             surveys,
             experiments,
             compactor_stop,
+            readiness,
         })
+    }
+
+    /// Whether this node can reach the services it shares with others (a cluster's
+    /// PostgreSQL and bucket); `Err` names the one it cannot. Always ready when embedded.
+    pub async fn ready(&self) -> Result<(), String> {
+        let Some(readiness) = &self.readiness else {
+            return Ok(());
+        };
+        let pg = Arc::clone(&readiness.pg);
+        tokio::task::spawn_blocking(move || pg.ping())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("PostgreSQL: {e}"))?;
+        let bucket = Arc::clone(&readiness.bucket);
+        let probe = ObjectPath::from(READINESS_PROBE);
+        match tokio::time::timeout(READINESS_TIMEOUT, bucket.head(&probe)).await {
+            Err(_) => Err("bucket: no answer".into()),
+            Ok(Ok(_)) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(e)) => Err(format!("bucket: {e}")),
+        }
     }
 
     /// Every component's statistics.

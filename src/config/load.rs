@@ -253,9 +253,14 @@ impl Config {
         self.data_dir.join(&self.endpoints.materialized_dir)
     }
 
-    /// The object store for materialized results: the `[endpoints.s3]` bucket when set, else
-    /// the local directory.
+    /// The object store for materialized results: the cluster's bucket when distributed, the
+    /// `[endpoints.s3]` bucket when set, else the local directory.
     pub fn result_storage(&self) -> anyhow::Result<ResultStorage> {
+        if let (ClusterMode::Distributed, Some(bucket)) = (self.cluster.mode, self.cluster_bucket())
+        {
+            return ResultStorage::s3_under(&bucket, RESULTS_PREFIX)
+                .map_err(|e| anyhow::anyhow!(e));
+        }
         match &self.endpoints.s3 {
             Some(s3) => Ok(ResultStorage::s3(&S3Settings {
                 bucket: s3.bucket.clone(),
@@ -309,22 +314,55 @@ impl Config {
         })
     }
 
+    /// The bucket of distributed mode, when configured.
+    fn cluster_bucket(&self) -> Option<S3Settings> {
+        let o = self.cluster.object_store.as_ref()?;
+        Some(S3Settings {
+            bucket: o.bucket.clone(),
+            region: o.region.clone(),
+            endpoint: o.endpoint.clone(),
+            access_key_id: o.access_key_id.clone(),
+            secret_access_key: o.secret_access_key.clone(),
+            prefix: Some(o.prefix.clone()).filter(|p| !p.is_empty()),
+            allow_http: o.allow_http,
+        })
+    }
+
+    /// Where the engine keeps its state (validated: distributed mode has every key it needs).
+    fn storage(&self) -> anyhow::Result<Storage> {
+        if self.cluster.mode == ClusterMode::Embedded {
+            return Ok(Storage::Embedded);
+        }
+        let missing = |key: &str| anyhow::anyhow!("{key} is required when distributed");
+        Ok(Storage::Cluster(ClusterSettings {
+            node_id: self
+                .cluster
+                .node_id
+                .clone()
+                .ok_or_else(|| missing("cluster.node_id"))?,
+            postgres: self
+                .postgres_settings()
+                .ok_or_else(|| missing("cluster.postgres.url"))?,
+            bucket: self
+                .cluster_bucket()
+                .ok_or_else(|| missing("[cluster.object_store]"))?,
+        }))
+    }
+
     pub fn engine_settings(&self, public_url: &str) -> anyhow::Result<EngineSettings> {
-        if self.cluster.mode == ClusterMode::Distributed {
-            anyhow::bail!(
-                "cluster.mode = \"distributed\" cannot start a node in this version: \
-                 the segment catalog has no PostgreSQL implementation, segments are not \
-                 written to the bucket, and person merges are serialized per node only (see \
-                 docs/DEPLOY.md)"
-            );
+        let storage = self.storage()?;
+        let mut ingest = self.ingest_config();
+        if let Storage::Cluster(_) = storage {
+            ingest.flush_interval = self.cluster.flush_interval;
         }
         Ok(EngineSettings {
+            storage,
             data_dir: self.data_dir.clone(),
             tenancy: TenancySettings {
                 cache_ttl: self.auth.credential_cache_ttl,
                 last_used_resolution: self.auth.last_used_resolution,
             },
-            ingest: self.ingest_config(),
+            ingest,
             materialized_properties: self.ingest.materialized_properties.clone(),
             compaction: self.compaction_config(),
             compaction_interval: self.ingest.compaction_interval,

@@ -215,6 +215,10 @@ pub struct ClusterConfig {
     pub mode: ClusterMode,
     #[serde(default)]
     pub node_id: Option<String>,
+    /// Replaces `ingest.flush_interval` when distributed: the bound on how long an event
+    /// acknowledged on one node takes to be queryable on the others.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
     pub postgres: PostgresConfig,
     #[serde(default)]
     pub object_store: Option<ClusterObjectStore>,

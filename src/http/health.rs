@@ -33,12 +33,16 @@ async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Readiness: 503 from the moment shutdown begins, so load balancers drain us first.
+/// Readiness: 503 from the moment shutdown begins, so load balancers drain us first, and
+/// while a cluster node cannot reach PostgreSQL or the bucket.
 async fn readiness(state: web::Data<AppState>) -> HttpResponse {
-    if state.lifecycle.is_ready() {
-        HttpResponse::Ok().json(json!({"status": "ready"}))
-    } else {
-        HttpResponse::ServiceUnavailable().json(json!({"status": "shutting_down"}))
+    if !state.lifecycle.is_ready() {
+        return HttpResponse::ServiceUnavailable().json(json!({"status": "shutting_down"}));
+    }
+    match state.engine.ready().await {
+        Ok(()) => HttpResponse::Ok().json(json!({"status": "ready"})),
+        Err(unreachable) => HttpResponse::ServiceUnavailable()
+            .json(json!({"status": "unavailable", "detail": unreachable})),
     }
 }
 

@@ -18,12 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use chrono::Utc;
 use dashmap::DashMap;
 use serde::de::IgnoredAny;
 
 use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
 use super::files::SegmentFiles;
 use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
+use crate::kernel::JobLease;
 
 /// Settings of the property-column compactor.
 #[derive(Debug, Clone)]
@@ -135,13 +137,26 @@ pub struct CompactionReport {
     pub promoted: Vec<(u64, Vec<String>)>,
     pub rewritten: usize,
     pub deleted: usize,
+    /// Stored files no segment owned (uploads whose commit never came), deleted.
+    pub swept: usize,
 }
+
+/// The job name under which one node at a time compacts `project`.
+fn project_job(project: u64) -> String {
+    format!("compaction/project/{project}")
+}
+
+/// The job name under which one node at a time sweeps orphaned segment files.
+const SWEEP_JOB: &str = "compaction/sweep";
 
 pub struct Compactor {
     catalog: Arc<dyn SegmentCatalog>,
     files: Arc<SegmentFiles>,
     columns: Arc<PropertyColumns>,
     config: CompactionConfig,
+    /// Of all nodes sharing the catalog, one compacts a project at a time; a node that dies
+    /// mid-pass loses the project when its lease runs out.
+    lease: JobLease,
 }
 
 impl Compactor {
@@ -150,13 +165,40 @@ impl Compactor {
         files: Arc<SegmentFiles>,
         columns: Arc<PropertyColumns>,
         config: CompactionConfig,
+        lease: JobLease,
     ) -> Compactor {
         Compactor {
             catalog,
             files,
             columns,
             config,
+            lease,
         }
+    }
+
+    /// Runs `job` if this node can claim it (and gives the claim back after); `None` when
+    /// another node holds it.
+    fn claimed<T>(
+        &self,
+        job: &str,
+        work: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<Option<T>> {
+        let JobLease {
+            claims,
+            holder,
+            lease,
+        } = &self.lease;
+        if !claims
+            .claim(job, holder, Utc::now(), *lease)
+            .map_err(std::io::Error::other)?
+        {
+            return Ok(None);
+        }
+        let result = work();
+        if let Err(err) = claims.release(job, holder) {
+            tracing::warn!(error = %err, job, "could not release a compaction claim; it expires");
+        }
+        result.map(Some)
     }
 
     /// Runs a pass every `interval` on the `corvid-compact` thread until `stop` is set.
@@ -189,32 +231,44 @@ impl Compactor {
             })
     }
 
-    /// One pass over every project: promote frequent keys, backfill segments lacking a column,
-    /// delete superseded versions past the grace period.
+    /// One pass over every project this node can claim (see [`Compactor::compact_project`]),
+    /// then a sweep of orphaned segment files.
     pub fn run_once(&self) -> std::io::Result<CompactionReport> {
         let mut report = CompactionReport::default();
         for project in self.catalog.projects()? {
-            let files = self.catalog.segments(project, None, None)?;
-            let frequent = self.frequent_keys(&files)?;
-            if !frequent.is_empty()
-                && self
-                    .columns
-                    .promote(project, &frequent, self.config.auto_keys)
-                    .map_err(std::io::Error::other)?
-            {
-                report
-                    .promoted
-                    .push((project, self.columns.keys_for(project)));
-            }
-            let keys = self.columns.keys_for(project);
-            for file in &files {
-                if self.backfill(file, &keys)? {
-                    report.rewritten += 1;
-                }
-            }
-            report.deleted += self.delete_superseded(project)?;
+            self.claimed(&project_job(project), || {
+                self.compact_project(project, &mut report)
+            })?;
+        }
+        if let Some(swept) = self.claimed(SWEEP_JOB, || self.catalog.sweep_orphans())? {
+            report.swept = swept;
         }
         Ok(report)
+    }
+
+    /// Promotes `project`'s frequent keys, backfills its segments lacking a column, and
+    /// deletes its superseded versions past the grace period.
+    fn compact_project(&self, project: u64, report: &mut CompactionReport) -> std::io::Result<()> {
+        let files = self.catalog.segments(project, None, None)?;
+        let frequent = self.frequent_keys(&files)?;
+        if !frequent.is_empty()
+            && self
+                .columns
+                .promote(project, &frequent, self.config.auto_keys)
+                .map_err(std::io::Error::other)?
+        {
+            report
+                .promoted
+                .push((project, self.columns.keys_for(project)));
+        }
+        let keys = self.columns.keys_for(project);
+        for file in &files {
+            if self.backfill(file, &keys)? {
+                report.rewritten += 1;
+            }
+        }
+        report.deleted += self.delete_superseded(project)?;
+        Ok(())
     }
 
     /// Keys in at least `min_share` of the rows sampled from the newest segments, most
@@ -311,7 +365,8 @@ impl Compactor {
 mod tests {
     use super::*;
     use crate::ingest::catalog::{DirCatalog, Flush, SegmentName};
-    use chrono::{TimeZone, Utc};
+    use crate::kernel::{JobClaims, LocalClaims};
+    use chrono::TimeZone;
     use uuid::Uuid;
 
     fn event(i: usize) -> StoredEvent {
@@ -389,12 +444,33 @@ mod tests {
             sample_rows: 1_000,
             grace: Duration::from_secs(3600),
         };
+        // While another node holds the project, this one leaves it alone.
+        let claims: Arc<dyn JobClaims> = Arc::new(LocalClaims::default());
+        let lease = |holder: &str| JobLease {
+            claims: Arc::clone(&claims),
+            holder: holder.into(),
+            lease: Duration::from_secs(60),
+        };
+        assert!(claims
+            .claim(
+                &project_job(7),
+                "other",
+                Utc::now(),
+                Duration::from_secs(60)
+            )
+            .expect("claim"));
         let compactor = Compactor::new(
             Arc::clone(&catalog),
             Arc::clone(&files),
             Arc::clone(&columns),
             config.clone(),
+            lease("this"),
         );
+        assert_eq!(
+            compactor.run_once().expect("test setup"),
+            CompactionReport::default()
+        );
+        claims.release(&project_job(7), "other").expect("release");
         let report = compactor.run_once().expect("test setup");
         // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
         assert_eq!(
@@ -426,6 +502,7 @@ mod tests {
                 grace: Duration::ZERO,
                 ..config
             },
+            lease("this"),
         );
         let report = later.run_once().expect("test setup");
         assert_eq!(

@@ -26,6 +26,9 @@ impl PgMetadata {
     }
 }
 
+/// Advisory-lock key of [`MetadataStore::exclusively`] ("tenancy").
+const TENANCY_LOCK: i64 = 0x7465_6e61_6e63;
+
 fn conflict(err: tokio_postgres::Error, what: impl Into<String>) -> StoreError {
     if is_unique_violation(&err) {
         StoreError::Conflict { what: what.into() }
@@ -35,6 +38,13 @@ fn conflict(err: tokio_postgres::Error, what: impl Into<String>) -> StoreError {
 }
 
 impl MetadataStore for PgMetadata {
+    fn exclusively(
+        &self,
+        work: &mut dyn FnMut() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.pg.exclusive(TENANCY_LOCK, work)
+    }
+
     fn next_id(&self, sequence: &str) -> Result<u64, StoreError> {
         let name = sequence.to_string();
         self.pg

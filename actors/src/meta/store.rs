@@ -16,6 +16,16 @@ use crate::kernel::StoreError;
 pub type OnRevoked = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 pub trait MetadataStore: Send + Sync {
+    /// Runs `work` while no other node sharing this store runs work through here: for
+    /// check-then-create sequences such as bootstrapping the default tenancy. A store one
+    /// process owns (the embedded one) just runs it; the process serializes its callers.
+    fn exclusively(
+        &self,
+        work: &mut dyn FnMut() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        work()
+    }
+
     /// The next value (1, 2, …) of a named id sequence, unique across restarts.
     fn next_id(&self, sequence: &str) -> Result<u64, StoreError>;
 

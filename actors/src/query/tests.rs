@@ -922,6 +922,7 @@ fn materialized_property_columns_answer_like_json() {
             sample_rows: 0,
             grace: Duration::ZERO,
         },
+        crate::kernel::JobLease::local(Duration::from_secs(60)),
     );
     let report = compactor.run_once().expect("compacts");
     assert_eq!((report.rewritten, report.deleted), (1, 1));

@@ -14,8 +14,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::endpoints::error::EndpointError;
-use crate::kernel::bucket::s3_store;
 pub use crate::kernel::bucket::S3Settings;
+use crate::kernel::bucket::{s3_store, under};
 
 #[derive(Clone)]
 pub struct ResultStorage {
@@ -41,6 +41,17 @@ impl ResultStorage {
     pub fn s3(settings: &S3Settings) -> Result<ResultStorage, String> {
         Ok(ResultStorage {
             store: s3_store(settings).map_err(|e| format!("S3 result storage: {e}"))?,
+        })
+    }
+
+    /// The part of an S3-compatible bucket under `sub` (a cluster's bucket holds segments
+    /// beside the results).
+    pub fn s3_under(settings: &S3Settings, sub: &str) -> Result<ResultStorage, String> {
+        Ok(ResultStorage {
+            store: under(
+                s3_store(settings).map_err(|e| format!("S3 result storage: {e}"))?,
+                sub,
+            ),
         })
     }
 

@@ -119,6 +119,41 @@ impl Pg {
         })
     }
 
+    /// Runs `work` (blocking, on the calling thread) while this node holds the session-level
+    /// advisory lock `key`: of all nodes running work under one key, one at a time.
+    pub fn exclusive<T>(
+        &self,
+        key: i64,
+        work: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pool = self.pool.clone();
+        let client = self
+            .io
+            .wait(async move {
+                let client = pool.get().await.map_err(pool_error)?;
+                client
+                    .execute("SELECT pg_advisory_lock($1)", &[&key])
+                    .await?;
+                Ok::<Object, StoreError>(client)
+            })
+            .map_err(|e| StoreError::TaskFailed(e.to_string()))??;
+        let result = work();
+        let unlocked = self.io.wait(async move {
+            match client
+                .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                .await
+            {
+                Ok(_) => {}
+                // A connection that may still hold the lock never goes back to the pool.
+                Err(_) => drop(Object::take(client)),
+            }
+        });
+        if let Err(e) = unlocked {
+            tracing::warn!(error = %e, "could not release an advisory lock; its connection closes");
+        }
+        result
+    }
+
     /// Whether a statement can run now (readiness).
     pub fn ping(&self) -> Result<(), StoreError> {
         self.run(|client| async move {

@@ -379,7 +379,16 @@ impl Tenancy {
     /// personal API key for the admin as `mint` says.
     pub async fn bootstrap(&self, mint: MintKey) -> Result<Bootstrapped, StoreError> {
         let store = Arc::clone(&self.store);
-        run(move || bootstrap(store.as_ref(), mint)).await
+        run(move || {
+            // Nodes of a cluster starting together must not each create a tenancy.
+            let mut done = None;
+            store.exclusively(&mut || {
+                done = Some(bootstrap(store.as_ref(), mint)?);
+                Ok(())
+            })?;
+            done.ok_or_else(|| StoreError::TaskFailed("bootstrap did not run".into()))
+        })
+        .await
     }
 
     /// Makes everything written so far durable (shutdown).
