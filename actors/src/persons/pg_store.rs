@@ -1,7 +1,10 @@
 //! Person records in PostgreSQL (cluster mode), shared by every node. Usage counters are added
 //! with one upsert (`count = count + n`), so counts from every node add up; group type indexes
 //! are assigned under a per-project advisory lock, so two nodes never give one index to two
-//! types.
+//! types. Read-modify-write cycles of one project's persons run under another per-project
+//! advisory lock ([`PersonRecords::exclusively`]), so a merge or `$set` on one node never
+//! overwrites another node's; every write announces itself on [`CHANNEL`] in its own
+//! transaction, for the other nodes' read caches.
 
 use std::sync::Arc;
 
@@ -9,12 +12,37 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
-use super::records::PersonRecords;
-use crate::kernel::pg::{bigint, record_json, record_of, Pg};
+use super::records::{OnPersonChange, PersonChange, PersonRecords};
+use crate::kernel::pg::{bigint, record_json, record_of, Pg, RESYNC};
 use crate::kernel::StoreError;
 
 /// Advisory-lock namespace of group-type assignment (the project id is the second key).
 const GROUP_TYPE_LOCK: i32 = 0x6770; // "gp"
+
+/// Advisory-lock namespace of person read-modify-write cycles (high 32 bits; the project id
+/// is the low 32, truncated: two projects sharing a lock are only serialized).
+const PERSON_WRITE_LOCK: i64 = 0x7077; // "pw"
+
+/// The channel person and group writes are announced on (payload: a [`PersonChange`]).
+const CHANNEL: &str = "corvid_persons";
+
+/// Longest payload PostgreSQL takes is 8000 bytes; a longer change is announced as its
+/// whole project.
+const MAX_PAYLOAD: usize = 7_900;
+
+/// The notification payload of `change`.
+fn payload(change: &PersonChange) -> String {
+    let text = serde_json::to_string(change).unwrap_or_default();
+    let project = match change {
+        PersonChange::Persons { project, .. }
+        | PersonChange::Group { project, .. }
+        | PersonChange::Project { project } => *project,
+    };
+    if text.is_empty() || text.len() > MAX_PAYLOAD {
+        return serde_json::to_string(&PersonChange::Project { project }).unwrap_or_default();
+    }
+    text
+}
 
 pub struct PgPersons {
     pg: Arc<Pg>,
@@ -28,6 +56,26 @@ impl PgPersons {
 }
 
 impl PersonRecords for PgPersons {
+    fn exclusively(
+        &self,
+        project_id: u64,
+        work: &mut dyn FnMut() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let key = (PERSON_WRITE_LOCK << 32) | (project_id & 0xffff_ffff) as i64;
+        self.pg.exclusive(key, work)
+    }
+
+    fn watch(&self, on_change: OnPersonChange) {
+        self.pg.listen(
+            CHANNEL,
+            RESYNC,
+            Arc::new(move |payload: Option<&str>| {
+                // A payload that does not parse is treated as a missed change: drop all.
+                on_change(payload.and_then(|p| serde_json::from_str(p).ok()))
+            }),
+        );
+    }
+
     fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
         let p = bigint(project_id);
         self.pg.run(move |client| async move {
@@ -63,6 +111,10 @@ impl PersonRecords for PgPersons {
         let (p, id) = (bigint(project_id), person.id);
         let record = record_json("person", person)?;
         let distinct_ids = person.distinct_ids.clone();
+        let changed = payload(&PersonChange::Persons {
+            project: project_id,
+            distinct_ids: distinct_ids.clone(),
+        });
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
             tx.execute(
@@ -78,6 +130,8 @@ impl PersonRecords for PgPersons {
                 &[&p, &distinct_ids, &id],
             )
             .await?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
+                .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -85,13 +139,19 @@ impl PersonRecords for PgPersons {
 
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
         let p = bigint(project_id);
-        self.pg.run(move |client| async move {
-            client
-                .execute(
-                    "DELETE FROM persons WHERE project_id = $1 AND id = $2",
-                    &[&p, &id],
-                )
+        let changed = payload(&PersonChange::Project {
+            project: project_id,
+        });
+        self.pg.run(move |mut client| async move {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "DELETE FROM persons WHERE project_id = $1 AND id = $2",
+                &[&p, &id],
+            )
+            .await?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
                 .await?;
+            tx.commit().await?;
             Ok(())
         })
     }
@@ -135,6 +195,9 @@ impl PersonRecords for PgPersons {
         max: u8,
     ) -> Result<Option<u8>, StoreError> {
         let (p, name) = (bigint(project_id), group_type.to_string());
+        let changed = payload(&PersonChange::Project {
+            project: project_id,
+        });
         self.pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
             // Lock keys are two int4s: the namespace and the project id (truncated; a shared
@@ -171,6 +234,8 @@ impl PersonRecords for PgPersons {
                 &[&p, &name, &index],
             )
             .await?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
+                .await?;
             tx.commit().await?;
             Ok(Some(index as u8))
         })
@@ -215,16 +280,24 @@ impl PersonRecords for PgPersons {
             group.group_key.clone(),
         );
         let record = record_json("group", group)?;
-        self.pg.run(move |client| async move {
-            client
-                .execute(
-                    "INSERT INTO groups (project_id, group_type_index, group_key, record)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (project_id, group_type_index, group_key)
-                     DO UPDATE SET record = $4",
-                    &[&p, &i, &key, &record],
-                )
+        let changed = payload(&PersonChange::Group {
+            project: project_id,
+            index: group.group_type_index,
+            key: group.group_key.clone(),
+        });
+        self.pg.run(move |mut client| async move {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO groups (project_id, group_type_index, group_key, record)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (project_id, group_type_index, group_key)
+                 DO UPDATE SET record = $4",
+                &[&p, &i, &key, &record],
+            )
+            .await?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
                 .await?;
+            tx.commit().await?;
             Ok(())
         })
     }

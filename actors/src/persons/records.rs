@@ -6,13 +6,56 @@
 //! must make [`PersonRecords::put_person`] and [`PersonRecords::ensure_group_type`] safe
 //! against concurrent writers itself.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::model::{Group, Person, UsageKind, UsageRow};
 use crate::kernel::StoreError;
 
+/// What another node wrote, for this node's read cache to drop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonChange {
+    /// The person of these distinct ids was written.
+    Persons {
+        project: u64,
+        distinct_ids: Vec<String>,
+    },
+    /// A group was written.
+    Group {
+        project: u64,
+        index: u8,
+        key: String,
+    },
+    /// Anything of the project may have changed (a person deleted, a group type added).
+    Project { project: u64 },
+}
+
+/// Called with each change another node announced; `None` when changes may have been missed.
+pub type OnPersonChange = Arc<dyn Fn(Option<PersonChange>) + Send + Sync>;
+
 pub trait PersonRecords: Send + Sync {
+    /// Runs `work` while no other node sharing these records runs a read-modify-write of
+    /// `project_id`'s persons or groups (this process's callers are serialized by the
+    /// domain's writer lock). A store one process owns just runs it.
+    fn exclusively(
+        &self,
+        project_id: u64,
+        work: &mut dyn FnMut() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let _ = project_id;
+        work()
+    }
+
+    /// Announces other nodes' writes to `on_change`. A store only this process writes never
+    /// calls it: its writes go through the cache.
+    fn watch(&self, on_change: OnPersonChange) {
+        let _ = on_change;
+    }
+
     fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError>;
     fn person_id_by_distinct_id(
         &self,

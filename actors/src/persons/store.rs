@@ -2,24 +2,68 @@
 //! evaluation, in-memory flag-request counts, and the writer lock that serializes
 //! read-modify-write cycles.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Datelike, Utc};
 use uuid::Uuid;
 
 use super::model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
-use super::records::PersonRecords;
+use super::records::{PersonChange, PersonRecords};
 use super::sled_store::SledPersons;
 use crate::kernel::StoreError;
 
 /// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
 /// common `/flags` request needs no storage read. Every write through [`PersonStore`] updates
-/// it under the writer lock, so it is never stale in this process; when full it is emptied.
+/// it under the writer lock, so it is never stale because of this process; writes of other
+/// nodes (records shared in a cluster) drop what they changed when announced. When full it is
+/// emptied.
 #[derive(Default)]
 struct ReadCache {
     persons: dashmap::DashMap<(u64, String), Option<Arc<Person>>>,
     groups: dashmap::DashMap<(u64, u8, String), Option<Arc<Group>>>,
     group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
+    /// Counts other nodes' announced changes: a fill that read before one is not kept.
+    remote_changes: AtomicU64,
+}
+
+impl ReadCache {
+    /// Drops what another node changed (`None`: everything).
+    fn forget(&self, change: Option<PersonChange>) {
+        self.remote_changes.fetch_add(1, Ordering::SeqCst);
+        match change {
+            Some(PersonChange::Persons {
+                project,
+                distinct_ids,
+            }) => {
+                for did in distinct_ids {
+                    self.persons.remove(&(project, did));
+                }
+            }
+            Some(PersonChange::Group {
+                project,
+                index,
+                key,
+            }) => {
+                self.groups.remove(&(project, index, key));
+            }
+            Some(PersonChange::Project { project }) => {
+                self.persons.retain(|(p, _), _| *p != project);
+                self.groups.retain(|(p, _, _), _| *p != project);
+                self.group_types.remove(&project);
+            }
+            None => {
+                self.persons.clear();
+                self.groups.clear();
+                self.group_types.clear();
+            }
+        }
+    }
+
+    /// The change count to compare against before keeping a fill.
+    fn epoch(&self) -> u64 {
+        self.remote_changes.load(Ordering::SeqCst)
+    }
 }
 
 /// Entries the read cache holds at most (persons and groups each).
@@ -27,7 +71,7 @@ pub const READ_CACHE_ENTRIES: usize = 200_000;
 
 pub struct PersonStore {
     records: Arc<dyn PersonRecords>,
-    cache: ReadCache,
+    cache: Arc<ReadCache>,
     /// Flag requests counted in memory, `(project, month)` → count, until the next flush.
     pending_flag_requests: dashmap::DashMap<(u64, String), u64>,
     writer: Mutex<()>,
@@ -35,9 +79,12 @@ pub struct PersonStore {
 
 impl PersonStore {
     pub fn new(records: Arc<dyn PersonRecords>) -> PersonStore {
+        let cache = Arc::new(ReadCache::default());
+        let changed = Arc::clone(&cache);
+        records.watch(Arc::new(move |change| changed.forget(change)));
         PersonStore {
             records,
-            cache: ReadCache::default(),
+            cache,
             pending_flag_requests: dashmap::DashMap::new(),
             writer: Mutex::new(()),
         }
@@ -53,6 +100,24 @@ impl PersonStore {
         self.writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a read-modify-write of `project_id`'s persons or groups while no other node
+    /// sharing the records runs one. Take [`PersonStore::lock`] first.
+    pub fn exclusively<T>(
+        &self,
+        project_id: u64,
+        work: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut work = Some(work);
+        let mut out = None;
+        self.records.exclusively(project_id, &mut || {
+            if let Some(work) = work.take() {
+                out = Some(work()?);
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| StoreError::TaskFailed("person write did not run".into()))
     }
 
     /// Makes every write so far durable.
@@ -123,10 +188,13 @@ impl PersonStore {
         if let Some(cached) = self.cached_person(project_id, distinct_id) {
             return Ok(cached);
         }
+        let epoch = self.cache.epoch();
         let person = self
             .person_by_distinct_id(project_id, distinct_id)?
             .map(Arc::new);
-        self.cache_person(project_id, distinct_id, person.clone());
+        if self.cache.epoch() == epoch {
+            self.cache_person(project_id, distinct_id, person.clone());
+        }
         Ok(person)
     }
 
@@ -141,10 +209,13 @@ impl PersonStore {
     /// Group types from storage, cached.
     pub fn load_group_types(&self, project_id: u64) -> Result<Arc<Vec<(String, u8)>>, StoreError> {
         let _writer = self.lock();
+        let epoch = self.cache.epoch();
         let types = Arc::new(self.group_types(project_id)?);
-        self.cache
-            .group_types
-            .insert(project_id, Arc::clone(&types));
+        if self.cache.epoch() == epoch {
+            self.cache
+                .group_types
+                .insert(project_id, Arc::clone(&types));
+        }
         Ok(types)
     }
 
@@ -172,8 +243,11 @@ impl PersonStore {
         if let Some(cached) = self.cached_group(project_id, index, group_key) {
             return Ok(cached);
         }
+        let epoch = self.cache.epoch();
         let group = self.group(project_id, index, group_key)?.map(Arc::new);
-        self.cache_group(project_id, index, group_key, group.clone());
+        if self.cache.epoch() == epoch {
+            self.cache_group(project_id, index, group_key, group.clone());
+        }
         Ok(group)
     }
 
