@@ -1,9 +1,23 @@
 //! Cluster mode from the outside: `corvid migrate` against a real PostgreSQL server started by
-//! the test, and the `[cluster]` configuration a node is started with.
+//! the test, the `[cluster]` configuration a node is started with, and three nodes sharing one
+//! PostgreSQL and one bucket (moto's S3 server), two in-process and one a child process that
+//! is killed with SIGKILL mid-ingest.
 
-use std::process::{Command, Output};
+mod common;
 
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::oauth::{approve, authorize_query, pkce, post_token, Browser, CimdServer};
+use common::process::{spawn_corvid, S3Server};
+use common::{wait_until, TestServer};
+use corvid::config::{ClusterMode, ClusterObjectStore, Config};
 use corvid_actors::kernel::pg::testing::TestPostgres;
+use serde_json::{json, Value};
 
 fn corvid(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_corvid"))
@@ -89,17 +103,458 @@ fn a_distributed_node_names_what_its_config_lacks() {
     assert!(!out.status.success());
     assert!(text(&out).contains("cluster.node_id"), "{}", text(&out));
 
-    // Complete, it still does not start: the stores it would need are not all distributed.
+    // Complete but with no metastore listening: it stops, naming what it could not reach,
+    // before opening anything.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
     let out = serve_with(
         dir.path(),
-        "[cluster]\nmode = \"distributed\"\nnode_id = \"node-1\"\n\
-         [cluster.postgres]\nurl = \"postgres://corvid@127.0.0.1:1/corvid\"\n\
-         [cluster.object_store]\nbucket = \"corvid\"\n",
+        &format!(
+            "[cluster]\nmode = \"distributed\"\nnode_id = \"node-1\"\n\
+             [cluster.postgres]\nurl = \"postgres://corvid@127.0.0.1:{port}/corvid\"\n\
+             connect_timeout = \"2s\"\n[cluster.object_store]\nbucket = \"corvid\"\n"
+        ),
     );
     assert!(!out.status.success());
-    assert!(text(&out).contains("no PostgreSQL"), "{}", text(&out));
+    assert!(text(&out).contains("metastore"), "{}", text(&out));
     assert!(
         !dir.path().join("data").join("meta").exists(),
-        "nothing was opened"
+        "no embedded store was opened"
     );
+}
+
+const BUCKET: &str = "corvid";
+const CALLBACK: &str = "http://127.0.0.1/callback";
+
+/// The shared services and where each node keeps its own state.
+struct Services {
+    pg_url: String,
+    s3: S3Server,
+    cimd: CimdServer,
+}
+
+impl Services {
+    /// An in-process node's config.
+    fn config(&self, dir: &Path, node_id: &str) -> Config {
+        let mut c = Config::for_test(dir);
+        c.cluster.mode = ClusterMode::Distributed;
+        c.cluster.node_id = Some(node_id.into());
+        c.cluster.postgres.url = Some(self.pg_url.clone());
+        c.cluster.object_store = Some(ClusterObjectStore {
+            bucket: BUCKET.into(),
+            endpoint: Some(self.s3.url.clone()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            allow_http: true,
+            prefix: String::new(),
+        });
+        c.oauth.dev_allow_loopback_fetch = true;
+        c.oauth.dev_extra_ca_file = Some(self.cimd.ca());
+        c.oauth.cimd_fetch_timeout = Duration::from_secs(10);
+        c
+    }
+
+    /// A child-process node's config file, written into `dir`.
+    fn config_file(&self, dir: &Path, node_id: &str) -> std::path::PathBuf {
+        let path = dir.join(format!("{node_id}.toml"));
+        let text = format!(
+            "[cluster]\nmode = \"distributed\"\nnode_id = \"{node_id}\"\n\
+             [cluster.postgres]\nurl = \"{}\"\n\
+             [cluster.object_store]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\n\
+             region = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
+             allow_http = true\n",
+            self.pg_url, self.s3.url
+        );
+        std::fs::write(&path, text).expect("node config");
+        path
+    }
+}
+
+/// A node run as a child process, so it can be killed with SIGKILL.
+struct ChildNode {
+    child: Child,
+    base: String,
+    http: reqwest::blocking::Client,
+}
+
+impl ChildNode {
+    fn start(data_dir: &Path, config: &Path) -> ChildNode {
+        let (child, base) = spawn_corvid(data_dir, Some(config));
+        ChildNode {
+            child,
+            base,
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("client"),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for ChildNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn three_nodes_share_one_postgres_and_one_bucket() {
+    let pg = TestPostgres::start();
+    let db = pg.database();
+    let services = Services {
+        pg_url: db.url.clone(),
+        s3: S3Server::start(),
+        cimd: CimdServer::start(),
+    };
+    services.s3.create_bucket(BUCKET);
+    let dirs: Vec<tempfile::TempDir> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+
+    // Node 1 bootstraps the cluster's tenancy; the others find it.
+    let node1 = TestServer::start(services.config(dirs[0].path(), "node-1"));
+    std::fs::copy(
+        dirs[0].path().join("credentials.json"),
+        dirs[2].path().join("credentials.json"),
+    )
+    .expect("credentials for node 3's tests");
+    let node2_config = services.config_file(dirs[1].path(), "node-2");
+    let mut node2 = ChildNode::start(&dirs[1].path().join("data"), &node2_config);
+    let node3 = TestServer::start(services.config(dirs[2].path(), "node-3"));
+    for res in [
+        node1.readiness(),
+        node3.readiness(),
+        node2
+            .http
+            .get(node2.url("/_readiness"))
+            .send()
+            .expect("ready"),
+    ] {
+        assert_eq!(res.status(), 200, "every node is ready");
+    }
+
+    events_captured_on_one_node_are_queryable_on_another(&node1, &node3);
+    flag_edits_reach_other_nodes_within_a_second(&node1, &node2, &node3);
+    deleted_keys_are_refused_everywhere_within_a_second(&node1, &node3);
+    oauth_codes_and_refresh_tokens_are_single_use_across_nodes(&services, &node1, &node3);
+    an_endpoint_is_materialized_once_and_served_by_every_node(&services, &node1, &node2, &node3);
+
+    // SIGKILL node 2 mid-ingest, restart it: every acknowledged event is stored exactly once.
+    let acked = kill_9_while_posting(&node1, &mut node2);
+    node2 = ChildNode::start(&dirs[1].path().join("data"), &node2_config);
+    let mut stored: HashMap<String, usize> = HashMap::new();
+    let complete = wait_until(Duration::from_secs(30), || {
+        stored.clear();
+        for worker in 0..4 {
+            for e in node3.events(1, &format!("distinct_id=crash-{worker}&limit=1000")) {
+                *stored
+                    .entry(e["uuid"].as_str().expect("uuid").to_string())
+                    .or_default() += 1;
+            }
+        }
+        acked.iter().all(|u| stored.contains_key(u))
+    });
+    let missing = acked.iter().filter(|u| !stored.contains_key(*u)).count();
+    assert!(
+        complete,
+        "{missing} of {} acknowledged events are missing",
+        acked.len()
+    );
+    assert!(stored.values().all(|n| *n == 1), "no event is stored twice");
+    assert_eq!(
+        node2
+            .http
+            .get(node2.url("/_readiness"))
+            .send()
+            .expect("ready")
+            .status(),
+        200
+    );
+}
+
+fn events_captured_on_one_node_are_queryable_on_another(node1: &TestServer, node3: &TestServer) {
+    let events: Vec<Value> = (0..20)
+        .map(|i| json!({"event": "across", "distinct_id": format!("c{i}"), "properties": {"i": i}}))
+        .collect();
+    let sent = Instant::now();
+    assert_eq!(node1.capture_batch(&events).status(), 200);
+    let seen = wait_until(Duration::from_secs(5), || {
+        node3.events(1, "event=across&limit=100").len() == 20
+    });
+    assert!(
+        seen,
+        "events acknowledged on node 1 are queryable on node 3 within 5 s (took {:?})",
+        sent.elapsed()
+    );
+    let counted = node3.post_json(
+        "/api/projects/1/query/",
+        Some(node1.admin_key()),
+        &json!({"query": {"kind": "HogQLQuery", "query": "SELECT count() FROM events WHERE event = 'across'"}}),
+    );
+    let counted: Value = counted.json().expect("json");
+    assert_eq!(counted["results"], json!([[20]]), "{counted}");
+    // Persons are shared too.
+    assert_eq!(node3.persons(1, "c7").len(), 1);
+}
+
+fn flag_edits_reach_other_nodes_within_a_second(
+    node1: &TestServer,
+    node2: &ChildNode,
+    node3: &TestServer,
+) {
+    let evaluate = || -> Value {
+        let res = node3
+            .client
+            .post(node3.url("/flags?v=2"))
+            .json(&json!({"api_key": node1.creds.project_token, "distinct_id": "someone"}))
+            .send()
+            .expect("flags");
+        assert_eq!(res.status(), 200);
+        res.json().expect("json")
+    };
+    assert!(evaluate()["flags"].get("cluster-flag").is_none());
+    let res = node2
+        .http
+        .post(node2.url("/api/projects/1/feature_flags/"))
+        .bearer_auth(node1.admin_key())
+        .json(&json!({"key": "cluster-flag", "filters": {"groups": [{"properties": [], "rollout_percentage": 100}]}}))
+        .send()
+        .expect("create flag");
+    assert_eq!(res.status(), 201);
+    let saved = Instant::now();
+    let served = wait_until(Duration::from_secs(1), || {
+        evaluate()["flags"]["cluster-flag"]["enabled"] == json!(true)
+    });
+    assert!(
+        served,
+        "a flag created on node 2 is served by node 3 within 1 s ({:?})",
+        saved.elapsed()
+    );
+}
+
+fn deleted_keys_are_refused_everywhere_within_a_second(node1: &TestServer, node3: &TestServer) {
+    let (id, secret) = node1.create_key(&["project:read"], None);
+    assert_eq!(
+        node3.list_projects(&secret).status(),
+        200,
+        "the key works (and is cached)"
+    );
+    let res = node1.delete(
+        &format!("/api/personal_api_keys/{id}/"),
+        Some(node1.admin_key()),
+    );
+    assert_eq!(res.status(), 204);
+    assert!(
+        wait_until(Duration::from_secs(1), || node3
+            .list_projects(&secret)
+            .status()
+            == 401),
+        "a key deleted on node 1 is refused by node 3 within 1 s"
+    );
+}
+
+fn oauth_codes_and_refresh_tokens_are_single_use_across_nodes(
+    services: &Services,
+    node1: &TestServer,
+    node3: &TestServer,
+) {
+    let client_id = services
+        .cimd
+        .client("cluster.json", "Cluster client", &[CALLBACK]);
+    let mut browser = Browser::new(node1);
+    browser.login(
+        &node1.creds.email,
+        node1.creds.password.as_deref().expect("first-run password"),
+    );
+    // A code approved on node 1, and its exchange on a node.
+    let mut approved = || {
+        let (verifier, challenge) = pkce();
+        let query = approve(
+            &mut browser,
+            &authorize_query(&client_id, CALLBACK, &challenge, &[]),
+        );
+        (query["code"].clone(), verifier)
+    };
+    let exchange = |node: &TestServer, (code, verifier): &(String, String)| {
+        post_token(
+            node,
+            "/oauth/token",
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", code),
+                ("client_id", &client_id),
+                ("redirect_uri", CALLBACK),
+                ("code_verifier", verifier),
+            ],
+        )
+    };
+
+    // One code redeemed on two nodes at once: exactly one gets (working) tokens.
+    let raced = approved();
+    let (first, second) = std::thread::scope(|s| {
+        let a = s.spawn(|| exchange(node1, &raced));
+        let b = s.spawn(|| exchange(node3, &raced));
+        (a.join().expect("node 1"), b.join().expect("node 3"))
+    });
+    let winners: Vec<&Value> = [&first, &second]
+        .iter()
+        .filter(|(status, _, _)| *status == 200)
+        .map(|(_, body, _)| body)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "one node issues tokens: {first:?} {second:?}"
+    );
+    let access = winners[0]["access_token"].as_str().expect("access token");
+    for node in [node1, node3] {
+        assert_eq!(node.me(access).status(), 200, "the winner's tokens work");
+    }
+
+    // A refresh on node 3 rotates; replaying the old refresh token on node 1 revokes the grant.
+    let (status, tokens, _) = exchange(node1, &approved());
+    assert_eq!(status, 200, "{tokens}");
+    let refresh = |node: &TestServer, token: &str| {
+        post_token(
+            node,
+            "/oauth/token",
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", token),
+                ("client_id", &client_id),
+            ],
+        )
+    };
+    let old = tokens["refresh_token"].as_str().expect("refresh token");
+    let (status, rotated, _) = refresh(node3, old);
+    assert_eq!(status, 200, "{rotated}");
+    let access = rotated["access_token"].as_str().expect("access token");
+    assert_eq!(node3.me(access).status(), 200);
+    let (status, _, _) = refresh(node1, old);
+    assert_eq!(status, 400, "a reused refresh token is refused");
+    assert!(
+        wait_until(Duration::from_secs(1), || node3.me(access).status() == 401),
+        "the reuse on node 1 revoked the family on node 3 within 1 s"
+    );
+}
+
+fn an_endpoint_is_materialized_once_and_served_by_every_node(
+    services: &Services,
+    node1: &TestServer,
+    node2: &ChildNode,
+    node3: &TestServer,
+) {
+    let base = "/api/environments/1/endpoints";
+    let res = node1.post_json(
+        &format!("{base}/"),
+        Some(node1.admin_key()),
+        &json!({"name": "shared", "is_materialized": true,
+                "query": {"kind": "HogQLQuery", "query": "SELECT count() AS c FROM events WHERE event = 'across'"}}),
+    );
+    assert_eq!(res.status(), 201);
+    let status = || -> Value {
+        node3
+            .get(
+                &format!("{base}/shared/materialization_status"),
+                Some(node1.admin_key()),
+            )
+            .json()
+            .expect("status")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || status()["status"]
+            == json!("Completed")),
+        "materialized: {}",
+        status()
+    );
+    let run = |url: String, client: &reqwest::blocking::Client| -> Value {
+        let res = client
+            .post(url)
+            .bearer_auth(node1.admin_key())
+            .json(&json!({}))
+            .send()
+            .expect("run");
+        assert_eq!(res.status(), 200);
+        res.json().expect("json")
+    };
+    for out in [
+        run(node1.url(&format!("{base}/shared/run")), &node1.client),
+        run(node2.url(&format!("{base}/shared/run")), &node2.http),
+        run(node3.url(&format!("{base}/shared/run")), &node3.client),
+    ] {
+        assert_eq!(out["endpoint_materialized"], true, "{out}");
+        assert_eq!(out["results"], json!([[20]]), "{out}");
+    }
+    // Every node's materializer saw the version due; one ran it.
+    std::thread::sleep(Duration::from_secs(2));
+    let results: Vec<String> = services
+        .s3
+        .keys(BUCKET, "materialized/")
+        .into_iter()
+        .filter(|k| k.ends_with(".arrow"))
+        .collect();
+    assert_eq!(results.len(), 1, "one result in the bucket: {results:?}");
+}
+
+/// Posts batches to node 2 from four workers until 300 events are acknowledged, then kills it
+/// with SIGKILL; returns the acknowledged uuids.
+fn kill_9_while_posting(node1: &TestServer, node2: &mut ChildNode) -> Vec<String> {
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|worker| {
+            let (url, token) = (node2.url("/batch/"), node1.creds.project_token.clone());
+            let (acked, count, stop) = (acked.clone(), count.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let http = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(10))
+                    .build()
+                    .expect("client");
+                for _ in 0..60 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let uuids: Vec<String> =
+                        (0..10).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+                    let batch: Vec<Value> = uuids
+                        .iter()
+                        .map(|u| json!({"event": "crash", "distinct_id": format!("crash-{worker}"), "uuid": u}))
+                        .collect();
+                    match http
+                        .post(&url)
+                        .json(&json!({"api_key": token, "batch": batch}))
+                        .send()
+                    {
+                        Ok(r) if r.status() == 200 => {
+                            count.fetch_add(uuids.len(), Ordering::SeqCst);
+                            acked.lock().expect("lock").extend(uuids);
+                        }
+                        _ => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(60), || count.load(Ordering::SeqCst)
+            >= 300),
+        "enough events were acknowledged before the crash"
+    );
+    node2.child.kill().expect("SIGKILL");
+    node2.child.wait().expect("reaped");
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    acked
 }

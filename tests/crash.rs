@@ -4,54 +4,13 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::process::spawn_corvid;
 use common::{wait_until, TestServer};
 use serde_json::{json, Value};
-
-/// Starts `corvid serve` as a child process; returns it and its base URL.
-fn spawn_server(data_dir: &std::path::Path, config: Option<&std::path::Path>) -> (Child, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corvid"));
-    cmd.args([
-        "--log-format",
-        "json",
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-    ])
-    .arg(data_dir);
-    if let Some(config) = config {
-        cmd.arg("--config").arg(config);
-    }
-    let mut child = cmd
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawns");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server logged its address")
-            .expect("line");
-        let Ok(log) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if log["message"] == "corvid listening" {
-            break log["addr"].as_str().expect("addr").to_string();
-        }
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, format!("http://{addr}"))
-}
 
 #[derive(Default)]
 struct Outcomes {
@@ -79,7 +38,7 @@ fn acknowledged_events_survive_kill_9_during_segment_flushes() {
 
 fn kill_9_while_posting(config: Option<&std::path::Path>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut child, base) = spawn_server(dir.path(), config);
+    let (mut child, base) = spawn_corvid(dir.path(), config);
     let creds = common::read_credentials(dir.path());
     let outcomes = Arc::new(Mutex::new(Outcomes::default()));
     let stop = Arc::new(AtomicBool::new(false));

@@ -974,53 +974,12 @@ fn a_clean_shutdown_keeps_the_last_runs_log_entries() {
     assert_eq!(logs(&server, "quick", "limit=500").len(), 30);
 }
 
-/// Kills a helper process when the test ends, pass or fail.
-struct Helper(std::process::Child);
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn materialized_results_can_live_in_an_s3_compatible_bucket() {
     // moto's S3 server (PyPI) stands in for any S3-compatible service.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let _moto = Helper(
-        std::process::Command::new(common::sdk::python())
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("moto starts"),
-    );
-    let s3 = format!("http://127.0.0.1:{port}");
-    let http = reqwest::blocking::Client::new();
-    assert!(
-        wait_until(Duration::from_secs(30), || http
-            .get(format!("{s3}/moto-api/"))
-            .send()
-            .is_ok_and(|r| r.status().is_success())),
-        "the S3 server came up"
-    );
-    let res = http
-        .put(format!("{s3}/results"))
-        .send()
-        .expect("create bucket");
-    assert_eq!(res.status(), 200);
-
+    let s3_server = common::process::S3Server::start();
+    s3_server.create_bucket("results");
+    let s3 = s3_server.url.clone();
     let (dir, mut config) = fresh();
     config.endpoints.s3 = Some(corvid::config::S3Config {
         bucket: "results".into(),
@@ -1049,15 +1008,11 @@ fn materialized_results_can_live_in_an_s3_compatible_bucket() {
     assert_eq!(mat["endpoint_materialized"], true);
     assert_eq!(mat["results"], json!([["Chrome", 2], ["Safari", 1]]));
 
-    let listing = http
-        .get(format!("{s3}/results?list-type=2&prefix=corvid/"))
-        .send()
-        .expect("list")
-        .text()
-        .expect("xml");
+    let keys = s3_server.keys("results", "corvid/");
     assert!(
-        listing.contains("<Key>corvid/project_") && listing.contains(".arrow</Key>"),
-        "{listing}"
+        keys.iter()
+            .any(|k| k.starts_with("corvid/project_") && k.ends_with(".arrow")),
+        "{keys:?}"
     );
     let local = dir.path().join("materialized");
     let local_files = std::fs::read_dir(&local).map(|d| d.count()).unwrap_or(0);

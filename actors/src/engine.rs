@@ -23,7 +23,7 @@ use crate::ingest::catalog::{DirCatalog, PgCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::files::SegmentFiles;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
-use crate::kernel::bucket::{s3_store, under, S3Settings};
+use crate::kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use crate::kernel::histogram::HistogramSnapshot;
 use crate::kernel::pg::Pg;
 use crate::kernel::{JobLease, PgClaims, PgRecords, RecordStore, SledRecords, StoreError};
@@ -113,6 +113,8 @@ pub enum EngineError {
     OAuth(String),
     #[error("cannot open the bucket: {0}")]
     Bucket(String),
+    #[error("cannot use the cluster metastore (PostgreSQL)")]
+    Metastore(#[source] StoreError),
 }
 
 /// Every component's statistics at one moment, for `/metrics`.
@@ -182,8 +184,8 @@ async fn blocking<T: Send + 'static>(
 async fn cluster_metastore(cluster: &ClusterSettings) -> Result<Arc<Pg>, EngineError> {
     let settings = cluster.postgres.clone();
     blocking(move || {
-        let pg = Pg::connect(&settings)?;
-        crate::kernel::pg::migrations::migrate(&pg)?;
+        let pg = Pg::connect(&settings).map_err(EngineError::Metastore)?;
+        crate::kernel::pg::migrations::migrate(&pg).map_err(EngineError::Metastore)?;
         Ok(Arc::new(pg))
     })
     .await
@@ -264,8 +266,11 @@ async fn segment_storage(
 ) -> Result<(Arc<dyn SegmentCatalog>, Arc<SegmentFiles>), EngineError> {
     match (backing, &settings.storage) {
         (Backing::Cluster(pg), Storage::Cluster(cluster)) => {
-            let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
-            let files = Arc::new(SegmentFiles::new(under(bucket, EVENTS_PREFIX))?);
+            let bucket = s3_bucket(&cluster.bucket).map_err(EngineError::Bucket)?;
+            let files = Arc::new(SegmentFiles::under(
+                bucket,
+                &key_prefix(&cluster.bucket, EVENTS_PREFIX),
+            )?);
             let (pg, node_id) = (Arc::clone(pg), cluster.node_id.clone());
             let staging = settings.data_dir.join("staging");
             let catalog_files = Arc::clone(&files);

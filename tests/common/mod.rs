@@ -259,6 +259,7 @@ pub fn error_body(res: Response) -> Value {
 }
 
 pub mod oauth;
+pub mod process;
 pub mod sdk;
 
 // ---- capture helpers ----

@@ -39,6 +39,10 @@ const FOOTER_GUESS: u64 = 64 * 1024;
 /// Where segment bytes are read from.
 pub struct SegmentFiles {
     store: Arc<dyn ObjectStore>,
+    /// Prepended to every segment key ("" for a store holding segments alone). Kept here
+    /// rather than in a prefixed view of the store, because queries read the store's own
+    /// object metadata.
+    prefix: String,
     url: ObjectStoreUrl,
     /// Runs the store's futures for callers on plain threads (shards, compaction, the
     /// events API's blocking tasks).
@@ -55,9 +59,19 @@ impl SegmentFiles {
 
     /// Segment files in any object store, keyed by [`SegmentRef::key`].
     pub fn new(store: Arc<dyn ObjectStore>) -> std::io::Result<SegmentFiles> {
+        SegmentFiles::under(store, "")
+    }
+
+    /// Segment files in `store` below the key prefix `prefix` (a shared bucket).
+    pub fn under(store: Arc<dyn ObjectStore>, prefix: &str) -> std::io::Result<SegmentFiles> {
         let url = ObjectStoreUrl::parse(SEGMENTS_URL).map_err(std::io::Error::other)?;
+        let prefix = prefix.trim_matches('/');
         Ok(SegmentFiles {
             store,
+            prefix: match prefix {
+                "" => String::new(),
+                p => format!("{p}/"),
+            },
             url,
             io: Arc::new(OwnedRuntime::new("corvid-segment-io", 1)?),
         })
@@ -70,12 +84,17 @@ impl SegmentFiles {
 
     /// The URL a query names `segment` by.
     pub fn url(&self, segment: &SegmentRef) -> String {
-        format!("{}{}", self.url.as_str(), segment.key())
+        format!("{}{}{}", self.url.as_str(), self.prefix, segment.key())
+    }
+
+    /// Where `segment` is in the store.
+    fn object_path(&self, segment: &SegmentRef) -> ObjectPath {
+        ObjectPath::from(format!("{}{}", self.prefix, segment.key()))
     }
 
     /// A segment's bytes (blocking: call from a plain or blocking-pool thread).
     pub fn read(&self, segment: &SegmentRef) -> Result<Bytes, SegmentError> {
-        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        let (store, path) = (Arc::clone(&self.store), self.object_path(segment));
         self.io
             .wait(async move { store.get(&path).await?.bytes().await })?
             .map_err(SegmentError::from)
@@ -85,7 +104,7 @@ impl SegmentFiles {
     /// or nothing). Blocking.
     pub fn upload(&self, segment: &SegmentRef, staged: &Path) -> std::io::Result<()> {
         let bytes = std::fs::read(staged)?;
-        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        let (store, path) = (Arc::clone(&self.store), self.object_path(segment));
         self.io
             .wait(async move { store.put(&path, PutPayload::from(bytes)).await })?
             .map(|_| ())
@@ -94,7 +113,7 @@ impl SegmentFiles {
 
     /// Deletes `segment`'s bytes (nothing when already gone). Blocking.
     pub fn delete(&self, segment: &SegmentRef) -> std::io::Result<()> {
-        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        let (store, path) = (Arc::clone(&self.store), self.object_path(segment));
         match self.io.wait(async move { store.delete(&path).await })? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(std::io::Error::other(e)),
@@ -105,13 +124,17 @@ impl SegmentFiles {
     /// are left out). Blocking.
     pub fn list(&self) -> std::io::Result<Vec<(SegmentRef, DateTime<Utc>)>> {
         let store = Arc::clone(&self.store);
+        let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()));
         let objects: Vec<ObjectMeta> = self
             .io
-            .wait(async move { store.list(None).try_collect().await })?
+            .wait(async move { store.list(prefix.as_ref()).try_collect().await })?
             .map_err(std::io::Error::other)?;
         Ok(objects
             .into_iter()
-            .filter_map(|o| Some((SegmentRef::parse_key(o.location.as_ref())?, o.last_modified)))
+            .filter_map(|o| {
+                let key = o.location.as_ref().strip_prefix(self.prefix.as_str())?;
+                Some((SegmentRef::parse_key(key)?, o.last_modified))
+            })
             .collect())
     }
 
@@ -119,7 +142,7 @@ impl SegmentFiles {
     /// column chunks it decodes (the events API skips row groups and columns), instead of the
     /// whole file. Blocking, like [`SegmentFiles::read`].
     pub fn open(&self, segment: &SegmentRef) -> Result<RangedSegment, SegmentError> {
-        let (store, path) = (Arc::clone(&self.store), object_path(segment));
+        let (store, path) = (Arc::clone(&self.store), self.object_path(segment));
         let head = {
             let (store, path) = (Arc::clone(&store), path.clone());
             self.io.wait(async move { store.head(&path).await })??
@@ -138,7 +161,7 @@ impl SegmentFiles {
         &self,
         segment: &SegmentRef,
     ) -> Result<BTreeSet<String>, SegmentError> {
-        let path = object_path(segment);
+        let path = self.object_path(segment);
         let size = self.store.head(&path).await?.size;
         let mut wanted = size.min(FOOTER_GUESS);
         let mut reader = ParquetMetaDataReader::new();
@@ -194,10 +217,6 @@ impl ChunkReader for RangedSegment {
         let end = start.saturating_add(length as u64).min(self.size);
         self.range(start, end)
     }
-}
-
-fn object_path(segment: &SegmentRef) -> ObjectPath {
-    ObjectPath::from(segment.key())
 }
 
 #[cfg(test)]

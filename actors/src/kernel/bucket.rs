@@ -26,6 +26,25 @@ pub struct S3Settings {
 /// The bucket `settings` name, under its prefix. Unset credentials and region come from the
 /// usual `AWS_*` environment variables.
 pub fn s3_store(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> {
+    let store = s3_bucket(settings)?;
+    Ok(match settings.prefix.as_deref().filter(|p| !p.is_empty()) {
+        Some(prefix) => under(store, prefix),
+        None => store,
+    })
+}
+
+/// `sub` below the bucket's configured prefix, as a key prefix: for readers that must see
+/// the bucket's own keys (queries: DataFusion reads object metadata that a prefixed view
+/// does not translate back).
+pub fn key_prefix(settings: &S3Settings, sub: &str) -> String {
+    match settings.prefix.as_deref().map(|p| p.trim_matches('/')) {
+        Some(prefix) if !prefix.is_empty() => format!("{prefix}/{sub}"),
+        _ => sub.to_string(),
+    }
+}
+
+/// The bucket `settings` name, from its root (see [`s3_store`]).
+pub fn s3_bucket(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> {
     let mut builder = AmazonS3Builder::from_env()
         .with_bucket_name(&settings.bucket)
         .with_allow_http(settings.allow_http);
@@ -40,15 +59,9 @@ pub fn s3_store(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> {
             .with_access_key_id(id)
             .with_secret_access_key(secret);
     }
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        builder
-            .build()
-            .map_err(|e| format!("bucket {:?}: {e}", settings.bucket))?,
-    );
-    Ok(match settings.prefix.as_deref().filter(|p| !p.is_empty()) {
-        Some(prefix) => under(store, prefix),
-        None => store,
-    })
+    Ok(Arc::new(builder.build().map_err(|e| {
+        format!("bucket {:?}: {e}", settings.bucket)
+    })?))
 }
 
 /// `store` seen from below `prefix` (each domain keeps its files under its own prefix).

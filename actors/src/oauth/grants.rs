@@ -142,6 +142,13 @@ impl OAuth {
         let code = match self.inner.grants.redeem_code(&sha256_hex(&req.code))? {
             Redeemed::Fresh(code) => code,
             Redeemed::Missing => return Err(OAuthError::InvalidGrant(CODE_INVALID.into())),
+            Redeemed::Replayed(code) if proves_possession(&code, &req) => {
+                // The client that started the flow, retrying or racing its own request (it
+                // holds the PKCE verifier): refused, but its grant stands, so of concurrent
+                // redemptions exactly one gets working tokens.
+                tracing::info!(client_id = %code.client_id, "authorization code presented again by its client");
+                return Err(OAuthError::InvalidGrant(CODE_INVALID.into()));
+            }
             Redeemed::Replayed(code) => {
                 tracing::warn!(client_id = %code.client_id, "authorization code replayed; revoking its grant");
                 self.revoke_family(code.family_id, code.user_id, &code.client_id, now)?;
@@ -308,6 +315,16 @@ impl OAuth {
         }
         Ok(active)
     }
+}
+
+/// Whether a presented code comes from the client it was issued to, holding the PKCE verifier
+/// of the authorization request (a replay without it is an attacker's).
+fn proves_possession(code: &CodeRecord, req: &CodeExchange) -> bool {
+    req.client_id.as_deref() == Some(code.client_id.as_str())
+        && req
+            .code_verifier
+            .as_deref()
+            .is_some_and(|v| pkce::verifier_well_formed(v) && pkce::verify(v, &code.code_challenge))
 }
 
 fn check_exchange(

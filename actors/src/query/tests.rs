@@ -86,7 +86,10 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         let catalog: Arc<dyn SegmentCatalog> =
             Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog"));
-        let files = Arc::new(SegmentFiles::local(&dir.path().join("events")).expect("files"));
+        // Read from the store's root below a key prefix, as a cluster's bucket is (the
+        // embedded events directory is covered by the server's tests).
+        let root = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs");
+        let files = Arc::new(SegmentFiles::under(Arc::new(root), "events").expect("files"));
         let mut by_file: std::collections::BTreeMap<_, Vec<&StoredEvent>> = Default::default();
         for e in &segments {
             by_file.entry((e.project_id, e.day())).or_default().push(e);
