@@ -63,7 +63,7 @@ pub enum Storage {
     /// Shared with other nodes: PostgreSQL for records and catalogs, a bucket for segment
     /// files and materialized results. The WAL stays in the node's data directory, and so
     /// do the promoted property columns (a cache of what the compactor found frequent).
-    Cluster(ClusterSettings),
+    Cluster(Box<ClusterSettings>),
 }
 
 /// One cluster node's view of the shared services.

@@ -334,7 +334,7 @@ impl Config {
             return Ok(Storage::Embedded);
         }
         let missing = |key: &str| anyhow::anyhow!("{key} is required when distributed");
-        Ok(Storage::Cluster(ClusterSettings {
+        Ok(Storage::Cluster(Box::new(ClusterSettings {
             node_id: self
                 .cluster
                 .node_id
@@ -346,7 +346,7 @@ impl Config {
             bucket: self
                 .cluster_bucket()
                 .ok_or_else(|| missing("[cluster.object_store]"))?,
-        }))
+        })))
     }
 
     pub fn engine_settings(&self, public_url: &str) -> anyhow::Result<EngineSettings> {
