@@ -485,6 +485,7 @@ fn an_endpoint_is_materialized_once_and_served_by_every_node(
         assert_eq!(res.status(), 200);
         res.json().expect("json")
     };
+    let mut executions = Vec::new();
     for out in [
         run(node1.url(&format!("{base}/shared/run")), &node1.client),
         run(node2.url(&format!("{base}/shared/run")), &node2.http),
@@ -492,7 +493,28 @@ fn an_endpoint_is_materialized_once_and_served_by_every_node(
     ] {
         assert_eq!(out["endpoint_materialized"], true, "{out}");
         assert_eq!(out["results"], json!([[20]]), "{out}");
+        executions.push(out["execution_id"].clone());
     }
+    // Each node logged its own run; any node finds all of them.
+    let logged = || -> Vec<Value> {
+        let res = node1.get(
+            &format!("{base}/shared/logs/?limit=100"),
+            Some(node1.admin_key()),
+        );
+        assert_eq!(res.status(), 200);
+        let body: Value = res.json().expect("logs");
+        body["results"].as_array().cloned().unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let entries = logged();
+            executions
+                .iter()
+                .all(|id| entries.iter().any(|e| &e["instance_id"] == id))
+        }),
+        "runs on three nodes are in one log: {:?}",
+        logged()
+    );
     // Every node's materializer saw the version due; one ran it.
     std::thread::sleep(Duration::from_secs(2));
     let results: Vec<String> = services

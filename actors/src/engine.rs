@@ -22,6 +22,7 @@ use crate::flags::{Flags, FlagsSettings};
 use crate::ingest::catalog::{DirCatalog, PgCatalog, SegmentCatalog};
 use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::files::SegmentFiles;
+use crate::ingest::segment_cache::CachedSegments;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
 use crate::kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use crate::kernel::histogram::HistogramSnapshot;
@@ -73,6 +74,8 @@ pub struct ClusterSettings {
     pub node_id: String,
     pub postgres: PgSettings,
     pub bucket: S3Settings,
+    /// Segment bytes read from the bucket kept in memory for the next reads, at most.
+    pub segment_cache_bytes: usize,
 }
 
 /// Everything the engine is configured with.
@@ -267,8 +270,9 @@ async fn segment_storage(
     match (backing, &settings.storage) {
         (Backing::Cluster(pg), Storage::Cluster(cluster)) => {
             let bucket = s3_bucket(&cluster.bucket).map_err(EngineError::Bucket)?;
+            let cached = CachedSegments::new(bucket, cluster.segment_cache_bytes);
             let files = Arc::new(SegmentFiles::under(
-                bucket,
+                Arc::new(cached),
                 &key_prefix(&cluster.bucket, EVENTS_PREFIX),
             )?);
             let (pg, node_id) = (Arc::clone(pg), cluster.node_id.clone());

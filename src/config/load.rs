@@ -346,6 +346,7 @@ impl Config {
             bucket: self
                 .cluster_bucket()
                 .ok_or_else(|| missing("[cluster.object_store]"))?,
+            segment_cache_bytes: self.cluster.segment_cache_bytes,
         })))
     }
 

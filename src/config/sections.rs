@@ -219,6 +219,8 @@ pub struct ClusterConfig {
     /// acknowledged on one node takes to be queryable on the others.
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
+    /// Bytes of segment files read from the bucket kept in memory (distributed mode).
+    pub segment_cache_bytes: usize,
     pub postgres: PostgresConfig,
     #[serde(default)]
     pub object_store: Option<ClusterObjectStore>,

@@ -21,6 +21,7 @@ mod persons;
 mod pipeline;
 pub(crate) mod read;
 pub(crate) mod segment;
+pub(crate) mod segment_cache;
 mod shard;
 pub(crate) mod time;
 pub(crate) mod wal;
