@@ -1,14 +1,8 @@
 # Shared by the load scripts (source it; set CONFIG_FILE to layer a config file): installs wrk if missing, builds Corvid (release),
 # starts it on a temp data dir at $PORT and sets BASE, DATA, SERVER, TOKEN and KEY. The server
 # and the data dir are removed on exit.
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk (Debian package)"; apt-get update -qq && apt-get install -y -qq wrk
-fi
 # BIN (optional): a server binary to measure instead of building this checkout (for A/B runs).
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet
-  BIN="${CARGO_TARGET_DIR:-target}/release/corvid"
-fi
+. benches/load/build.sh
 BASE="http://127.0.0.1:$PORT"
 DATA="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT

@@ -1,7 +1,8 @@
 """Event-to-queryable latency: post one event with a unique distinct id, then poll the events
 API until it is returned. Prints the median and p95 over N probes (run while load is applied).
+READ_BASE_URL (optional) is another node to read from (across a cluster).
 
-Usage: queryable.py BASE_URL PROJECT_TOKEN PERSONAL_API_KEY [N]
+Usage: queryable.py BASE_URL PROJECT_TOKEN PERSONAL_API_KEY [N] [READ_BASE_URL]
 """
 import datetime
 import json
@@ -14,6 +15,7 @@ import uuid
 
 base, token, key = sys.argv[1], sys.argv[2], sys.argv[3]
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 100
+read_base = sys.argv[5] if len(sys.argv) > 5 else base
 latencies = []
 for _ in range(n):
     did = f"probe-{uuid.uuid4()}"
@@ -22,7 +24,7 @@ for _ in range(n):
     since = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)).isoformat()
     urllib.request.urlopen(urllib.request.Request(f"{base}/i/v0/e/", data=body, headers={"Content-Type": "application/json"}))
     while True:
-        req = urllib.request.Request(f"{base}/api/projects/1/events/?distinct_id={did}&limit=1&after={urllib.parse.quote(since)}", headers={"Authorization": f"Bearer {key}"})
+        req = urllib.request.Request(f"{read_base}/api/projects/1/events/?distinct_id={did}&limit=1&after={urllib.parse.quote(since)}", headers={"Authorization": f"Bearer {key}"})
         if json.load(urllib.request.urlopen(req))["results"]:
             break
         if time.monotonic() - start > 30:
