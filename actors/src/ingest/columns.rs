@@ -470,7 +470,15 @@ mod tests {
             compactor.run_once().expect("test setup"),
             CompactionReport::default()
         );
-        claims.release(&project_job(7), "other").expect("release");
+        // A node that died holding it loses it when its lease runs out.
+        assert!(claims
+            .claim(
+                &project_job(7),
+                "other",
+                Utc::now() - chrono::Duration::seconds(120),
+                Duration::from_secs(60),
+            )
+            .expect("renew in the past"));
         let report = compactor.run_once().expect("test setup");
         // `plan` is in every event, `rare` in a tenth: only `plan` is promoted.
         assert_eq!(
