@@ -81,6 +81,62 @@ fn migrate_without_a_metastore_or_an_unreachable_one_fails_with_a_clear_message(
     assert!(text(&down).contains("metastore"), "{}", text(&down));
 }
 
+#[test]
+fn migrate_over_tls_verifies_the_server_certificate() {
+    // A private CA and a certificate for 127.0.0.1, made with trustme (PyPI).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(common::sdk::python())
+        .arg("-c")
+        .arg(
+            "import sys, trustme\n\
+             ca = trustme.CA()\n\
+             cert = ca.issue_cert('127.0.0.1')\n\
+             ca.cert_pem.write_to_path(sys.argv[1] + '/ca.pem')\n\
+             cert.private_key_pem.write_to_path(sys.argv[1] + '/server.key')\n\
+             cert.cert_chain_pems[0].write_to_path(sys.argv[1] + '/server.crt')\n",
+        )
+        .arg(dir.path())
+        .output()
+        .expect("trustme runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let server = TestPostgres::start_tls(
+        &dir.path().join("server.crt"),
+        &dir.path().join("server.key"),
+    );
+    let db = server.database();
+    let url = format!("{}?sslmode=require", db.url);
+
+    // In plain text the server refuses this database.
+    let plain = corvid(&["migrate", "--postgres-url", &db.url]);
+    assert!(!plain.status.success(), "{}", text(&plain));
+    // Over TLS, a certificate from an unknown CA is refused.
+    let unknown = corvid(&["migrate", "--postgres-url", &url]);
+    assert!(!unknown.status.success(), "{}", text(&unknown));
+    // Trusting the CA, it migrates.
+    let config = dir.path().join("tls.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster.postgres]\nca_file = \"{}\"\n",
+            dir.path().join("ca.pem").display()
+        ),
+    )
+    .expect("config");
+    let trusted = corvid(&[
+        "migrate",
+        "--config",
+        &config.to_string_lossy(),
+        "--postgres-url",
+        &url,
+    ]);
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    assert!(
+        text(&trusted).contains("metastore schema migrated"),
+        "{}",
+        text(&trusted)
+    );
+}
+
 /// `corvid serve` with `config` as its config file, in `dir`.
 fn serve_with(dir: &std::path::Path, config: &str) -> Output {
     let file = dir.join("node.toml");

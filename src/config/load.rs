@@ -308,6 +308,7 @@ impl Config {
     pub fn postgres_settings(&self) -> Option<PgSettings> {
         let p = &self.cluster.postgres;
         Some(PgSettings {
+            ca_file: p.ca_file.clone(),
             url: p.url.clone()?,
             pool_size: p.pool_size.get(),
             connect_timeout: p.connect_timeout,

@@ -242,6 +242,9 @@ pub struct PostgresConfig {
     pub pool_size: NonZeroUsize,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// Certificates (PEM) trusted besides Mozilla's roots with `sslmode=require`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[cluster.object_store]`: the bucket of distributed mode.

@@ -9,6 +9,7 @@ pub(crate) mod migrations;
 mod notify;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Json;
 use tokio_postgres::{NoTls, Row};
 
+use self::tls::Tls;
 use super::runtime::OwnedRuntime;
 use super::StoreError;
 
@@ -31,6 +33,9 @@ pub struct PgSettings {
     /// How long a statement waits for a free connection (or a new one) before failing with
     /// [`StoreError::Unavailable`].
     pub connect_timeout: Duration,
+    /// Certificates (PEM) trusted besides Mozilla's roots when the URL says
+    /// `sslmode=require`: a private CA's.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// The channel credential revocations are announced on: the payload is the SHA-256 hex of a
@@ -46,6 +51,7 @@ pub struct Pg {
     io: OwnedRuntime,
     /// For connections outside the pool (a listener holds one for good).
     config: tokio_postgres::Config,
+    tls: Tls,
 }
 
 impl std::fmt::Debug for Pg {
@@ -65,13 +71,16 @@ impl Pg {
             .map_err(|e: tokio_postgres::Error| StoreError::invalid(e.to_string(), "url"))?;
         config.connect_timeout(settings.connect_timeout);
         config.application_name("corvid");
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let tls = Tls::for_config(&config, settings.ca_file.as_deref())?;
+        let manager_config = || ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            Tls::Plain => Manager::from_config(config.clone(), NoTls, manager_config()),
+            Tls::Rustls(connector) => {
+                Manager::from_config(config.clone(), connector.clone(), manager_config())
+            }
+        };
         let io = OwnedRuntime::new("corvid-pg", 1)
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let pool = Pool::builder(manager)
@@ -81,7 +90,12 @@ impl Pg {
             .create_timeout(Some(settings.connect_timeout))
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Pg { pool, io, config })
+        Ok(Pg {
+            pool,
+            io,
+            config,
+            tls,
+        })
     }
 
     /// Runs `work` with a pooled connection and waits for it (blocking: call from a plain or

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::StreamExt;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+
+use super::tls::Tls;
 
 use super::Pg;
 
@@ -22,10 +24,10 @@ impl Pg {
     /// Listens on `channel` for as long as the pool lives, calling `on_change` for each
     /// notification, and with `None` after each (re)connection and every `resync`.
     pub fn listen(&self, channel: &'static str, resync: Duration, on_change: OnChange) {
-        let config = self.config.clone();
+        let (config, tls) = (self.config.clone(), self.tls.clone());
         self.io.handle().spawn(async move {
             loop {
-                listen_once(&config, channel, resync, &on_change).await;
+                listen_once(&config, &tls, channel, resync, &on_change).await;
                 tokio::time::sleep(RECONNECT).await;
             }
         });
@@ -35,11 +37,12 @@ impl Pg {
 /// One connection's worth of listening; returns when the connection is lost.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &Tls,
     channel: &'static str,
     resync: Duration,
     on_change: &OnChange,
 ) {
-    let (client, mut connection) = match config.connect(NoTls).await {
+    let (client, mut messages) = match tls.connect(config).await {
         Ok(pair) => pair,
         Err(e) => {
             tracing::warn!(channel, error = %e, "change listener cannot connect; retrying");
@@ -48,7 +51,6 @@ async fn listen_once(
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {

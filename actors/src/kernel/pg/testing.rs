@@ -30,6 +30,7 @@ impl TestDatabase {
             url: self.url.clone(),
             pool_size: 4,
             connect_timeout: Duration::from_secs(10),
+            ca_file: None,
         }
     }
 
@@ -90,6 +91,38 @@ fn free_port() -> u16 {
 impl TestPostgres {
     /// Starts a server; panics with the server's log when it cannot.
     pub fn start() -> TestPostgres {
+        let server = TestPostgres::init();
+        server.launch("");
+        server
+    }
+
+    /// Starts a server that takes TLS with `cert` and `key` (PEM), and takes databases other
+    /// than `postgres` over TLS only (so a connection that succeeds proves TLS was used).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> TestPostgres {
+        let server = TestPostgres::init();
+        let data = server.data();
+        for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+            let path = data.join(to);
+            std::fs::copy(from, &path).expect("copy TLS file");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("chmod");
+            if let Some((uid, gid)) = server.user {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown");
+            }
+        }
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "host postgres all 127.0.0.1/32 trust\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 reject\n",
+        )
+        .expect("pg_hba.conf");
+        server.launch("-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key");
+        server
+    }
+
+    /// A new cluster, not started.
+    fn init() -> TestPostgres {
         let dir = tempfile::tempdir().expect("tempdir");
         let user = server_user();
         if let Some((uid, gid)) = user {
@@ -114,9 +147,15 @@ impl TestPostgres {
                 "--no-sync",
             ],
         );
+        server
+    }
+
+    /// Starts the server with `extra` options.
+    fn launch(&self, extra: &str) {
+        let server = self;
         let options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off \
-             -c max_connections=200",
+             -c max_connections=200 {extra}",
             server.port,
             server.dir.path().display()
         );
@@ -135,7 +174,6 @@ impl TestPostgres {
                 "start",
             ],
         );
-        server
     }
 
     fn data(&self) -> PathBuf {
