@@ -15,8 +15,9 @@ use corvid_actors::engine::Engine;
 use corvid_actors::meta::MintKey;
 
 use crate::bootstrap::{self, Credentials};
-use crate::config::Config;
+use crate::config::{ClusterMode, Config};
 use crate::http;
+use crate::http::starting;
 use crate::metrics::Metrics;
 use crate::state::{self, AppState, Lifecycle};
 use crate::telemetry;
@@ -40,7 +41,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .with_context(|| format!("cannot bind {}", config.server.bind))?;
     let addr = listener.local_addr()?;
     let public_url: Arc<str> = config.public_url_for(addr).into();
-    let engine = Engine::start(config.engine_settings(&public_url)?).await?;
+    let settings = config.engine_settings(&public_url)?;
+    let engine = if config.cluster.mode == ClusterMode::Distributed {
+        // A cluster node may start before its metastore: until the engine is up, the port
+        // answers `/_readiness` with 503 (and `/_health` with 200), so orchestrators wait.
+        let starting = starting::serve(&listener)?;
+        let engine = start_when_reachable(settings, config.cluster.start_timeout).await;
+        starting.stop(true).await;
+        engine?
+    } else {
+        Engine::start(settings).await?
+    };
     let outcome = engine.tenancy.bootstrap(MintKey::OnFirstRun).await?;
     let first_run = bootstrap::credentials(outcome);
     if let Some(credentials) = &first_run {
@@ -100,6 +111,27 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         server,
         first_run,
     })
+}
+
+/// Starts the engine, retrying while the cluster's metastore cannot be reached, for at most
+/// `timeout`; the last failure is returned when it runs out.
+async fn start_when_reachable(
+    settings: corvid_actors::engine::EngineSettings,
+    timeout: Duration,
+) -> anyhow::Result<Engine> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match Engine::start(settings.clone()).await {
+            Ok(engine) => return Ok(engine),
+            Err(err)
+                if err.is_unreachable_metastore() && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %anyhow::Error::from(err), "metastore not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
 }
 
 /// Runs `tick` once a second until shutdown begins or `tick` answers `false`.

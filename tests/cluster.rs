@@ -137,6 +137,80 @@ fn migrate_over_tls_verifies_the_server_certificate() {
     );
 }
 
+#[test]
+fn a_node_started_before_its_metastore_answers_503_until_it_can_reach_it() {
+    let pg = TestPostgres::start();
+    let existing = pg.database();
+    // A database that does not exist yet: the node cannot use its metastore until it does.
+    let (base_url, _) = existing.url.rsplit_once('/').expect("url");
+    let later = format!("{base_url}/corvid_later");
+    let s3 = S3Server::start();
+    s3.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nmode = \"distributed\"\nnode_id = \"early\"\n\
+             [cluster.postgres]\nurl = \"{later}\"\nconnect_timeout = \"1s\"\n\
+             [cluster.object_store]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\n\
+             region = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
+             allow_http = true\n",
+            s3.url
+        ),
+    )
+    .expect("config");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let node = common::process::Helper(
+        Command::new(env!("CARGO_BIN_EXE_corvid"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .env_remove("CORVID_POSTGRES_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starts"),
+    );
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let get = |path: &str| http.get(format!("http://127.0.0.1:{port}{path}")).send();
+    assert!(
+        wait_until(Duration::from_secs(30), || get("/_readiness")
+            .is_ok_and(|r| r.status() == 503)),
+        "the port answers while the node waits"
+    );
+    let body: Value = get("/_readiness").expect("readiness").json().expect("json");
+    assert_eq!(body["status"], "starting");
+    assert_eq!(get("/_health").expect("health").status(), 200);
+    assert_eq!(
+        get("/api/projects/").expect("api").status(),
+        503,
+        "nothing is served before the engine is up"
+    );
+
+    existing
+        .connect()
+        .run(|client| async move {
+            client.batch_execute("CREATE DATABASE corvid_later").await?;
+            Ok(())
+        })
+        .expect("create the database");
+    assert!(
+        wait_until(Duration::from_secs(30), || get("/_readiness")
+            .is_ok_and(|r| r.status() == 200)),
+        "ready once the metastore is reachable"
+    );
+    drop(node);
+}
+
 /// `corvid serve` with `config` as its config file, in `dir`.
 fn serve_with(dir: &std::path::Path, config: &str) -> Output {
     let file = dir.join("node.toml");
@@ -159,8 +233,8 @@ fn a_distributed_node_names_what_its_config_lacks() {
     assert!(!out.status.success());
     assert!(text(&out).contains("cluster.node_id"), "{}", text(&out));
 
-    // Complete but with no metastore listening: it stops, naming what it could not reach,
-    // before opening anything.
+    // Complete but with no metastore listening: once its start timeout runs out it stops,
+    // naming what it could not reach, without having opened anything.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
@@ -169,8 +243,9 @@ fn a_distributed_node_names_what_its_config_lacks() {
         dir.path(),
         &format!(
             "[cluster]\nmode = \"distributed\"\nnode_id = \"node-1\"\n\
+             start_timeout = \"2s\"\n\
              [cluster.postgres]\nurl = \"postgres://corvid@127.0.0.1:{port}/corvid\"\n\
-             connect_timeout = \"2s\"\n[cluster.object_store]\nbucket = \"corvid\"\n"
+             connect_timeout = \"1s\"\n[cluster.object_store]\nbucket = \"corvid\"\n"
         ),
     );
     assert!(!out.status.success());

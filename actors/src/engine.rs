@@ -99,6 +99,14 @@ pub struct EngineSettings {
     pub geoip: Option<PathBuf>,
 }
 
+impl EngineError {
+    /// Whether starting again later may succeed: the cluster's metastore could not be
+    /// reached (a schema newer than this build is not such a case).
+    pub fn is_unreachable_metastore(&self) -> bool {
+        matches!(self, EngineError::Metastore(e) if !matches!(e, StoreError::SchemaTooNew { .. }))
+    }
+}
+
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -221,6 +221,10 @@ pub struct ClusterConfig {
     pub flush_interval: Duration,
     /// Bytes of segment files read from the bucket kept in memory (distributed mode).
     pub segment_cache_bytes: usize,
+    /// How long a distributed node waits at start for its metastore (answering `/_readiness`
+    /// with 503 meanwhile) before it gives up.
+    #[serde(with = "humantime_serde")]
+    pub start_timeout: Duration,
     pub postgres: PostgresConfig,
     #[serde(default)]
     pub object_store: Option<ClusterObjectStore>,

@@ -20,6 +20,7 @@ mod persons;
 mod projects;
 mod query;
 mod remote_config;
+pub mod starting;
 mod surveys;
 mod users;
 
