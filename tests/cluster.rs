@@ -575,6 +575,23 @@ fn oauth_codes_and_refresh_tokens_are_single_use_across_nodes(
         wait_until(Duration::from_secs(1), || node3.me(access).status() == 401),
         "the reuse on node 1 revoked the family on node 3 within 1 s"
     );
+
+    // A token revoked on node 1 (RFC 7009) is refused by node 3 within a second, though
+    // node 3 had it cached.
+    let (status, tokens, _) = exchange(node1, &approved());
+    assert_eq!(status, 200, "{tokens}");
+    let access = tokens["access_token"].as_str().expect("access token");
+    assert_eq!(node3.me(access).status(), 200);
+    let (status, _, _) = post_token(
+        node1,
+        "/oauth/revoke",
+        &[("token", access), ("client_id", &client_id)],
+    );
+    assert_eq!(status, 200);
+    assert!(
+        wait_until(Duration::from_secs(1), || node3.me(access).status() == 401),
+        "a token revoked on node 1 is refused by node 3 within 1 s"
+    );
 }
 
 fn an_endpoint_is_materialized_once_and_served_by_every_node(
