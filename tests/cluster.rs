@@ -469,6 +469,56 @@ fn flag_edits_reach_other_nodes_within_a_second(
         "a flag created on node 2 is served by node 3 within 1 s ({:?})",
         saved.elapsed()
     );
+
+    // A cohort edited on node 1 changes node 3's answer within a second.
+    let admin = |res: reqwest::blocking::Response| -> Value {
+        assert!(res.status().is_success(), "{}", res.status());
+        res.json().expect("json")
+    };
+    let cohort = admin(node1.post_json(
+        "/api/projects/1/cohorts/",
+        Some(node1.admin_key()),
+        &json!({"name": "Pros", "filters": {"properties": {"type": "OR", "values": [
+            {"type": "AND", "values": [{"key": "plan", "value": "pro", "type": "person"}]}]}}}),
+    ));
+    admin(node1.post_json(
+        "/api/projects/1/feature_flags/",
+        Some(node1.admin_key()),
+        &json!({"key": "pros-only", "filters": {"groups": [{"properties": [
+            {"key": "id", "value": cohort["id"], "type": "cohort"}], "rollout_percentage": 100}]}}),
+    ));
+    let pro = || -> Value {
+        let res = node3
+            .client
+            .post(node3.url("/flags?v=2"))
+            .json(
+                &json!({"api_key": node1.creds.project_token, "distinct_id": "ann",
+                          "person_properties": {"plan": "pro"}}),
+            )
+            .send()
+            .expect("flags");
+        res.json().expect("json")
+    };
+    assert!(
+        wait_until(Duration::from_secs(1), || pro()["flags"]["pros-only"]
+            ["enabled"]
+            == json!(true)),
+        "{}",
+        pro()
+    );
+    admin(node1.patch_json(
+        &format!("/api/projects/1/cohorts/{}/", cohort["id"]),
+        Some(node1.admin_key()),
+        &json!({"filters": {"properties": {"type": "OR", "values": [
+            {"type": "AND", "values": [{"key": "plan", "value": "enterprise", "type": "person"}]}]}}}),
+    ));
+    assert!(
+        wait_until(Duration::from_secs(1), || pro()["flags"]["pros-only"]
+            ["enabled"]
+            == json!(false)),
+        "a cohort edited on node 1 is served by node 3 within 1 s: {}",
+        pro()
+    );
 }
 
 fn deleted_keys_are_refused_everywhere_within_a_second(node1: &TestServer, node3: &TestServer) {
