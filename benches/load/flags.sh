@@ -16,6 +16,10 @@ python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flag
 curl -sf -XPOST "$BASE/flags?v=2" -H 'Content-Type: application/json' -d @"$DATA/flags.json" | python3 -c "import json,sys; print('flags returned:', len(json.load(sys.stdin)['flags']))"
 echo "== POST /flags?v=2 with $FLAGS flags, a new distinct_id and varied person properties per request"
 wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
+if [ -n "${PACE_MS:-}" ]; then
+  echo "== the same at a held rate (each of the ${CONNS:-32} connections pauses ${PACE_MS} ms between requests)"
+  wrk -t1 -c"${CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/flags_users_paced.lua "$BASE/flags?v=2" -- "$PACE_MS" "$DATA/flags.json"
+fi
 echo "== POST /flags?v=2 with $FLAGS flags, one repeated body (secondary)"
 if [ -n "${PACE_MS:-}" ]; then
   echo "(held rate: each of the ${CONNS:-32} connections pauses ${PACE_MS} ms between requests)"

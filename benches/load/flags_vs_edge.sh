@@ -4,7 +4,9 @@
 # same flag set (flags_setup.py for Corvid, edge_features.py translates it for Edge). Corvid
 # runs first, is stopped, then Edge (offline mode, POST /api/frontend) runs on the freed
 # cores; the script prints both and the ratio.
-# Usage: [CONNS=c, default 64] [EDGE=path] benches/load/flags_vs_edge.sh [N flags, default 20] [seconds, default 15]
+# Usage: [CONNS=c, default 64] [EDGE=path] [PACE_MS=ms HELD_CONNS=c] benches/load/flags_vs_edge.sh [N flags, default 20] [seconds, default 15]
+# PACE_MS adds Corvid at a held rate below saturation (about HELD_CONNS / (PACE_MS + latency),
+# HELD_CONNS defaulting to CONNS), to read its latency at a given request rate.
 # EDGE defaults to unleash-edge on the PATH, else it is installed with
 # `cargo install unleash-edge --version 20.1.0 --locked`.
 set -euo pipefail
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/../.."
 FLAGS="${1:-20}"
 DURATION="${2:-15}"
 CONNS="${CONNS:-64}"
+HELD_CONNS="${HELD_CONNS:-$CONNS}"
 PORT="${PORT:-18020}"
 EDGE_PORT="${EDGE_PORT:-18021}"
 EDGE_TOKEN='*:development.corvid-bench'
@@ -28,6 +31,10 @@ python3 benches/load/edge_features.py "$FLAGS" "$DATA/edge.json"
 
 echo "== Corvid: POST /flags?v=2, $FLAGS flags, a new distinct_id and varied properties per request"
 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json" | tee "$DATA/corvid.txt"
+if [ -n "${PACE_MS:-}" ]; then
+  echo "== Corvid at a held rate (each of $HELD_CONNS connections pauses ${PACE_MS} ms between requests)"
+  wrk -t1 -c"$HELD_CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users_paced.lua "$BASE/flags?v=2" -- "$PACE_MS" "$DATA/flags.json"
+fi
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
 
 RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -c "$EDGE_TOKEN" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
