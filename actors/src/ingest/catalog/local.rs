@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use chrono::NaiveDate;
 
-use super::{newest_versions, Flush, SegmentCatalog, SegmentName, SegmentRef};
+use super::{current_within, Flush, SegmentCatalog, SegmentName, SegmentRef};
 use crate::ingest::wal::sync_dir;
 
 const STAGED: &str = ".tmp";
@@ -119,9 +119,7 @@ impl SegmentCatalog for DirCatalog {
         from: Option<NaiveDate>,
         to: Option<NaiveDate>,
     ) -> std::io::Result<Vec<SegmentRef>> {
-        let mut all = self.versions(project)?;
-        all.retain(|s| from.is_none_or(|f| s.day >= f) && to.is_none_or(|t| s.day <= t));
-        Ok(newest_versions(all))
+        Ok(current_within(self.versions(project)?, from, to))
     }
 
     fn versions(&self, project: u64) -> std::io::Result<Vec<SegmentRef>> {

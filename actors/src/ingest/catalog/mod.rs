@@ -150,6 +150,17 @@ pub fn newest_versions(mut segments: Vec<SegmentRef>) -> Vec<SegmentRef> {
     out
 }
 
+/// The current version of each of `versions`' segments whose day is in `[from, to]` (open
+/// ends allowed): what [`SegmentCatalog::segments`] answers from a catalog's versions.
+pub fn current_within(
+    mut versions: Vec<SegmentRef>,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+) -> Vec<SegmentRef> {
+    versions.retain(|s| from.is_none_or(|f| s.day >= f) && to.is_none_or(|t| s.day <= t));
+    newest_versions(versions)
+}
+
 /// What one shard's flush makes visible: its segments, and the WAL position they cover.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flush {

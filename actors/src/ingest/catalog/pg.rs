@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Row;
 
-use super::{newest_versions, Flush, SegmentCatalog, SegmentName, SegmentRef};
+use super::{current_within, Flush, SegmentCatalog, SegmentName, SegmentRef};
 use crate::ingest::files::SegmentFiles;
 use crate::kernel::pg::{bigint, Pg};
 use crate::kernel::StoreError;
@@ -178,10 +178,9 @@ impl SegmentCatalog for PgCatalog {
         to: Option<NaiveDate>,
     ) -> std::io::Result<Vec<SegmentRef>> {
         let mut all = self.versions(project)?;
-        all.retain(|s| from.is_none_or(|f| s.day >= f) && to.is_none_or(|t| s.day <= t));
         let hidden = self.unpublished();
         all.retain(|s| !hidden.contains(s));
-        Ok(newest_versions(all))
+        Ok(current_within(all, from, to))
     }
 
     fn versions(&self, project: u64) -> std::io::Result<Vec<SegmentRef>> {
