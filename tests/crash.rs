@@ -153,6 +153,18 @@ fn kill_9_while_posting(config: Option<&std::path::Path>) {
         "nothing unexpected is stored"
     );
     assert!(stored.values().all(|n| *n == 1), "no duplicates at all");
+    // Usage is counted in memory and stored with each segment flush; replay counts again what
+    // the checkpoint did not cover, so no acknowledged event goes uncounted.
+    let billable: u64 = server
+        .usage(1)
+        .iter()
+        .map(|row| row["billable_events"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        billable >= outcomes.acked.len() as u64,
+        "usage counts every acknowledged event: {billable} < {}",
+        outcomes.acked.len()
+    );
 
     // A second crash-free restart changes nothing (replay is idempotent).
     server.stop();

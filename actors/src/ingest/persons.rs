@@ -171,18 +171,20 @@ fn write_person(
         resolve_groups(store, project_id, event)?
     };
 
-    let mut person = match store.person_by_distinct_id(project_id, &distinct_id)? {
-        Some(person) => person,
-        None => Person {
-            id: person_uuid(project_id, &distinct_id),
-            created_at: event.timestamp,
-            properties: Map::new(),
-            is_identified: false,
-            version: 0,
-            distinct_ids: vec![distinct_id.clone()],
-        },
+    let (mut person, is_new) = match store.person_for_update(project_id, &distinct_id)? {
+        Some(person) => (person, false),
+        None => (
+            Person {
+                id: person_uuid(project_id, &distinct_id),
+                created_at: event.timestamp,
+                properties: Map::new(),
+                is_identified: false,
+                version: 0,
+                distinct_ids: vec![distinct_id.clone()],
+            },
+            true,
+        ),
     };
-    let is_new = person.version == 0 && store.person(project_id, person.id)?.is_none();
     let mut changed = apply_property_updates(&mut person.properties, &event.properties);
     if matches!(
         event.event.as_str(),
@@ -192,13 +194,15 @@ fn write_person(
         person.is_identified = true;
         changed = true;
     }
-    if changed || is_new {
+    let person = if changed || is_new {
         person.version += 1;
-        store.put_person(project_id, &person)?;
-    }
+        store.put_person(project_id, person)?
+    } else {
+        Arc::new(person)
+    };
     Ok(Outcome::Keep {
         person_id: person.id,
-        person: Some(Arc::new(person)),
+        person: Some(person),
         groups,
     })
 }
@@ -341,8 +345,8 @@ fn merge(
         );
         return Ok(());
     }
-    let t = store.person_by_distinct_id(project_id, target)?;
-    let o = store.person_by_distinct_id(project_id, other)?;
+    let t = store.person_for_update(project_id, target)?;
+    let o = store.person_for_update(project_id, other)?;
     match (t, o) {
         (None, None) => {
             let person = Person {
@@ -353,7 +357,7 @@ fn merge(
                 version: 1,
                 distinct_ids: vec![target.to_string(), other.to_string()],
             };
-            store.put_person(project_id, &person)?;
+            store.put_person(project_id, person)?;
         }
         (Some(mut person), None) | (None, Some(mut person)) => {
             for did in [target, other] {
@@ -363,7 +367,7 @@ fn merge(
             }
             person.is_identified = true;
             person.version += 1;
-            store.put_person(project_id, &person)?;
+            store.put_person(project_id, person)?;
         }
         (Some(t), Some(o)) if t.id == o.id => {}
         (Some(mut t), Some(o)) => {
@@ -382,7 +386,7 @@ fn merge(
                     t.distinct_ids.push(did);
                 }
             }
-            store.put_person(project_id, &t)?;
+            store.put_person(project_id, t)?;
             store.delete_person(project_id, o.id)?;
         }
     }

@@ -27,6 +27,7 @@ use super::persons::{
 use super::read::{FrozenRows, Tail};
 use super::segment::{write_segment, StoredEvent};
 use super::CapturedEvent;
+use crate::kernel::start_over::drop_in_background;
 use crate::persons::{Person, PersonStore, UsageKind};
 
 /// Property keys the shard reads itself (besides person processing's).
@@ -163,7 +164,7 @@ impl IngestShard {
         }
         let text = serde_json::to_string(&person.properties).unwrap_or_default();
         if self.person_texts.len() >= PERSON_TEXT_MEMO_ENTRIES {
-            self.person_texts.clear();
+            drop_in_background(std::mem::take(&mut self.person_texts));
         }
         self.person_texts
             .insert(person.id, (Arc::clone(&person), text.clone()));
@@ -238,12 +239,8 @@ impl IngestShard {
         } else {
             UsageKind::BillableEvents
         };
-        if let Err(err) =
-            self.persons
-                .add_usage(project_id, rows[0].created_at, kind, rows.len() as u64)
-        {
-            tracing::warn!(error = %err, "could not count usage");
-        }
+        self.persons
+            .count_usage(project_id, rows[0].created_at, kind, rows.len() as u64);
         self.stats.events_stored += rows.len() as u64;
         self.buffered_bytes += rows.iter().map(StoredEvent::approx_bytes).sum::<usize>();
         self.first_seq_in_buffer.get_or_insert(msg.seq);
@@ -441,7 +438,9 @@ impl Flusher {
                     write_segment(&staged, &mut events, &self.columns.keys_for(project))?;
                 }
             }
-            // Person effects of these events must be durable before the WAL may forget them.
+            // Person effects and usage counts of these events must be durable before the WAL
+            // may forget them.
+            self.persons.flush_pending_usage()?;
             self.persons.flush()?;
             self.catalog.record_flush(&flush)?;
             Ok(())

@@ -1,7 +1,7 @@
 //! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]), owned runtimes
-//! ([`runtime`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
+//! ([`runtime`]), bounded caches that start over when full ([`start_over`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
 pub mod bucket;
 pub(crate) mod claims;
@@ -15,6 +15,7 @@ mod records_pg;
 pub(crate) mod runtime;
 pub(crate) mod secrets;
 pub(crate) mod sequence;
+pub(crate) mod start_over;
 pub(crate) mod time;
 
 pub use claims::{JobClaims, JobLease, LocalClaims};

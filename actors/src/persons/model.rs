@@ -1,6 +1,6 @@
 //! What is stored about persons, groups and usage.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -27,7 +27,7 @@ pub struct Group {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UsageKind {
     BillableEvents,
     HistoricalEvents,
@@ -45,6 +45,37 @@ impl UsageKind {
     }
 }
 
+/// A calendar month (UTC), the period usage is counted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UsageMonth {
+    year: i32,
+    month: u32,
+}
+
+impl UsageMonth {
+    pub fn of(at: DateTime<Utc>) -> UsageMonth {
+        UsageMonth {
+            year: at.year(),
+            month: at.month(),
+        }
+    }
+
+    /// Midnight of the month's first day: an instant inside it.
+    pub fn first_instant(self) -> DateTime<Utc> {
+        NaiveDate::from_ymd_opt(self.year, self.month, 1)
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| t.and_utc())
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for UsageMonth {
+    /// `YYYY-MM`, as [`UsageRow::month`].
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:04}-{:02}", self.year, self.month)
+    }
+}
+
 /// One month of a project's usage.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UsageRow {
@@ -53,6 +84,17 @@ pub struct UsageRow {
     pub billable_events: u64,
     pub historical_events: u64,
     pub flag_requests: u64,
+}
+
+impl UsageRow {
+    /// The counter of `kind`.
+    pub fn count_mut(&mut self, kind: UsageKind) -> &mut u64 {
+        match kind {
+            UsageKind::BillableEvents => &mut self.billable_events,
+            UsageKind::HistoricalEvents => &mut self.historical_events,
+            UsageKind::FlagRequests => &mut self.flag_requests,
+        }
+    }
 }
 
 /// Monthly rows from stored `(month, kind tag, count)` counters sorted by month.

@@ -65,6 +65,10 @@ impl PersonRecords for PgPersons {
         self.pg.exclusive(key, work)
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn watch(&self, on_change: OnPersonChange) {
         self.pg.listen(
             CHANNEL,

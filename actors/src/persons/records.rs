@@ -50,6 +50,12 @@ pub trait PersonRecords: Send + Sync {
         work()
     }
 
+    /// Whether other processes write these records too. Then this process's read cache may
+    /// lag their writes, and a read-modify-write reads the records themselves.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Announces other nodes' writes to `on_change`. A store only this process writes never
     /// calls it: its writes go through the cache.
     fn watch(&self, on_change: OnPersonChange) {

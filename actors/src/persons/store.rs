@@ -1,27 +1,27 @@
 //! The persons domain's store: the records ([`PersonRecords`]), a bounded read cache for flag
-//! evaluation, in-memory flag-request counts, and the writer lock that serializes
+//! evaluation and ingestion, in-memory usage counts, and the writer lock that serializes
 //! read-modify-write cycles.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
+use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{PersonChange, PersonRecords};
 use super::sled_store::SledPersons;
+use crate::kernel::start_over::StartOverMap;
 use crate::kernel::StoreError;
 
 /// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
 /// common `/flags` request needs no storage read. Every write through [`PersonStore`] updates
 /// it under the writer lock, so it is never stale because of this process; writes of other
-/// nodes (records shared in a cluster) drop what they changed when announced. When full it is
-/// emptied.
-#[derive(Default)]
+/// nodes (records shared in a cluster) drop what they changed when announced. When full it
+/// starts over.
 struct ReadCache {
-    persons: dashmap::DashMap<(u64, String), Option<Arc<Person>>>,
-    groups: dashmap::DashMap<(u64, u8, String), Option<Arc<Group>>>,
+    persons: StartOverMap<(u64, String), Option<Arc<Person>>>,
+    groups: StartOverMap<(u64, u8, String), Option<Arc<Group>>>,
     group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
     /// Counts other nodes' announced changes: a fill that read before one is not kept.
     remote_changes: AtomicU64,
@@ -53,10 +53,19 @@ impl ReadCache {
                 self.group_types.remove(&project);
             }
             None => {
-                self.persons.clear();
-                self.groups.clear();
+                self.persons.start_over();
+                self.groups.start_over();
                 self.group_types.clear();
             }
+        }
+    }
+
+    fn new() -> ReadCache {
+        ReadCache {
+            persons: StartOverMap::new(READ_CACHE_ENTRIES),
+            groups: StartOverMap::new(READ_CACHE_ENTRIES),
+            group_types: dashmap::DashMap::new(),
+            remote_changes: AtomicU64::new(0),
         }
     }
 
@@ -72,20 +81,20 @@ pub const READ_CACHE_ENTRIES: usize = 200_000;
 pub struct PersonStore {
     records: Arc<dyn PersonRecords>,
     cache: Arc<ReadCache>,
-    /// Flag requests counted in memory, `(project, month)` → count, until the next flush.
-    pending_flag_requests: dashmap::DashMap<(u64, String), u64>,
+    /// Usage counted in memory until the next flush: `(project, month, kind)` → count.
+    pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64>,
     writer: Mutex<()>,
 }
 
 impl PersonStore {
     pub fn new(records: Arc<dyn PersonRecords>) -> PersonStore {
-        let cache = Arc::new(ReadCache::default());
+        let cache = Arc::new(ReadCache::new());
         let changed = Arc::clone(&cache);
         records.watch(Arc::new(move |change| changed.forget(change)));
         PersonStore {
             records,
             cache,
-            pending_flag_requests: dashmap::DashMap::new(),
+            pending_usage: dashmap::DashMap::new(),
             writer: Mutex::new(()),
         }
     }
@@ -149,20 +158,35 @@ impl PersonStore {
         }
     }
 
-    /// Writes a person and points all its distinct ids at it. Caller holds the writer lock.
-    pub fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
-        self.records.put_person(project_id, person)?;
-        let shared = Arc::new(person.clone());
-        for did in &person.distinct_ids {
+    /// The person of a distinct id for a read-modify-write (caller holds the writer lock).
+    /// When only this process writes the records, every write went through the cache under
+    /// the same lock, so a cached answer (also "no person") is current and storage is not
+    /// read; records other nodes also write are always read.
+    pub fn person_for_update(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Person>, StoreError> {
+        if !self.records.shared() {
+            if let Some(cached) = self.cached_person(project_id, distinct_id) {
+                return Ok(cached.map(|person| Person::clone(&person)));
+            }
+        }
+        self.person_by_distinct_id(project_id, distinct_id)
+    }
+
+    /// Writes a person and points all its distinct ids at it; returns the copy the read cache
+    /// now holds. Caller holds the writer lock.
+    pub fn put_person(&self, project_id: u64, person: Person) -> Result<Arc<Person>, StoreError> {
+        self.records.put_person(project_id, &person)?;
+        let shared = Arc::new(person);
+        for did in &shared.distinct_ids {
             self.cache_person(project_id, did, Some(Arc::clone(&shared)));
         }
-        Ok(())
+        Ok(shared)
     }
 
     fn cache_person(&self, project_id: u64, distinct_id: &str, person: Option<Arc<Person>>) {
-        if self.cache.persons.len() >= READ_CACHE_ENTRIES {
-            self.cache.persons.clear();
-        }
         self.cache
             .persons
             .insert((project_id, distinct_id.to_string()), person);
@@ -174,7 +198,6 @@ impl PersonStore {
         self.cache
             .persons
             .get(&(project_id, distinct_id.to_string()))
-            .map(|p| p.clone())
     }
 
     /// Reads a person from storage and caches the answer (also "no person").
@@ -229,7 +252,6 @@ impl PersonStore {
         self.cache
             .groups
             .get(&(project_id, index, group_key.to_string()))
-            .map(|g| g.clone())
     }
 
     /// A group from storage, cached (also "no group").
@@ -252,9 +274,6 @@ impl PersonStore {
     }
 
     fn cache_group(&self, project_id: u64, index: u8, group_key: &str, group: Option<Arc<Group>>) {
-        if self.cache.groups.len() >= READ_CACHE_ENTRIES {
-            self.cache.groups.clear();
-        }
         self.cache
             .groups
             .insert((project_id, index, group_key.to_string()), group);
@@ -327,71 +346,68 @@ impl PersonStore {
         Ok(())
     }
 
-    /// Adds `n` to a usage counter of the month containing `at`.
-    pub fn add_usage(
-        &self,
-        project_id: u64,
-        at: DateTime<Utc>,
-        kind: UsageKind,
-        n: u64,
-    ) -> Result<(), StoreError> {
-        self.records.add_usage(project_id, at, kind, n)
-    }
-
-    /// Counts one `/flags` request in memory (no disk I/O on the request path); see
-    /// [`PersonStore::flush_pending_usage`].
-    pub fn count_flag_request(&self, project_id: u64, at: DateTime<Utc>) {
+    /// Adds `n` to a usage counter of the month containing `at`, in memory (no storage write
+    /// on the request or ingest path); [`PersonStore::flush_pending_usage`] writes it.
+    pub fn count_usage(&self, project_id: u64, at: DateTime<Utc>, kind: UsageKind, n: u64) {
+        if n == 0 {
+            return;
+        }
         *self
-            .pending_flag_requests
-            .entry((project_id, format!("{:04}-{:02}", at.year(), at.month())))
-            .or_insert(0) += 1;
+            .pending_usage
+            .entry((project_id, UsageMonth::of(at), kind))
+            .or_insert(0) += n;
     }
 
-    /// Writes the in-memory flag-request counts to storage (called every second and on
-    /// shutdown; a crash loses at most the counts since the last flush).
+    /// Counts one `/flags` request in memory; see [`PersonStore::flush_pending_usage`].
+    pub fn count_flag_request(&self, project_id: u64, at: DateTime<Utc>) {
+        self.count_usage(project_id, at, UsageKind::FlagRequests, 1);
+    }
+
+    /// Writes the usage counted in memory to storage. Called every second, by each ingest
+    /// flush before its checkpoint moves (so the counts of events the WAL may forget are
+    /// stored), and on shutdown; a crash loses at most the flag requests since the last flush
+    /// (events are counted again when the WAL is replayed).
     pub fn flush_pending_usage(&self) -> Result<(), StoreError> {
-        let keys: Vec<(u64, String)> = self
-            .pending_flag_requests
-            .iter()
-            .map(|e| e.key().clone())
-            .collect();
+        let keys: Vec<(u64, UsageMonth, UsageKind)> =
+            self.pending_usage.iter().map(|e| *e.key()).collect();
         for key in keys {
-            if let Some((_, count)) = self.pending_flag_requests.remove(&key) {
-                let (project_id, month) = key;
-                let at = chrono::NaiveDate::parse_from_str(&format!("{month}-01"), "%Y-%m-%d")
-                    .ok()
-                    .and_then(|d| d.and_hms_opt(0, 0, 0))
-                    .map(|t| t.and_utc())
-                    .unwrap_or_else(Utc::now);
-                if let Err(err) = self.add_usage(project_id, at, UsageKind::FlagRequests, count) {
-                    // Put the count back so the next flush retries it.
-                    *self
-                        .pending_flag_requests
-                        .entry((project_id, month))
-                        .or_insert(0) += count;
-                    return Err(err);
-                }
+            let Some((_, count)) = self.pending_usage.remove(&key) else {
+                continue;
+            };
+            let (project_id, month, kind) = key;
+            if let Err(err) = self
+                .records
+                .add_usage(project_id, month.first_instant(), kind, count)
+            {
+                // Put the count back so the next flush retries it.
+                *self.pending_usage.entry(key).or_insert(0) += count;
+                return Err(err);
             }
         }
         Ok(())
     }
 
-    /// Usage by month, oldest first (including flag requests not yet flushed).
+    /// Usage by month, oldest first (including counts not yet flushed).
     pub fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
         let mut rows = self.records.usage(project_id)?;
-        for entry in self.pending_flag_requests.iter() {
-            let (project, month) = entry.key();
-            if *project != project_id {
+        for entry in self.pending_usage.iter() {
+            let (project, month, kind) = *entry.key();
+            if project != project_id {
                 continue;
             }
-            match rows.iter_mut().find(|r| &r.month == month) {
-                Some(row) => row.flag_requests += *entry.value(),
-                None => rows.push(UsageRow {
-                    month: month.clone(),
-                    flag_requests: *entry.value(),
-                    ..UsageRow::default()
-                }),
-            }
+            let month = month.to_string();
+            let row = match rows.iter().position(|r| r.month == month) {
+                Some(i) => &mut rows[i],
+                None => {
+                    rows.push(UsageRow {
+                        month,
+                        ..UsageRow::default()
+                    });
+                    let last = rows.len() - 1;
+                    &mut rows[last]
+                }
+            };
+            *row.count_mut(kind) += *entry.value();
         }
         rows.sort_by(|a, b| a.month.cmp(&b.month));
         Ok(rows)
@@ -400,5 +416,94 @@ impl PersonStore {
     /// The number of group types in use by the project (for flag validation).
     pub fn group_type_count(&self, project_id: u64) -> Result<usize, StoreError> {
         Ok(self.group_types(project_id)?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::Map;
+
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, sled::Db, PersonStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("sled");
+        let store = PersonStore::open(&db).expect("store");
+        (dir, db, store)
+    }
+
+    #[test]
+    fn usage_counted_in_memory_is_read_at_once_and_stored_by_a_flush() {
+        let (_dir, db, store) = store();
+        let jan = Utc.with_ymd_and_hms(2026, 1, 31, 23, 0, 0).unwrap();
+        let feb = Utc.with_ymd_and_hms(2026, 2, 1, 0, 30, 0).unwrap();
+        store.count_usage(7, jan, UsageKind::BillableEvents, 3);
+        store.count_usage(7, jan, UsageKind::BillableEvents, 2);
+        store.count_usage(7, feb, UsageKind::HistoricalEvents, 4);
+        store.count_flag_request(7, feb);
+        store.count_usage(8, jan, UsageKind::BillableEvents, 9);
+
+        let expected = vec![
+            UsageRow {
+                month: "2026-01".into(),
+                billable_events: 5,
+                ..UsageRow::default()
+            },
+            UsageRow {
+                month: "2026-02".into(),
+                historical_events: 4,
+                flag_requests: 1,
+                ..UsageRow::default()
+            },
+        ];
+        assert_eq!(store.usage(7).expect("usage"), expected);
+        let stored = SledPersons::open(&db).expect("records");
+        assert!(
+            stored.usage(7).expect("stored").is_empty(),
+            "nothing written yet"
+        );
+
+        store.flush_pending_usage().expect("flush");
+        assert_eq!(stored.usage(7).expect("stored"), expected);
+        assert_eq!(
+            store.usage(7).expect("usage"),
+            expected,
+            "not counted twice"
+        );
+
+        store.count_usage(7, jan, UsageKind::BillableEvents, 1);
+        assert_eq!(store.usage(7).expect("usage")[0].billable_events, 6);
+        assert_eq!(store.usage(8).expect("usage")[0].billable_events, 9);
+    }
+
+    #[test]
+    fn a_person_written_through_the_store_is_what_the_next_update_starts_from() {
+        let (_dir, db, store) = store();
+        let _writer = store.lock();
+        assert_eq!(store.person_for_update(1, "a").expect("read"), None);
+        let person = Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: Map::new(),
+            is_identified: false,
+            version: 1,
+            distinct_ids: vec!["a".into(), "b".into()],
+        };
+        let shared = store.put_person(1, person.clone()).expect("put");
+        assert_eq!(*shared, person);
+        for did in ["a", "b"] {
+            assert_eq!(
+                store.person_for_update(1, did).expect("read"),
+                Some(person.clone())
+            );
+        }
+        // A store opened later over the same records reads them from storage.
+        let reopened = PersonStore::open(&db).expect("store");
+        assert_eq!(
+            reopened.person_for_update(1, "b").expect("read"),
+            Some(person)
+        );
+        assert_eq!(store.person_for_update(2, "a").expect("read"), None);
     }
 }

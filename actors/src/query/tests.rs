@@ -119,7 +119,7 @@ impl Fixture {
         persons
             .put_person(
                 1,
-                &Person {
+                Person {
                     id: Uuid::new_v5(&Uuid::NAMESPACE_OID, b"alice"),
                     created_at: Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap(),
                     properties: json!({"email": "alice@example.com", "plan": "pro"})
