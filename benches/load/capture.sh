@@ -31,7 +31,8 @@ settle() {
 }
 settle
 echo "== /i/v0/e/, one event per request, a new distinct_id and varied properties each (persons created)"
-wrk -t1 -c"${SINGLE_CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/capture_users.lua "$BASE/i/v0/e/" -- "$DATA/single.json"
+measured_wrk "$DATA/users.txt" -t1 -c"${SINGLE_CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/capture_users.lua "$BASE/i/v0/e/" -- "$DATA/single.json"
+echo "(wrk's share of the two cores: $(wrk_share "$DATA/users.txt"))"
 settle
 echo "== /i/v0/e/, one event per request, one repeated body (secondary)"
 wrk -t1 -c"${SINGLE_CONNS:-32}" -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/i/v0/e/" -- "$DATA/single.json"

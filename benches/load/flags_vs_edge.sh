@@ -30,7 +30,7 @@ python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flag
 python3 benches/load/edge_features.py "$FLAGS" "$DATA/edge.json"
 
 echo "== Corvid: POST /flags?v=2, $FLAGS flags, a new distinct_id and varied properties per request"
-wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json" | tee "$DATA/corvid.txt"
+measured_wrk "$DATA/corvid.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users.lua "$BASE/flags?v=2" -- "$DATA/flags.json"
 if [ -n "${PACE_MS:-}" ]; then
   echo "== Corvid at a held rate (each of $HELD_CONNS connections pauses ${PACE_MS} ms between requests)"
   wrk -t1 -c"$HELD_CONNS" -d"${DURATION}s" --latency -s benches/load/flags_users_paced.lua "$BASE/flags?v=2" -- "$PACE_MS" "$DATA/flags.json"
@@ -45,8 +45,9 @@ curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization
   -d '{"userId":"u1","properties":{"email":"a@corp.com","plan":"pro","age":"31","country":"US"}}' \
   | python3 -c "import json,sys; print('edge toggles:', len(json.load(sys.stdin)['toggles']))"
 echo "== Unleash Edge: POST /api/frontend, $FLAGS flags, a new userId and varied properties per request"
-wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/edge_users.lua "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN" | tee "$DATA/edge.txt"
+measured_wrk "$DATA/edge.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/edge_users.lua "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN"
 
 corvid=$(awk '/^Requests\/sec/ {print $2}' "$DATA/corvid.txt")
 edge=$(awk '/^Requests\/sec/ {print $2}' "$DATA/edge.txt")
 python3 -c "print(f'== {$FLAGS} flags: Corvid {$corvid:,.0f} req/s, Unleash Edge {$edge:,.0f} req/s, ratio {$corvid / $edge:.2f}x')"
+echo "== wrk's share of the two cores: $(wrk_share "$DATA/corvid.txt") during Corvid's run, $(wrk_share "$DATA/edge.txt") during Edge's"

@@ -12,3 +12,16 @@ SERVER=$!
 for _ in $(seq 1 100); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.1; done
 TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/credentials.json")
 KEY=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['personal_api_key'])" "$DATA/credentials.json")
+
+# Runs wrk with the remaining arguments, prints its report and keeps it in $1, and keeps the
+# CPU wrk itself used (user, sys, wall seconds) in $1.cpu: wrk shares the two cores.
+measured_wrk() {
+  local out=$1 TIMEFORMAT='%U %S %R'
+  shift
+  { time wrk "$@" >"$out"; } 2>"$out.cpu"
+  cat "$out"
+}
+# wrk's share of the two cores during the run recorded in $1.
+wrk_share() {
+  awk '{printf "%.0f%%", 100 * ($1 + $2) / ($3 * 2)}' "$1.cpu"
+}
