@@ -37,6 +37,8 @@ impl Config {
         config.data_dir = data_dir.to_path_buf();
         config.server.bind = SocketAddr::from(([127, 0, 0, 1], 0));
         config.server.workers = NonZeroUsize::new(2);
+        // Two shards, whatever the machine, so tests cross shards.
+        config.ingest.shards = NonZeroUsize::new(2);
         config.server.shutdown_timeout = Duration::from_secs(5);
         config.surveys.maintenance_interval = Duration::from_millis(200);
         // Test traffic stays on loopback: no redirects to a public CDN.
@@ -186,7 +188,7 @@ impl Config {
         IngestConfig {
             data_dir: self.data_dir.clone(),
             durability: i.durability,
-            shards: i.shards.get(),
+            shards: i.shards.map_or_else(default_shards, NonZeroUsize::get),
             flush_max_rows: i.flush_max_rows.get(),
             flush_max_bytes: i.flush_max_bytes.get(),
             flush_interval: i.flush_interval,
@@ -415,6 +417,20 @@ mod tests {
         assert_eq!(c.limits.max_body_bytes, 20 * 1024 * 1024);
         assert_eq!(c.log.format, LogFormat::Human);
         assert_eq!(c.public_url_for(c.server.bind), "http://127.0.0.1:8000");
+    }
+
+    #[test]
+    fn ingest_shards_follow_the_cores_unless_set() {
+        let unset = Config::defaults();
+        assert_eq!(unset.ingest.shards, None);
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(unset.ingest_config().shards, (cores / 2).max(1));
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[ingest]\nshards = 3\n").expect("write");
+        let set = Config::load(Some(&path), Overrides::default()).expect("loads");
+        assert_eq!(set.ingest_config().shards, 3);
     }
 
     #[test]

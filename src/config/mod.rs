@@ -68,3 +68,10 @@ mod load;
 mod sections;
 
 pub use sections::*;
+
+/// Ingest shards when `ingest.shards` is unset: one per two CPU cores, at least one. Each shard
+/// is a thread every capture request hands off to (beside the HTTP workers, the WAL writer and
+/// the shard's flusher), so on two cores one shard is faster than two.
+pub fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}

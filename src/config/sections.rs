@@ -31,7 +31,8 @@ pub struct CaptureConfig {
 #[serde(deny_unknown_fields)]
 pub struct IngestSection {
     pub durability: Durability,
-    pub shards: NonZeroUsize,
+    /// Ingest shard threads; `None`: [`default_shards`](super::default_shards).
+    pub shards: Option<NonZeroUsize>,
     pub flush_max_rows: NonZeroUsize,
     pub flush_max_bytes: NonZeroUsize,
     #[serde(with = "humantime_serde")]
