@@ -774,6 +774,52 @@ fn cached_person_and_group_data_follow_ingest_writes() {
 }
 
 #[test]
+fn group_properties_sent_with_the_request_decide_group_flags_with_or_without_a_stored_group() {
+    let server = TestServer::new();
+    let token = server.creds.project_token.clone();
+    let res = server.capture_batch(&[json!({"event": "$groupidentify", "distinct_id": "setup", "properties": {"$group_type": "company", "$group_key": "small-co", "$group_set": {"size": 5, "industry": "saas"}}})]);
+    assert_eq!(res.status(), 200);
+    create_flag(
+        &server,
+        1,
+        json!({"key": "big-company", "filters": {"aggregation_group_type_index": 0, "groups": [{"properties": [{"key": "size", "value": 100, "operator": "gte", "type": "group", "group_type_index": 0}]}]}}),
+    );
+    create_flag(
+        &server,
+        1,
+        json!({"key": "saas", "filters": {"aggregation_group_type_index": 0, "groups": [{"properties": [{"key": "industry", "value": "saas", "type": "group", "group_type_index": 0}]}]}}),
+    );
+    let ask = |company: &str, group_properties: Value| {
+        evaluate(
+            &server,
+            json!({"token": token, "distinct_id": "someone", "person_properties": {},
+                   "groups": {"company": company}, "group_properties": {"company": group_properties}}),
+            &[],
+        )["flags"]
+            .clone()
+    };
+    // A company never stored, described by the request alone.
+    let flags = ask("new-co", json!({"size": 500, "industry": "saas"}));
+    assert_eq!(flags["big-company"]["enabled"], true);
+    assert_eq!(flags["saas"]["enabled"], true);
+    let flags = ask("new-co", json!({"size": 50, "industry": "retail"}));
+    assert_eq!(flags["big-company"]["enabled"], false);
+    assert_eq!(flags["saas"]["enabled"], false);
+    // A stored company: what the request sends wins; what it leaves out is read from storage.
+    let flags = ask("small-co", json!({"size": 500, "industry": "retail"}));
+    assert_eq!(flags["big-company"]["enabled"], true);
+    assert_eq!(flags["saas"]["enabled"], false);
+    let flags = ask("small-co", json!({"size": 500}));
+    assert_eq!(flags["big-company"]["enabled"], true);
+    assert_eq!(
+        flags["saas"]["enabled"], true,
+        "industry comes from the stored company"
+    );
+    let flags = ask("small-co", json!({}));
+    assert_eq!(flags["big-company"]["enabled"], false, "size 5 is stored");
+}
+
+#[test]
 fn flag_request_counts_survive_a_clean_restart() {
     let (dir, config) = common::fresh();
     let server = TestServer::start(config.clone());

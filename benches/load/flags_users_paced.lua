@@ -1,8 +1,9 @@
--- wrk script: flags_users.lua (a new user per request) plus a pause between each
--- connection's requests, to hold a rate (about connections / (pause + latency)) below
--- saturation and read the latency there. The first script argument is the pause in
--- milliseconds (whole milliseconds: wrk's timer resolution); the second is flags_users.lua's.
-dofile("benches/load/flags_users.lua")
+-- wrk script: flags_users.lua (a new user per request; or the script the environment's
+-- USERS_LUA names, e.g. flags_groups.lua) plus a pause between each connection's requests, to
+-- hold a rate (about connections / (pause + latency)) below saturation and read the latency
+-- there. The first script argument is the pause in milliseconds (whole milliseconds: wrk's
+-- timer resolution); the second is the users script's.
+dofile(os.getenv("USERS_LUA") or "benches/load/flags_users.lua")
 
 local pause_ms = 0
 local users_init = init

@@ -1,32 +1,44 @@
-//! When a `/flags` request can be answered without the stored person: PostHog skips the
-//! person read when the request's own `person_properties` hold every property the flags look
-//! at. Computed once per snapshot; checked per request.
+//! When a `/flags` request can be answered without the stored person and groups: PostHog skips
+//! the stored read when the request's own `person_properties` (and `group_properties`) hold
+//! every property the flags look at. Computed once per snapshot; checked per request.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::model::{CohortDefinition, CohortNode, FlagDefinition};
 use super::properties::PropertyFilter;
+use super::request::FlagRequest;
 
-/// The person property keys a project's flags read (their conditions, super groups, early-access
-/// enrollment and the dynamic cohorts they name, nested cohorts included), or `None` when the stored person is
-/// needed whatever the request sends: a flag that keeps experience continuity (the person's
-/// distinct ids), or static cohorts (membership by any of the person's distinct ids).
-pub(crate) fn person_keys(
+/// The property keys a project's flags read from stored data.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadKeys {
+    /// Person property keys.
+    pub person: Vec<String>,
+    /// Group property keys by group type index.
+    pub group: BTreeMap<u8, Vec<String>>,
+}
+
+/// The keys a project's flags read (their conditions, super groups, early-access enrollment
+/// and the dynamic cohorts they name, nested cohorts included), or `None` when the stored
+/// person is needed whatever the request sends: a flag that keeps experience continuity (the
+/// person's distinct ids), static cohorts (membership by any of the person's distinct ids), or
+/// a group filter that names no group type.
+pub(crate) fn read_keys(
     flags: &[FlagDefinition],
     cohorts: &HashMap<i64, CohortDefinition>,
     static_members: &HashMap<String, Vec<i64>>,
-) -> Option<Vec<String>> {
+) -> Option<ReadKeys> {
     if !static_members.is_empty() || flags.iter().any(|f| f.ensure_experience_continuity) {
         return None;
     }
-    let mut keys = BTreeSet::new();
+    let mut keys = Keys::default();
     let mut seen_cohorts = BTreeSet::new();
     for flag in flags {
         // An early-access flag is decided first by the person's enrollment property.
         if flag.filters.feature_enrollment == Some(true) {
-            keys.insert(format!("$feature_enrollment/{}", flag.key));
+            keys.person
+                .insert(format!("$feature_enrollment/{}", flag.key));
         }
         for condition in flag.filters.groups.iter().chain(&flag.filters.super_groups) {
             for filter in &condition.properties {
@@ -34,18 +46,39 @@ pub(crate) fn person_keys(
             }
         }
     }
-    Some(keys.into_iter().collect())
+    Some(ReadKeys {
+        person: keys.person.into_iter().collect(),
+        group: keys
+            .group
+            .into_iter()
+            .map(|(index, keys)| (index, keys.into_iter().collect()))
+            .collect(),
+    })
+}
+
+#[derive(Default)]
+struct Keys {
+    person: BTreeSet<String>,
+    group: BTreeMap<u8, BTreeSet<String>>,
 }
 
 fn collect(
     filter: &PropertyFilter,
     cohorts: &HashMap<i64, CohortDefinition>,
-    keys: &mut BTreeSet<String>,
+    keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
 ) -> Option<()> {
     match filter.kind.as_deref() {
-        // Flag dependencies and group properties are not person properties.
-        Some("flag") | Some("group") => Some(()),
+        // Flag dependencies are evaluated, not read.
+        Some("flag") => Some(()),
+        Some("group") => {
+            let index = u8::try_from(filter.group_type_index?).ok()?;
+            keys.group
+                .entry(index)
+                .or_default()
+                .insert(filter.key.clone());
+            Some(())
+        }
         Some("cohort") => {
             let id = match &filter.value {
                 Value::Number(n) => n.as_i64()?,
@@ -65,7 +98,7 @@ fn collect(
             walk(&tree.properties.values, cohorts, keys, seen)
         }
         _ => {
-            keys.insert(filter.key.clone());
+            keys.person.insert(filter.key.clone());
             Some(())
         }
     }
@@ -74,7 +107,7 @@ fn collect(
 fn walk(
     nodes: &[CohortNode],
     cohorts: &HashMap<i64, CohortDefinition>,
-    keys: &mut BTreeSet<String>,
+    keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
 ) -> Option<()> {
     for node in nodes {
@@ -86,20 +119,43 @@ fn walk(
     Some(())
 }
 
-/// Whether the request alone decides every flag: no groups named, and each key in `keys`
-/// present in its person properties.
+/// Whether the request alone decides every flag: each person key in its person properties and,
+/// for each group it names of a known type (`group_types`: `(name, index)`; `None` when not at
+/// hand), each group key of that type in its group properties.
 pub(crate) fn covered(
-    keys: Option<&[String]>,
-    person_properties: &Map<String, Value>,
-    groups: &Map<String, Value>,
+    keys: Option<&ReadKeys>,
+    request: &FlagRequest,
+    group_types: Option<&[(String, u8)]>,
 ) -> bool {
-    groups.is_empty()
-        && keys.is_some_and(|keys| keys.iter().all(|k| person_properties.contains_key(k)))
+    let Some(keys) = keys else {
+        return false;
+    };
+    if !keys
+        .person
+        .iter()
+        .all(|k| request.person_properties.contains_key(k))
+    {
+        return false;
+    }
+    if request.groups.is_empty() {
+        return true;
+    }
+    let Some(types) = group_types else {
+        return false;
+    };
+    types.iter().all(|(name, index)| {
+        let needed = keys.group.get(index).map(Vec::as_slice).unwrap_or_default();
+        if needed.is_empty() || !request.groups.contains_key(name) {
+            return true;
+        }
+        matches!(request.group_properties.get(name),
+            Some(Value::Object(props)) if needed.iter().all(|k| props.contains_key(k)))
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Map};
 
     use super::*;
 
@@ -110,6 +166,19 @@ mod tests {
     fn cohort(body: Value) -> (i64, CohortDefinition) {
         let c: CohortDefinition = serde_json::from_value(body).expect("cohort");
         (c.id, c)
+    }
+
+    fn object(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    fn request(person: Value, groups: Value, group_properties: Value) -> FlagRequest {
+        FlagRequest {
+            person_properties: object(person),
+            groups: object(groups),
+            group_properties: object(group_properties),
+            ..FlagRequest::default()
+        }
     }
 
     #[test]
@@ -137,25 +206,104 @@ mod tests {
                 "groups": [{"properties": [{"key": "id", "value": 1, "type": "cohort"}]}],
                 "super_groups": [{"properties": [{"key": "$feature_enrollment/b", "value": ["true"], "type": "person"}]}]}})),
         ];
-        let keys = person_keys(&flags, &cohorts, &HashMap::new()).expect("coverable");
+        let keys = read_keys(&flags, &cohorts, &HashMap::new()).expect("coverable");
         assert_eq!(
-            keys,
+            keys.person,
             vec!["$feature_enrollment/b", "country", "email", "plan"]
         );
-        let props = |v: Value| v.as_object().cloned().unwrap_or_default();
-        let all = props(
-            json!({"email": "a@b", "plan": "pro", "country": "US", "$feature_enrollment/b": true}),
-        );
-        assert!(covered(Some(&keys), &all, &Map::new()));
-        let partial = props(json!({"email": "a@b", "plan": "pro"}));
+        assert!(keys.group.is_empty());
+        let all =
+            json!({"email": "a@b", "plan": "pro", "country": "US", "$feature_enrollment/b": true});
+        assert!(covered(
+            Some(&keys),
+            &request(all.clone(), json!({}), json!({})),
+            None
+        ));
+        let partial = json!({"email": "a@b", "plan": "pro"});
         assert!(
-            !covered(Some(&keys), &partial, &Map::new()),
+            !covered(Some(&keys), &request(partial, json!({}), json!({})), None),
             "a missing key needs the stored person"
         );
-        let groups = props(json!({"company": "acme"}));
         assert!(
-            !covered(Some(&keys), &all, &groups),
-            "groups are read from storage"
+            !covered(
+                Some(&keys),
+                &request(all.clone(), json!({"company": "acme"}), json!({})),
+                None
+            ),
+            "groups of types not at hand are read from storage"
+        );
+        let types = [("company".to_string(), 0u8)];
+        assert!(
+            covered(
+                Some(&keys),
+                &request(all, json!({"company": "acme"}), json!({})),
+                Some(&types)
+            ),
+            "no flag reads company properties"
+        );
+    }
+
+    #[test]
+    fn group_properties_in_the_request_cover_the_group_keys_of_their_type() {
+        let flags = vec![
+            flag(
+                json!({"id": 1, "key": "big", "filters": {"aggregation_group_type_index": 0, "groups": [
+                {"properties": [{"key": "size", "value": 100, "operator": "gte", "type": "group", "group_type_index": 0}]}]}}),
+            ),
+            flag(
+                json!({"id": 2, "key": "project", "filters": {"aggregation_group_type_index": 1, "groups": [
+                {"properties": [{"key": "tier", "value": "gold", "type": "group", "group_type_index": 1}]}]}}),
+            ),
+            flag(json!({"id": 3, "key": "pro", "filters": {"groups": [
+                {"properties": [{"key": "plan", "value": "pro", "type": "person"}]}]}})),
+        ];
+        let keys = read_keys(&flags, &HashMap::new(), &HashMap::new()).expect("coverable");
+        assert_eq!(keys.person, vec!["plan"]);
+        assert_eq!(
+            keys.group,
+            BTreeMap::from([(0, vec!["size".to_string()]), (1, vec!["tier".to_string()])])
+        );
+        let types = [("company".to_string(), 0u8), ("project".to_string(), 1u8)];
+        let covers = |groups: Value, group_properties: Value| {
+            covered(
+                Some(&keys),
+                &request(json!({"plan": "free"}), groups, group_properties),
+                Some(&types),
+            )
+        };
+        assert!(covers(
+            json!({"company": "acme"}),
+            json!({"company": {"size": 5}})
+        ));
+        assert!(covers(
+            json!({"company": "acme", "project": "p1"}),
+            json!({"company": {"size": 5}, "project": {"tier": "gold"}})
+        ));
+        assert!(
+            !covers(
+                json!({"company": "acme"}),
+                json!({"company": {"name": "Acme"}})
+            ),
+            "size is read from the stored company"
+        );
+        assert!(
+            !covers(
+                json!({"company": "acme", "project": "p1"}),
+                json!({"company": {"size": 5}})
+            ),
+            "the project's tier is read from storage"
+        );
+        assert!(
+            covers(json!({"team": "t1"}), json!({})),
+            "a group of an unknown type is not evaluated"
+        );
+
+        let unindexed = vec![flag(json!({"id": 1, "key": "g", "filters": {"groups": [
+            {"properties": [{"key": "size", "value": 1, "type": "group"}]}]}}))];
+        assert_eq!(
+            read_keys(&unindexed, &HashMap::new(), &HashMap::new()),
+            None,
+            "a group filter without its type cannot be covered"
         );
     }
 
@@ -166,22 +314,22 @@ mod tests {
             "filters": {"groups": [{"rollout_percentage": 50}]}}),
         )];
         assert_eq!(
-            person_keys(&continuity, &HashMap::new(), &HashMap::new()),
+            read_keys(&continuity, &HashMap::new(), &HashMap::new()),
             None
         );
         let plain = vec![flag(
             json!({"id": 1, "key": "a", "filters": {"groups": [{"rollout_percentage": 50}]}}),
         )];
         let members: HashMap<String, Vec<i64>> = [("u1".to_string(), vec![3])].into();
-        assert_eq!(person_keys(&plain, &HashMap::new(), &members), None);
+        assert_eq!(read_keys(&plain, &HashMap::new(), &members), None);
         assert_eq!(
-            person_keys(&plain, &HashMap::new(), &HashMap::new()),
-            Some(Vec::new())
+            read_keys(&plain, &HashMap::new(), &HashMap::new()),
+            Some(ReadKeys::default())
         );
         let missing_cohort = vec![flag(json!({"id": 1, "key": "a", "filters": {"groups": [
             {"properties": [{"key": "id", "value": 9, "type": "cohort"}]}]}}))];
         assert_eq!(
-            person_keys(&missing_cohort, &HashMap::new(), &HashMap::new()),
+            read_keys(&missing_cohort, &HashMap::new(), &HashMap::new()),
             None
         );
     }

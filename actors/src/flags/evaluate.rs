@@ -60,6 +60,21 @@ pub struct StoredData {
 
 /// The stored data from memory alone, or `None` when anything is not cached (then call
 /// [`load_stored`] off the event loop).
+/// What evaluation gets when the request covers everything the flags read: no stored person,
+/// and the request's groups of known types (`(name, index)`) with no stored properties.
+pub fn request_only(request: &FlagRequest, group_types: Option<&[(String, u8)]>) -> StoredData {
+    let groups = group_types
+        .unwrap_or_default()
+        .iter()
+        .filter(|(name, _)| request.groups.get(name).and_then(group_key).is_some())
+        .map(|(name, index)| (name.clone(), *index, None))
+        .collect();
+    StoredData {
+        person: None,
+        groups,
+    }
+}
+
 pub fn cached_stored(
     persons: &PersonStore,
     project_id: u64,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::coverage::covered;
 use super::evaluate::{
-    cached_stored, evaluate, load_stored, selected_flags, FlagsOutcome, StoredData,
+    cached_stored, evaluate, load_stored, request_only, selected_flags, FlagsOutcome, StoredData,
 };
 use super::properties::MatchContext;
 use super::request::{detect_runtime, FlagRequest};
@@ -66,28 +66,35 @@ impl Flags {
             }
         };
         let selected = selected_flags(&snapshot, &request, runtime);
-        // The stored person is read only when the request does not decide every flag itself.
+        let group_types = match request.groups.is_empty() {
+            true => None,
+            false => self.persons.cached_group_types(project_id),
+        };
+        // The stored person and groups are read only when the request does not decide every
+        // flag itself.
         let needs_data = !selected.is_empty()
             && !request.disable_flags
             && !covered(
-                snapshot.person_keys.as_deref(),
-                &request.person_properties,
-                &request.groups,
+                snapshot.read_keys.as_ref(),
+                &request,
+                group_types.as_deref().map(Vec::as_slice),
             );
+        let unread = || request_only(&request, group_types.as_deref().map(Vec::as_slice));
         let org = project.organization_id;
 
         // Fast path: an organization known to be unlimited and everything needed in memory.
         let fast = match self.tenancy.cached_flag_quota(org) {
             Some(None) if needs_data => cached_stored(&self.persons, project_id, &request),
-            Some(None) => Some(StoredData::default()),
+            Some(None) => Some(unread()),
             _ => None,
         };
         let stored = match fast {
             Some(stored) => Some(stored),
             None => {
+                let unread = (!needs_data).then(unread);
                 let request = Arc::new(request.clone());
                 match self
-                    .load_under_deadline(project_id, org, needs_data, request, now)
+                    .load_under_deadline(project_id, org, unread, request, now)
                     .await
                 {
                     Loaded::QuotaLimited => return Ok(Served::QuotaLimited),
@@ -103,13 +110,14 @@ impl Flags {
     }
 
     /// One trip to the blocking pool, under the deadline: the quota check and the stored
-    /// person and groups. Past the deadline (or on a storage error) the request is still
-    /// answered, with the flags that needed stored data marked failed.
+    /// person and groups (unless `unread` holds what the request alone supplies). Past the
+    /// deadline (or on a storage error) the request is still answered, with the flags that
+    /// needed stored data marked failed.
     async fn load_under_deadline(
         &self,
         project_id: u64,
         org: Uuid,
-        needs_data: bool,
+        unread: Option<StoredData>,
         request: Arc<FlagRequest>,
         now: DateTime<Utc>,
     ) -> Loaded {
@@ -118,10 +126,9 @@ impl Flags {
             if quota_exceeded(&tenancy, &persons, org, now)? {
                 return Ok(None);
             }
-            let stored = if needs_data {
-                load_stored(&persons, project_id, &request)?
-            } else {
-                StoredData::default()
+            let stored = match unread {
+                Some(unread) => unread,
+                None => load_stored(&persons, project_id, &request)?,
             };
             Ok::<_, StoreError>(Some(stored))
         });

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use dashmap::DashMap;
 
+use super::coverage::ReadKeys;
 use super::engine::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
@@ -32,9 +33,9 @@ pub struct ProjectFlags {
     /// Per flag (same index as `flags`), the fixed JSON around its `/flags?v=2` entry, so the
     /// hot path copies it instead of escaping and formatting it on every request.
     pub v2_fragments: Vec<V2Fragments>,
-    /// The person property keys the flags read, when a request that sends them all needs no
-    /// stored person (see [`super::coverage`]).
-    pub person_keys: Option<Vec<String>>,
+    /// The person and group property keys the flags read, when a request that sends them all
+    /// needs no stored person or group (see [`super::coverage`]).
+    pub read_keys: Option<ReadKeys>,
 }
 
 /// The parts of a flag's `v=2` entry that depend only on its definition.
@@ -71,9 +72,9 @@ impl ProjectFlags {
         let mut by_key: Vec<usize> = (0..flags.len()).collect();
         by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
         let v2_fragments = flags.iter().map(V2Fragments::new).collect();
-        let person_keys = super::coverage::person_keys(&flags, &cohorts, &static_members);
+        let read_keys = super::coverage::read_keys(&flags, &cohorts, &static_members);
         ProjectFlags {
-            person_keys,
+            read_keys,
             flags,
             cohorts,
             static_members,
