@@ -58,8 +58,6 @@ pub struct StoredData {
     pub groups: Vec<(String, u8, Option<Arc<Group>>)>,
 }
 
-/// The stored data from memory alone, or `None` when anything is not cached (then call
-/// [`load_stored`] off the event loop).
 /// What evaluation gets when the request covers everything the flags read: no stored person,
 /// and the request's groups of known types (`(name, index)`) with no stored properties.
 pub fn request_only(request: &FlagRequest, group_types: Option<&[(String, u8)]>) -> StoredData {
@@ -75,6 +73,8 @@ pub fn request_only(request: &FlagRequest, group_types: Option<&[(String, u8)]>)
     }
 }
 
+/// The stored data from memory alone, or `None` when anything is not cached (then call
+/// [`load_stored`] off the event loop).
 pub fn cached_stored(
     persons: &PersonStore,
     project_id: u64,

@@ -66,9 +66,10 @@ impl Flags {
             }
         };
         let selected = selected_flags(&snapshot, &request, runtime);
-        let group_types = match request.groups.is_empty() {
-            true => None,
-            false => self.persons.cached_group_types(project_id),
+        let group_types = if request.groups.is_empty() {
+            None
+        } else {
+            self.persons.cached_group_types(project_id)
         };
         // The stored person and groups are read only when the request does not decide every
         // flag itself.

@@ -1,7 +1,8 @@
 //! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
-//! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]), owned runtimes
-//! ([`runtime`]), bounded caches that start over when full ([`start_over`]), and the helper that keeps blocking storage work off async threads. It depends on no domain.
+//! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
+//! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]), and
+//! the helper that keeps blocking storage work off async threads. It depends on no domain.
 
 pub mod bucket;
 pub(crate) mod claims;

@@ -6,12 +6,14 @@
 
 use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
 
 pub struct StartOverMap<K: Eq + Hash, V> {
-    map: RwLock<Arc<DashMap<K, V>>>,
+    /// Read-locked by every use (entries have their own locks in the map); write-locked only
+    /// to swap in an empty map.
+    map: RwLock<DashMap<K, V>>,
     /// Inserts since the last start-over (overwrites included): an upper bound of the entries.
     inserts: AtomicUsize,
     capacity: usize,
@@ -25,22 +27,18 @@ where
     /// A map that holds at most `capacity` entries.
     pub fn new(capacity: usize) -> StartOverMap<K, V> {
         StartOverMap {
-            map: RwLock::new(Arc::new(DashMap::new())),
+            map: RwLock::new(DashMap::new()),
             inserts: AtomicUsize::new(0),
             capacity: capacity.max(1),
         }
     }
 
-    fn current(&self) -> Arc<DashMap<K, V>> {
-        Arc::clone(&self.map.read().unwrap_or_else(|p| p.into_inner()))
+    fn map(&self) -> RwLockReadGuard<'_, DashMap<K, V>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
-        self.map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .map(|v| v.clone())
+        self.map().get(key).map(|v| v.clone())
     }
 
     pub fn insert(&self, key: K, value: V) {
@@ -48,23 +46,20 @@ where
             self.start_over();
             self.inserts.store(1, Ordering::Relaxed);
         }
-        self.current().insert(key, value);
+        self.map().insert(key, value);
     }
 
     pub fn remove(&self, key: &K) {
-        self.current().remove(key);
+        self.map().remove(key);
     }
 
     pub fn retain(&self, keep: impl FnMut(&K, &mut V) -> bool) {
-        self.current().retain(keep);
+        self.map().retain(keep);
     }
 
     /// Empties the map at once; the entries are freed in the background.
     pub fn start_over(&self) {
-        let old = {
-            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-            std::mem::replace(&mut *map, Arc::new(DashMap::new()))
-        };
+        let old = std::mem::take(&mut *self.map.write().unwrap_or_else(|p| p.into_inner()));
         self.inserts.store(0, Ordering::Relaxed);
         drop_in_background(old);
     }
@@ -72,7 +67,7 @@ where
     /// Entries now held.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.current().len()
+        self.map().len()
     }
 }
 

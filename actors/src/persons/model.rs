@@ -43,6 +43,15 @@ impl UsageKind {
             UsageKind::FlagRequests => 2,
         }
     }
+
+    /// The kind of a stored one-byte code (unknown codes count as flag requests, as stored).
+    pub(crate) fn of_tag(tag: u8) -> UsageKind {
+        match tag {
+            0 => UsageKind::BillableEvents,
+            1 => UsageKind::HistoricalEvents,
+            _ => UsageKind::FlagRequests,
+        }
+    }
 }
 
 /// A calendar month (UTC), the period usage is counted by.
@@ -108,11 +117,7 @@ pub(crate) fn usage_rows(counters: impl IntoIterator<Item = (String, u8, u64)>) 
             });
         }
         if let Some(row) = rows.last_mut() {
-            match tag {
-                0 => row.billable_events = count,
-                1 => row.historical_events = count,
-                _ => row.flag_requests = count,
-            }
+            *row.count_mut(UsageKind::of_tag(tag)) = count;
         }
     }
     rows
