@@ -37,7 +37,8 @@ impl FromRequest for ProjectToken {
         let payload = payload.take();
         Box::pin(async move {
             let state = app_state(&req)?;
-            let body = read_body(&req, payload, state.config.limits.max_body_bytes).await?;
+            // A public route's body is parsed on the event loop: held to the small limit.
+            let body = read_body(&req, payload, state.config.flags_body_limit()).await?;
             let from_body = serde_json::from_slice::<TokenFields>(&body)
                 .ok()
                 .and_then(|f| f.api_key.or(f.token));

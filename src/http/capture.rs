@@ -5,13 +5,13 @@
 use actix_web::http::header;
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
-use actix_web::web::Bytes;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
 use corvid_actors::ingest::{
-    decode, normalize_all, CaptureContext, CaptureQuery, DecodedRequest, Limits, Payload,
-    RouteKind, WalBatch,
+    decode, normalize_all, CaptureContext, CaptureQuery, DecodeError, Limits, Payload, RouteKind,
+    WalBatch,
 };
+use corvid_actors::wire::WireError;
 use serde_json::json;
 
 use crate::auth::resolve_project_token;
@@ -20,9 +20,6 @@ use crate::error::ApiError;
 use crate::http::header_string;
 use crate::state::AppState;
 use crate::telemetry::RequestProject;
-
-/// Bodies larger than this are decoded on the blocking pool rather than the event loop.
-const INLINE_DECODE_MAX: usize = 256 * 1024;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let routes: [(&[&str], RouteKind); 3] = [
@@ -48,24 +45,6 @@ async fn preflight() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "Ok"}))
 }
 
-fn decode_owned(
-    route: RouteKind,
-    body: Bytes,
-    query: CaptureQuery,
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    limits: Limits,
-) -> Result<DecodedRequest, ApiError> {
-    let payload = Payload {
-        route,
-        body: &body,
-        query: &query,
-        content_type: content_type.as_deref(),
-        content_encoding: content_encoding.as_deref(),
-    };
-    Ok(decode(payload, limits)?)
-}
-
 async fn capture(
     req: HttpRequest,
     payload: web::Payload,
@@ -86,17 +65,29 @@ async fn capture(
     let content_type = header_string(&req, header::CONTENT_TYPE);
     let content_encoding = header_string(&req, header::CONTENT_ENCODING);
     let limits = state.config.capture_limits();
-    let large = body.len() > INLINE_DECODE_MAX
-        || query
-            .data
-            .as_ref()
-            .is_some_and(|d| d.len() > INLINE_DECODE_MAX);
-    let decoded = if large {
-        web::block(move || decode_owned(route, body, query, content_type, content_encoding, limits))
-            .await??
-    } else {
-        decode_owned(route, body, query, content_type, content_encoding, limits)?
+    let decode_with = move |max_decompressed_bytes: usize| {
+        let payload = Payload {
+            route,
+            body: &body,
+            query: &query,
+            content_type: content_type.as_deref(),
+            content_encoding: content_encoding.as_deref(),
+        };
+        decode(
+            payload,
+            Limits {
+                max_decompressed_bytes,
+                ..limits
+            },
+        )
     };
+    let decoded = super::decoding::within_limits(
+        &state.decodes,
+        limits.max_decompressed_bytes,
+        decode_with,
+        |err| matches!(err, DecodeError::Wire(WireError::TooLarge { .. })),
+    )
+    .await?;
 
     let project = resolve_project_token(&state, &decoded.token).await?;
     req.extensions_mut().insert(RequestProject(project.id));

@@ -101,6 +101,15 @@ pub fn shape(endpoint: Endpoint, q: &FlagsQuery) -> (Shape, bool) {
     }
 }
 
+/// A `/flags` body that could not be decoded (for [`super::super::decoding::within_limits`]).
+struct FlagDecodeError(FlagRequestError);
+
+impl From<FlagDecodeError> for ApiError {
+    fn from(err: FlagDecodeError) -> ApiError {
+        flag_error(err.0)
+    }
+}
+
 fn flag_error(err: FlagRequestError) -> ApiError {
     match err {
         FlagRequestError::TooLarge(limit) => ApiError::PayloadTooLarge { limit },
@@ -168,21 +177,31 @@ async fn evaluate_http(
     endpoint: Endpoint,
 ) -> Result<HttpResponse, ApiError> {
     let query = FlagsQuery::parse(req.query_string());
-    let limit = state.config.limits.max_body_bytes;
-    let body = read_body(&req, payload.into_inner(), limit).await?;
+    let decoded_limit = state.config.flags.max_decoded_bytes;
+    let body = read_body(&req, payload.into_inner(), state.config.flags_body_limit()).await?;
     let content_type = header_string(&req, header::CONTENT_TYPE);
     let content_encoding = header_string(&req, header::CONTENT_ENCODING);
-    let mut request = Flags::decode_request(
-        WireInput {
-            body: &body,
-            query_data: query.data.as_deref(),
-            query_compression: query.compression.as_deref(),
-            content_type: content_type.as_deref(),
-            content_encoding: content_encoding.as_deref(),
-        },
-        state.config.capture.max_decompressed_bytes,
+    let (data, compression) = (query.data.clone(), query.compression.clone());
+    let decode = move |limit: usize| {
+        Flags::decode_request(
+            WireInput {
+                body: &body,
+                query_data: data.as_deref(),
+                query_compression: compression.as_deref(),
+                content_type: content_type.as_deref(),
+                content_encoding: content_encoding.as_deref(),
+            },
+            limit,
+        )
+        .map_err(FlagDecodeError)
+    };
+    let mut request = super::super::decoding::within_limits(
+        &state.decodes,
+        decoded_limit,
+        decode,
+        |err: &FlagDecodeError| matches!(err.0, FlagRequestError::TooLarge(_)),
     )
-    .map_err(flag_error)?;
+    .await?;
     request.only_survey_flags = query.only_survey_flags;
     let project =
         resolve_project_token(&state, request.token.as_deref().unwrap_or_default()).await?;
@@ -192,7 +211,7 @@ async fn evaluate_http(
         browser_headers: ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
             .iter()
             .any(|h| req.headers().contains_key(*h)),
-        ip: crate::http::client_ip(&req).and_then(|ip| ip.parse().ok()),
+        ip: crate::http::client_addr(&req),
     };
     let evaluated = match state
         .engine

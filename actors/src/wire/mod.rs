@@ -8,7 +8,15 @@
 //! (percent-encoded or unpadded base64 accepted) under the decompressed limit; then a second
 //! base64 pass when the text is still strict base64.
 //!
+//! Every step checks the limit while it produces output and stops at the first byte past it:
+//! gzip inflates into a bounded buffer (and only counts past [`GZIP_KEEP`]), LZ-string is
+//! measured before it is written ([`lz64`]), base64 that yields the final text is measured from
+//! its length before it is decoded, and form and base64 decoding never produce more than they
+//! read (the body's own limit bounds them).
+//!
 //! Pure: no I/O and no clock, so it is property-tested.
+
+pub mod lz64;
 
 use std::io::Read;
 
@@ -133,7 +141,7 @@ pub fn decode_text(input: WireInput<'_>, max_decompressed: usize) -> Result<Stri
         lz64(&bytes, max_decompressed)?
     } else {
         if hint == Some(Compression::Base64) && !looks_like_json(&bytes) {
-            bytes = lenient_base64(&bytes).ok_or(WireError::InvalidBase64)?;
+            bytes = lenient_base64(&bytes, max_decompressed)?;
         }
         if bytes.len() > max_decompressed {
             return Err(WireError::TooLarge {
@@ -153,15 +161,7 @@ pub fn decode_text(input: WireInput<'_>, max_decompressed: usize) -> Result<Stri
 }
 
 fn trim_ascii(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &bytes[start..end]
+    bytes.trim_ascii()
 }
 
 fn looks_like_json(bytes: &[u8]) -> bool {
@@ -179,6 +179,17 @@ fn looks_like_base64(bytes: &[u8]) -> bool {
     !bytes.is_empty() && bytes.len() % 4 == 0 && bytes.iter().take(128).all(|b| is_base64_byte(*b))
 }
 
+/// Refuses base64 text whose decoded form is the final text and would be longer than `limit`,
+/// before decoding it (three bytes per four characters, less padding).
+fn check_base64_len(text: &[u8], limit: usize) -> Result<(), WireError> {
+    if text.len() / 4 * 3 > limit.saturating_add(2) {
+        return Err(WireError::TooLarge { limit });
+    }
+    Ok(())
+}
+
+/// Base64 that may hold compressed bytes (which may be a little longer than the text they
+/// inflate to): it is never longer than its input, and the limit is checked on the final text.
 fn optimistic_base64(bytes: &[u8]) -> Option<Vec<u8>> {
     if !looks_like_base64(bytes) {
         return None;
@@ -190,7 +201,7 @@ fn optimistic_base64(bytes: &[u8]) -> Option<Vec<u8>> {
 
 /// Base64 as clients really send it under an explicit hint: possibly percent-encoded
 /// (`%3D` padding, `%2B`), with whitespace, and without padding.
-fn lenient_base64(bytes: &[u8]) -> Option<Vec<u8>> {
+fn lenient_base64(bytes: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
     let decoded;
     let bytes = if bytes.contains(&b'%') {
         decoded = percent_decode_keep_plus(bytes);
@@ -206,9 +217,14 @@ fn lenient_base64(bytes: &[u8]) -> Option<Vec<u8>> {
     while text.len() % 4 != 0 {
         text.push(b'=');
     }
-    base64::engine::general_purpose::STANDARD.decode(&text).ok()
+    check_base64_len(&text, limit)?;
+    base64::engine::general_purpose::STANDARD
+        .decode(&text)
+        .map_err(|_| WireError::InvalidBase64)
 }
 
+/// The pairs of a form body. Percent-decoding never makes a value longer than it was, so form
+/// decoding is bounded by the body's own limit; the decoded limit is checked on the final text.
 fn form_urlencoded_pairs(bytes: &[u8]) -> Vec<(String, String)> {
     bytes
         .split(|b| *b == b'&')
@@ -232,34 +248,45 @@ fn percent_decode_keep_plus(input: &[u8]) -> Vec<u8> {
     unescape(input, false)
 }
 
+/// Percent-decoding; the output is never longer than the input.
 fn unescape(input: &[u8], plus_is_space: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        match input[i] {
+    let mut rest = input;
+    while let Some((&byte, tail)) = rest.split_first() {
+        rest = tail;
+        match byte {
             b'+' if plus_is_space => out.push(b' '),
-            b'%' if i + 2 < input.len() => {
-                let hex = std::str::from_utf8(&input[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(byte) => {
-                        out.push(byte);
-                        i += 2;
+            b'%' => {
+                let decoded = tail
+                    .get(..2)
+                    .and_then(|hex| std::str::from_utf8(hex).ok())
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+                match decoded {
+                    Some(decoded) => {
+                        out.push(decoded);
+                        rest = tail.get(2..).unwrap_or_default();
                     }
                     None => out.push(b'%'),
                 }
             }
             other => out.push(other),
         }
-        i += 1;
     }
     out
 }
 
-/// Inflates gzip, stopping as soon as the output passes `limit` (gzip-bomb safe).
+/// Inflated bytes kept in memory on the first pass: a stream that inflates past this is only
+/// counted from there on, and inflated again into a buffer of its exact size once it is known
+/// to fit the limit. A bomb therefore costs at most this much memory, and payloads below it
+/// (nearly all) are inflated once.
+pub const GZIP_KEEP: usize = 4 << 20;
+
+/// Inflates gzip, stopping at the first byte past `limit` (gzip-bomb safe).
 fn gunzip(bytes: &[u8], limit: usize) -> Result<String, WireError> {
     // The trailer's ISIZE is the inflated size of a single-member stream: inflating into a
     // buffer of that size saves the grow-and-copy steps. It is only a hint (the client writes
-    // it), so it is capped by a generous ratio of the compressed size and by the limit.
+    // it), so it is capped by a generous ratio of the compressed size and by what is kept.
+    let keep = GZIP_KEEP.min(limit);
     let trailer_size = bytes
         .len()
         .checked_sub(4)
@@ -270,26 +297,39 @@ fn gunzip(bytes: &[u8], limit: usize) -> Result<String, WireError> {
         .unwrap_or(0)
         .max(bytes.len().saturating_mul(4))
         .min(bytes.len().saturating_mul(64))
-        .min(limit);
+        .min(keep.saturating_add(1));
+    let invalid = |e: std::io::Error| WireError::InvalidGzip(e.to_string());
     let mut out = Vec::with_capacity(capacity);
-    let decoder = flate2::read::MultiGzDecoder::new(bytes);
-    decoder
-        .take(limit as u64 + 1)
+    let mut decoder = flate2::read::MultiGzDecoder::new(bytes);
+    (&mut decoder)
+        .take(keep as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| WireError::InvalidGzip(e.to_string()))?;
-    if out.len() > limit {
-        return Err(WireError::TooLarge { limit });
+        .map_err(invalid)?;
+    if out.len() > keep {
+        // Past what is kept: count the rest, up to the first byte past the limit, without
+        // keeping it.
+        let room = (limit - keep) as u64;
+        let rest = std::io::copy(&mut decoder.take(room), &mut std::io::sink()).map_err(invalid)?;
+        if rest >= room {
+            return Err(WireError::TooLarge { limit });
+        }
+        let total = keep as u64 + 1 + rest;
+        drop(std::mem::take(&mut out));
+        out.reserve_exact(total as usize);
+        flate2::read::MultiGzDecoder::new(bytes)
+            .take(total)
+            .read_to_end(&mut out)
+            .map_err(invalid)?;
     }
     String::from_utf8(out).map_err(|_| WireError::NotUtf8)
 }
 
 fn lz64(bytes: &[u8], limit: usize) -> Result<String, WireError> {
-    let text = std::str::from_utf8(trim_ascii(bytes)).map_err(|_| WireError::InvalidLz64)?;
-    let units = lz_str::decompress_from_base64(text).ok_or(WireError::InvalidLz64)?;
-    let decoded = String::from_utf16(&units).map_err(|_| WireError::InvalidLz64)?;
-    if decoded.len() > limit {
-        return Err(WireError::TooLarge { limit });
-    }
+    let decoded =
+        lz64::decompress_from_base64(trim_ascii(bytes), limit).map_err(|err| match err {
+            lz64::Lz64Error::Invalid => WireError::InvalidLz64,
+            lz64::Lz64Error::TooLarge => WireError::TooLarge { limit },
+        })?;
     if decoded.trim().is_empty() {
         return Err(WireError::InvalidLz64);
     }
@@ -467,6 +507,71 @@ mod tests {
             ),
             Err(WireError::TooLarge { limit: 1024 })
         );
+    }
+
+    #[test]
+    fn gzip_past_what_is_kept_is_measured_then_inflated_once_more() {
+        let json = format!("{{\"pad\":\"{}\"}}", "x".repeat(GZIP_KEEP + 1000));
+        let body = gzip(json.as_bytes());
+        let decode = |limit| {
+            decode_text(
+                WireInput {
+                    body: &body,
+                    ..WireInput::default()
+                },
+                limit,
+            )
+        };
+        assert_eq!(
+            decode(json.len()).as_deref(),
+            Ok(json.as_str()),
+            "fits exactly"
+        );
+        assert_eq!(
+            decode(json.len() - 1),
+            Err(WireError::TooLarge {
+                limit: json.len() - 1
+            })
+        );
+        assert_eq!(
+            decode(GZIP_KEEP),
+            Err(WireError::TooLarge { limit: GZIP_KEEP })
+        );
+    }
+
+    #[test]
+    fn base64_and_form_payloads_are_held_to_the_limit() {
+        let json = format!("{{\"pad\":\"{}\"}}", "y".repeat(3000));
+        let encoded = b64(json.as_bytes());
+        let form = format!("data={}", uri_component(&encoded));
+        for (what, body, hint, ct) in [
+            ("base64", encoded.as_bytes(), Some("base64"), None),
+            (
+                "form",
+                form.as_bytes(),
+                Some("base64"),
+                Some("application/x-www-form-urlencoded"),
+            ),
+            ("plain", json.as_bytes(), None, None),
+        ] {
+            let decode = |limit| {
+                decode_text(
+                    WireInput {
+                        body,
+                        query_compression: hint,
+                        content_type: ct,
+                        ..WireInput::default()
+                    },
+                    limit,
+                )
+            };
+            assert_eq!(decode(json.len()).as_deref(), Ok(json.as_str()), "{what}");
+            assert_eq!(
+                decode(1000),
+                Err(WireError::TooLarge { limit: 1000 }),
+                "{what}"
+            );
+        }
     }
 
     proptest! {
