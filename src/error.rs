@@ -88,6 +88,13 @@ pub enum ApiError {
     Store(#[source] StoreError),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
+    /// The handler panicked (`http::recover`): a 500 naming the request id of the log line.
+    #[error("An internal error occurred (request {request_id}). It has been logged.")]
+    Panicked { request_id: uuid::Uuid },
+    /// An error answer the framework wrote itself (an extractor's, a method not allowed),
+    /// re-shaped by `http::recover::json_errors`.
+    #[error("{detail}")]
+    Framework { status: StatusCode, detail: String },
 }
 
 #[derive(Serialize)]
@@ -100,6 +107,9 @@ struct ErrorBody<'a> {
     /// Where a SQL syntax error is (1-based), for query errors only.
     #[serde(skip_serializing_if = "Option::is_none")]
     position: Option<Position>,
+    /// The id of the log line, for internal errors the log can explain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -244,7 +254,13 @@ impl ApiError {
                 StoreError::NotFound { .. } => {
                     (StatusCode::NOT_FOUND, "invalid_request", "not_found", None)
                 }
-                StoreError::Unavailable(_) => (
+                StoreError::Forbidden { .. } => (
+                    StatusCode::FORBIDDEN,
+                    "authentication_error",
+                    "permission_denied",
+                    None,
+                ),
+                StoreError::Unavailable(_) | StoreError::Busy { .. } => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
                     "service_unavailable",
@@ -297,6 +313,12 @@ impl ApiError {
                     err.code(),
                     None,
                 ),
+                QueryError::Busy => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    err.code(),
+                    None,
+                ),
                 QueryError::Internal(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -304,12 +326,28 @@ impl ApiError {
                     None,
                 ),
             },
-            ApiError::Internal(_) => (
+            ApiError::Internal(_) | ApiError::Panicked { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
                 "internal_error",
                 None,
             ),
+            ApiError::Framework { status, .. } => {
+                let (kind, code) = match *status {
+                    StatusCode::NOT_FOUND => ("invalid_request", "not_found"),
+                    StatusCode::METHOD_NOT_ALLOWED => ("invalid_request", "method_not_allowed"),
+                    StatusCode::PAYLOAD_TOO_LARGE => ("invalid_request", "payload_too_large"),
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                        ("invalid_request", "unsupported_media_type")
+                    }
+                    StatusCode::UNAUTHORIZED => ("authentication_error", "not_authenticated"),
+                    StatusCode::FORBIDDEN => ("authentication_error", "permission_denied"),
+                    StatusCode::TOO_MANY_REQUESTS => ("throttled_error", "throttled"),
+                    s if s.is_server_error() => ("server_error", "internal_error"),
+                    _ => ("validation_error", "invalid_input"),
+                };
+                (*status, kind, code, None)
+            }
         }
     }
 
@@ -320,7 +358,9 @@ impl ApiError {
             ApiError::Store(
                 err @ (StoreError::Invalid { .. }
                 | StoreError::Conflict { .. }
-                | StoreError::NotFound { .. }),
+                | StoreError::NotFound { .. }
+                | StoreError::Forbidden { .. }
+                | StoreError::Busy { .. }),
             ) => err.to_string(),
             ApiError::Store(_)
             | ApiError::Internal(_)
@@ -461,7 +501,9 @@ impl ResponseError for ApiError {
             } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
-            ApiError::Ingest(_) => {
+            ApiError::Ingest(_)
+            | ApiError::Store(StoreError::Busy { .. })
+            | ApiError::Query(QueryError::Busy) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}
@@ -486,6 +528,10 @@ impl ResponseError for ApiError {
                     line: *line,
                     column: *column,
                 }),
+                _ => None,
+            },
+            request_id: match self {
+                ApiError::Panicked { request_id } => Some(request_id.to_string()),
                 _ => None,
             },
         })

@@ -1,6 +1,10 @@
 //! Corvid, the service: HTTP handlers, auth, config, CLI and wiring. Domain logic lives in the
 //! `corvid-actors` engine crate; handlers here validate input and call into it.
 
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
 pub mod app;
 pub mod auth;
 pub mod body;
@@ -10,5 +14,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod query_gate;
+pub mod rate_limits;
 pub mod state;
 pub mod telemetry;

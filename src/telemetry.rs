@@ -41,18 +41,26 @@ pub async fn observe(
     let started = Instant::now();
     let method = req.method().to_string();
     let state = req.app_data::<web::Data<AppState>>().cloned();
-    let res = next.call(req).await?;
+    let answered = next.call(req).await;
     let elapsed = started.elapsed();
-    let route = res
-        .request()
-        .match_pattern()
-        .unwrap_or_else(|| "unmatched".to_string());
-    let status = res.status().as_u16();
-    let project = res
-        .request()
-        .extensions()
-        .get::<RequestProject>()
-        .map(|p| p.0);
+    // An error answer (a panicking handler's) is rendered by actix after this middleware.
+    let (route, status, project) = match &answered {
+        Ok(res) => (
+            res.request()
+                .match_pattern()
+                .unwrap_or_else(|| "unmatched".to_string()),
+            res.status().as_u16(),
+            res.request()
+                .extensions()
+                .get::<RequestProject>()
+                .map(|p| p.0),
+        ),
+        Err(err) => (
+            "unmatched".to_string(),
+            err.as_response_error().status_code().as_u16(),
+            None,
+        ),
+    };
     if let Some(state) = state {
         state
             .metrics
@@ -74,5 +82,5 @@ pub async fn observe(
         duration_us = elapsed.as_micros() as u64,
         "request"
     );
-    Ok(res)
+    answered
 }

@@ -9,6 +9,10 @@
 //! - [`endpoints`]: saved queries as versioned APIs, materialization, execution logs.
 //! - [`wire`]: the public routes' body decoding, shared by capture and `/flags`.
 
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
 #[doc(hidden)]
 pub mod bench;
 pub mod early_access;

@@ -78,7 +78,10 @@ impl ConfigDoc {
             json!(["gzip", "gzip-js", "lz64"]),
         );
         let text = Value::Object(config).to_string();
-        text[1..text.len() - 1].to_string()
+        text.strip_prefix('{')
+            .and_then(|t| t.strip_suffix('}'))
+            .unwrap_or_default()
+            .to_string()
     }
 }
 

@@ -54,8 +54,8 @@ impl ResultsCache {
         not_before: Option<DateTime<Utc>>,
     ) -> Option<Arc<Cached>> {
         let hit = Arc::clone(self.entries.get(key)?.value());
-        let age = Utc::now() - hit.computed_at;
-        let fresh = age < chrono::Duration::seconds(max_age_secs as i64)
+        let age = Utc::now().signed_duration_since(hit.computed_at);
+        let fresh = age < crate::kernel::time::seconds(max_age_secs)
             && not_before.is_none_or(|t| hit.computed_at >= t);
         fresh.then_some(hit)
     }

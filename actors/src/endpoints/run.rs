@@ -178,7 +178,7 @@ impl Endpoints {
         let now = Utc::now();
         if endpoint
             .last_executed_at
-            .is_some_and(|t| now - t < chrono::Duration::minutes(30))
+            .is_some_and(|t| now.signed_duration_since(t) < chrono::TimeDelta::minutes(30))
         {
             return;
         }
@@ -360,7 +360,10 @@ pub(super) fn usable_materialization(
         return None;
     }
     let at = m.last_run_at?;
-    let fresh_until = at + chrono::Duration::seconds(version.data_freshness_seconds as i64);
+    let fresh_until = crate::kernel::time::add_or_max(
+        at,
+        crate::kernel::time::seconds(version.data_freshness_seconds),
+    );
     let key = m.object_key.clone()?;
     (Utc::now() < fresh_until).then_some((key, at))
 }
@@ -413,7 +416,7 @@ pub(super) fn apply_insight_variables(
                     format!("{key} must be a date (YYYY-MM-DD), got '{text}'."),
                 ));
             }
-            query["dateRange"][key] = json!(text);
+            member_object(query, "dateRange")?.insert(key.clone(), json!(text));
             continue;
         }
         let Some((_, kind)) = breakdowns.iter().find(|(p, _)| p == key) else {
@@ -443,9 +446,39 @@ pub(super) fn apply_insight_variables(
             Value::Array(list) => groups.push(json!({"type": "AND", "values": list})),
             group => groups.push(group),
         }
-        query["properties"] = json!({"type": "AND", "values": groups});
+        let Some(object) = query.as_object_mut() else {
+            return Err(not_an_object("query"));
+        };
+        object.insert(
+            "properties".into(),
+            json!({"type": "AND", "values": groups}),
+        );
     }
     Ok(())
+}
+
+fn not_an_object(what: &str) -> EndpointError {
+    EndpointError::invalid(
+        "query",
+        format!("The endpoint's {what} is not a JSON object."),
+    )
+}
+
+/// `query[name]` as an object to add members to (created when missing or null). A stored query
+/// of another shape is refused, never indexed into (which would panic).
+fn member_object<'a>(
+    query: &'a mut Value,
+    name: &str,
+) -> Result<&'a mut Map<String, Value>, EndpointError> {
+    let member = query
+        .as_object_mut()
+        .ok_or_else(|| not_an_object("query"))?
+        .entry(name)
+        .or_insert(Value::Null);
+    if member.is_null() {
+        *member = Value::Object(Map::new());
+    }
+    member.as_object_mut().ok_or_else(|| not_an_object(name))
 }
 
 /// Endpoint answers show breakdown sentinels as `null` and `"Other"`.

@@ -81,8 +81,12 @@ pub fn prepare_query(query: Value, variables: &[InsightVariable]) -> Result<Valu
         ));
     };
     let as_value = Value::Object(obj.clone());
-    query_kind(&as_value)?;
+    let kind = query_kind(&as_value)?;
     if obj.get("kind").and_then(Value::as_str) != Some("HogQLQuery") {
+        // An insight whose dates (or anything else) cannot compile is refused here, not left
+        // to fail every run and the materializer.
+        kind.check()
+            .map_err(|e| EndpointError::invalid("query", e.to_string()))?;
         return Ok(as_value);
     }
     let sql = obj

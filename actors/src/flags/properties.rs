@@ -288,7 +288,7 @@ pub fn semver(text: &str) -> Option<semver::Version> {
     let text = text.trim();
     let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
     let (core, suffix) = match text.find(['-', '+']) {
-        Some(i) => (&text[..i], &text[i..]),
+        Some(i) => text.split_at(i),
         None => (text, ""),
     };
     let mut parts: Vec<String> = core
@@ -338,7 +338,9 @@ fn wildcard(pattern: &str) -> Option<semver::VersionReq> {
 pub fn relative_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
     let text = text.trim();
     let body = text.strip_prefix('-').unwrap_or(text);
-    let (digits, unit) = body.split_at(body.len().checked_sub(1)?);
+    let mut chars = body.chars();
+    let unit = chars.next_back()?;
+    let digits = chars.as_str();
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -346,13 +348,14 @@ pub fn relative_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
     if n >= 10_000 {
         return None;
     }
+    let ago = |span: Option<Duration>| span.and_then(|d| ctx.now.checked_sub_signed(d));
     let local = ctx.now.with_timezone(&ctx.timezone);
     let shifted = match unit {
-        "h" => return Some(ctx.now - Duration::hours(i64::from(n))),
-        "d" => return Some(ctx.now - Duration::days(i64::from(n))),
-        "w" => return Some(ctx.now - Duration::weeks(i64::from(n))),
-        "m" => local.checked_sub_months(Months::new(n))?,
-        "y" => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
+        'h' => return ago(Duration::try_hours(i64::from(n))),
+        'd' => return ago(Duration::try_days(i64::from(n))),
+        'w' => return ago(Duration::try_weeks(i64::from(n))),
+        'm' => local.checked_sub_months(Months::new(n))?,
+        'y' => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
         _ => return None,
     };
     Some(shifted.with_timezone(&Utc))

@@ -1,6 +1,14 @@
 //! Timestamp parsing and clock-skew correction, as PostHog's capture/ingestion does it
 //! (`PostHog/posthog:rust/common/types/src/timestamp.rs`).
+//!
+//! Every input here is the client's: arithmetic is checked (see [`crate::kernel::time`]).
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::string_slice,
+    clippy::indexing_slicing
+)]
 
+use crate::kernel::time::{add, millis, sub};
 pub use crate::kernel::time::{parse_iso8601, parse_timestamp};
 use chrono::{DateTime, Datelike, Duration, Utc};
 
@@ -11,7 +19,8 @@ pub const MAX_FUTURE: Duration = Duration::hours(23);
 ///
 /// `now + (timestamp − sent_at)` when both are known (client clock skew), the timestamp alone
 /// otherwise, `now − offset` when an offset is given; clamped to `now` when more than 23 h in
-/// the future, and to the epoch when outside years 0..=9999.
+/// the future, and to the epoch when outside years 0..=9999 (an arithmetic result past
+/// chrono's range included).
 pub fn resolve_timestamp(
     now: DateTime<Utc>,
     timestamp: Option<&str>,
@@ -20,17 +29,21 @@ pub fn resolve_timestamp(
     ignore_sent_at: bool,
 ) -> DateTime<Utc> {
     let sent_at = if ignore_sent_at { None } else { sent_at };
-    let mut result = now;
+    let mut result = Some(now);
     if let Some(ts) = timestamp.and_then(parse_timestamp) {
         result = match sent_at {
-            Some(sent) => now + (ts - sent),
-            None => ts,
+            // Two instants are always less than a duration's range apart.
+            Some(sent) => add(now, ts.signed_duration_since(sent)),
+            None => Some(ts),
         };
     }
     if let Some(offset) = offset_ms {
-        result = now - Duration::milliseconds(offset);
+        result = millis(offset).and_then(|ago| sub(now, ago));
     }
-    if result - now > MAX_FUTURE {
+    let Some(mut result) = result else {
+        return DateTime::<Utc>::UNIX_EPOCH;
+    };
+    if result.signed_duration_since(now) > MAX_FUTURE {
         result = now;
     }
     if !(0..=9999).contains(&result.year()) {
@@ -186,5 +199,25 @@ mod tests {
             resolve_timestamp(now, Some("garbage"), None, None, false),
             now
         );
+    }
+
+    #[test]
+    fn hostile_inputs_resolve_without_panicking() {
+        let now = at("2024-03-01T12:00:00Z");
+        let epoch = DateTime::<Utc>::UNIX_EPOCH;
+        for offset in [i64::MAX, i64::MIN, i64::MIN + 1, -i64::MAX / 2] {
+            let t = resolve_timestamp(now, None, Some(offset), None, false);
+            assert!(t == epoch || t == now, "offset {offset}: {t}");
+        }
+        // The timestamp at one end of chrono's range, sent_at at the other: the skew alone
+        // is past the range of instants.
+        for (ts, sent) in [
+            ("9999-12-31T23:59:59Z", DateTime::<Utc>::MIN_UTC),
+            ("0001-01-01T00:00:00Z", DateTime::<Utc>::MAX_UTC),
+        ] {
+            let t = resolve_timestamp(now, Some(ts), None, Some(sent), false);
+            assert!(t == epoch || t == now, "{ts} sent at {sent}: {t}");
+        }
+        assert_eq!(resolve_timestamp(now, Some("1é23"), None, None, false), now);
     }
 }

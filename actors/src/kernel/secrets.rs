@@ -95,7 +95,7 @@ mod tests {
         let token = new_project_token();
         assert!(token.starts_with("phc_"));
         assert_eq!(token.len(), 4 + 43);
-        assert!(token[4..].bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert!(token.bytes().skip(4).all(|b| b.is_ascii_alphanumeric()));
         let key = new_personal_api_key();
         assert!(key.starts_with("phx_"));
         assert_ne!(new_personal_api_key(), key);

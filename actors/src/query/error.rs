@@ -22,8 +22,11 @@ pub enum QueryError {
     /// The insight query JSON is not one we understand.
     #[error("{0}")]
     InvalidInsight(String),
-    #[error("The query needed more memory than its limit ({limit_bytes} bytes); narrow it or raise query.memory_limit.")]
+    #[error("The query needed more memory than it may use ({limit_bytes} bytes, less what other running queries hold of query.node_memory_bytes); narrow it, retry when fewer queries run, or raise query.memory_limit_bytes.")]
     MemoryLimit { limit_bytes: usize },
+    /// The node runs as many queries as it may (`query.max_concurrent`): retry shortly.
+    #[error("Too many queries are running on this server; retry shortly.")]
+    Busy,
     #[error("The query did not finish within {0:?}.")]
     Timeout(Duration),
     /// Reading stored data failed, or DataFusion failed in a way that is not the query's fault.
@@ -43,6 +46,7 @@ impl QueryError {
             QueryError::MissingVariable(_) => "missing_variable",
             QueryError::MemoryLimit { .. } => "memory_limit_exceeded",
             QueryError::Timeout(_) => "query_timeout",
+            QueryError::Busy => "too_many_queries",
             QueryError::Internal(_) => "internal_error",
         }
     }
@@ -55,49 +59,64 @@ impl QueryError {
         e: datafusion::error::DataFusionError,
         limit_bytes: usize,
     ) -> Self {
-        use datafusion::arrow::error::ArrowError as A;
-        use datafusion::error::DataFusionError as D;
-        match e {
-            D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
-            D::SQL(e, _) => QueryError::Invalid(e.to_string()),
-            D::Plan(msg) => match unknown_function(&msg) {
-                Some(name) => QueryError::UnsupportedFunction(name),
-                None => QueryError::Invalid(first_line(&msg)),
-            },
-            D::SchemaError(e, _) => QueryError::Invalid(first_line(&e.to_string())),
-            D::NotImplemented(msg) => {
-                QueryError::Invalid(format!("Not supported: {}", first_line(&msg)))
-            }
-            // Our functions report bad arguments this way; DataFusion reports its own
-            // invariants as `Internal`, handled below.
-            D::Execution(msg) => QueryError::Invalid(first_line(&msg)),
-            D::ArrowError(e, _) => match *e {
-                A::DivideByZero => QueryError::Invalid("Division by zero.".into()),
-                A::CastError(msg) | A::ParseError(msg) | A::InvalidArgumentError(msg) => {
-                    QueryError::Invalid(first_line(&msg))
-                }
-                A::ComputeError(msg) if msg.contains("overflow") => {
-                    QueryError::Invalid(first_line(&msg))
-                }
-                A::MemoryError(_) => QueryError::MemoryLimit { limit_bytes },
-                other => QueryError::Internal(Box::new(other)),
-            },
-            D::Context(_, inner) | D::Diagnostic(_, inner) => {
-                QueryError::from_datafusion(*inner, limit_bytes)
-            }
-            D::Collection(mut errors) if !errors.is_empty() => {
-                QueryError::from_datafusion(errors.swap_remove(0), limit_bytes)
-            }
-            D::Shared(inner) => match std::sync::Arc::try_unwrap(inner) {
-                Ok(owned) => QueryError::from_datafusion(owned, limit_bytes),
-                Err(shared) => match shared.as_ref() {
-                    D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
-                    other => QueryError::Internal(other.to_string().into()),
-                },
-            },
-            other => QueryError::Internal(Box::new(other)),
-        }
+        classify(&e, limit_bytes).unwrap_or_else(|| QueryError::Internal(Box::new(e)))
     }
+}
+
+/// The query's fault in `e`, wherever DataFusion wrapped it (context, a collection, an error
+/// shared between partitions, an external box); `None` for the engine's own faults.
+fn classify(e: &datafusion::error::DataFusionError, limit_bytes: usize) -> Option<QueryError> {
+    use datafusion::arrow::error::ArrowError as A;
+    use datafusion::error::DataFusionError as D;
+    Some(match e {
+        D::ResourcesExhausted(_) => QueryError::MemoryLimit { limit_bytes },
+        D::SQL(e, _) => QueryError::Invalid(e.to_string()),
+        D::Plan(msg) => match unknown_function(msg) {
+            Some(name) => QueryError::UnsupportedFunction(name),
+            None => QueryError::Invalid(first_line(msg)),
+        },
+        D::SchemaError(e, _) => QueryError::Invalid(first_line(&e.to_string())),
+        D::NotImplemented(msg) => {
+            QueryError::Invalid(format!("Not supported: {}", first_line(msg)))
+        }
+        // Our functions report bad arguments this way; DataFusion reports its own
+        // invariants as `Internal`, which stays the engine's fault.
+        D::Execution(msg) => QueryError::Invalid(first_line(msg)),
+        D::ArrowError(e, _) => classify_arrow(e, limit_bytes)?,
+        D::Context(_, inner) | D::Diagnostic(_, inner) => classify(inner, limit_bytes)?,
+        D::Collection(errors) => classify(errors.first()?, limit_bytes)?,
+        D::Shared(inner) => classify(inner, limit_bytes)?,
+        D::External(inner) => {
+            if let Some(df) = inner.downcast_ref::<D>() {
+                classify(df, limit_bytes)?
+            } else if let Some(arrow) = inner.downcast_ref::<A>() {
+                classify_arrow(arrow, limit_bytes)?
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn classify_arrow(
+    e: &datafusion::arrow::error::ArrowError,
+    limit_bytes: usize,
+) -> Option<QueryError> {
+    use datafusion::arrow::error::ArrowError as A;
+    Some(match e {
+        A::DivideByZero => QueryError::Invalid("Division by zero.".into()),
+        A::CastError(msg) | A::ParseError(msg) | A::InvalidArgumentError(msg) => {
+            QueryError::Invalid(first_line(msg))
+        }
+        A::ComputeError(msg) if msg.contains("overflow") => QueryError::Invalid(first_line(msg)),
+        A::MemoryError(_) => QueryError::MemoryLimit { limit_bytes },
+        A::ExternalError(inner) => {
+            let df = inner.downcast_ref::<datafusion::error::DataFusionError>()?;
+            classify(df, limit_bytes)?
+        }
+        _ => return None,
+    })
 }
 
 fn first_line(s: &str) -> String {
@@ -128,7 +147,9 @@ mod tests {
             memory,
             QueryError::MemoryLimit { limit_bytes: 1024 }
         ));
-        assert!(memory.to_string().contains("raise query.memory_limit"));
+        assert!(memory
+            .to_string()
+            .contains("raise query.memory_limit_bytes"));
         assert_eq!(memory.code(), "memory_limit_exceeded");
         let shared = classify(D::Shared(std::sync::Arc::new(D::ResourcesExhausted(
             "x".into(),

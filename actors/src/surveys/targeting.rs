@@ -15,7 +15,8 @@ pub use crate::flags::SURVEY_FLAG_PREFIX as FLAG_PREFIX;
 
 /// A new key: the prefix, ten random hex digits and `suffix` (`-custom` for internal flags).
 pub fn new_key(suffix: &str) -> String {
-    let random: String = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
+    let simple = uuid::Uuid::new_v4().simple().to_string();
+    let random = simple.get(..10).unwrap_or_default();
     format!("{FLAG_PREFIX}{random}{suffix}")
 }
 

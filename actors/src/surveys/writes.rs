@@ -284,11 +284,17 @@ impl Inner {
                     ));
                 }
             }
-            survey.iteration_count = count.map(|n| n as u32);
+            survey.iteration_count = count.and_then(|n| u32::try_from(n).ok());
         }
         if let Some(days) = c.iteration_frequency_days {
-            survey.iteration_frequency_days =
-                validate::optional_count(days, "iteration_frequency_days")?.map(|d| d as u32);
+            let days = validate::optional_count(days, "iteration_frequency_days")?;
+            if days.is_some_and(|d| d > MAX_ITERATION_DAYS) {
+                return Err(RecordError::invalid(
+                    format!("Iteration frequency must be at most {MAX_ITERATION_DAYS} days."),
+                    "iteration_frequency_days",
+                ));
+            }
+            survey.iteration_frequency_days = days.and_then(|d| u32::try_from(d).ok());
         }
         if let Some(partial) = c.enable_partial_responses {
             survey.enable_partial_responses = partial;
@@ -328,8 +334,19 @@ pub(super) fn plan_iterations(
     if !unchanged {
         let count = survey.iteration_count.unwrap_or(0);
         survey.iteration_start_dates = (0..count)
-            .map(|k| start + Duration::days(i64::from(k) * i64::from(days)))
-            .collect();
+            .map(|k| {
+                i64::from(k)
+                    .checked_mul(i64::from(days))
+                    .and_then(Duration::try_days)
+                    .and_then(|offset| start.checked_add_signed(offset))
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                RecordError::invalid(
+                    "The survey's iterations would end past the last representable date.",
+                    "iteration_count",
+                )
+            })?;
     }
     if let Some((iteration, begun)) = iteration_at(survey, now) {
         survey.current_iteration = Some(iteration);

@@ -167,7 +167,7 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
         }
         "sumif" | "avgif" | "minif" | "maxif" => {
             arity(&name, a, &[2])?;
-            let agg = &lower[..lower.len() - 2];
+            let agg = lower.strip_suffix("if").unwrap_or_default();
             t(&format!("{agg}(CASE WHEN __a1 THEN __a0 END)"))
         }
         "quantile" | "quantileexact" => Err(QueryError::Invalid(format!(
@@ -183,12 +183,12 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
         }
         "tostartofminute" | "tostartofhour" | "tostartofday" => {
             arity(&name, a, &[1])?;
-            let unit = &lower["tostartof".len()..];
+            let unit = lower.strip_prefix("tostartof").unwrap_or_default();
             t(&format!("date_trunc('{unit}', __a0)"))
         }
         "tostartofmonth" | "tostartofquarter" | "tostartofyear" => {
             arity(&name, a, &[1])?;
-            let unit = &lower["tostartof".len()..];
+            let unit = lower.strip_prefix("tostartof").unwrap_or_default();
             t(&format!("CAST(date_trunc('{unit}', __a0) AS DATE)"))
         }
         "tostartofweek" | "tomonday" => {
@@ -216,7 +216,7 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
             arity(&name, a, &[1])?;
             let part = match lower.as_str() {
                 "todayofmonth" => "day",
-                other => &other[2..],
+                other => other.strip_prefix("to").unwrap_or(other),
             };
             t(&format!("CAST(date_part('{part}', __a0) AS BIGINT)"))
         }
@@ -259,7 +259,7 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
             arity(&name, a, &[2])?;
             let (sign, unit) = match lower.strip_prefix("add") {
                 Some(u) => ("+", u),
-                None => ("-", &lower["subtract".len()..]),
+                None => ("-", lower.strip_prefix("subtract").unwrap_or_default()),
             };
             let (unit, _) = date_unit(&name, Some(unit.to_string()))?;
             let amount = number_arg(&a[1]).ok_or_else(|| {

@@ -5,13 +5,25 @@
 //! timezone unless they carry an offset; for non-hourly intervals `date_to` is the end of its
 //! day and `date_from` snaps to the start of its interval; weeks start on Sunday.
 
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::string_slice,
+    clippy::indexing_slicing
+)]
+
 use chrono::{
-    DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc,
+    DateTime, Datelike, Days, LocalResult, Months, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta,
+    TimeZone, Timelike, Utc,
 };
 use chrono_tz::Tz;
 use serde::Deserialize;
 
+use crate::kernel::time::{add, sub};
 use crate::query::QueryError;
+
+/// Insight dates outside these years are refused: nobody has events there, and the SQL the
+/// range becomes binds RFC 3339 text, which has four-digit years.
+const YEARS: std::ops::RangeInclusive<i32> = 1..=9999;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -38,37 +50,38 @@ impl Interval {
     pub fn floor(self, t: NaiveDateTime) -> NaiveDateTime {
         let day = t.date();
         match self {
-            Interval::Hour => t.date().and_hms_opt(t.time().hour(), 0, 0).unwrap_or(t),
+            Interval::Hour => day.and_hms_opt(t.time().hour(), 0, 0).unwrap_or(t),
             Interval::Day => day.and_time(NaiveTime::MIN),
             Interval::Week => {
-                let back = day.weekday().num_days_from_sunday();
-                (day - Duration::days(i64::from(back))).and_time(NaiveTime::MIN)
+                let back = Days::new(u64::from(day.weekday().num_days_from_sunday()));
+                day.checked_sub_days(back)
+                    .unwrap_or(day)
+                    .and_time(NaiveTime::MIN)
             }
             Interval::Month => day.with_day(1).unwrap_or(day).and_time(NaiveTime::MIN),
         }
     }
 
-    pub fn next(self, t: NaiveDateTime) -> NaiveDateTime {
+    /// The start of the bucket after the one starting at `t`; `None` past chrono's range.
+    pub fn next(self, t: NaiveDateTime) -> Option<NaiveDateTime> {
         match self {
-            Interval::Hour => t + Duration::hours(1),
-            Interval::Day => t + Duration::days(1),
-            Interval::Week => t + Duration::weeks(1),
+            Interval::Hour => add(t, TimeDelta::hours(1)),
+            Interval::Day => add(t, TimeDelta::days(1)),
+            Interval::Week => add(t, TimeDelta::weeks(1)),
             Interval::Month => add_months(t, 1),
         }
     }
 }
 
-use chrono::Timelike;
-
-fn add_months(t: NaiveDateTime, months: i32) -> NaiveDateTime {
-    let total = t.year() * 12 + t.month0() as i32 + months;
-    let (year, month0) = (total.div_euclid(12), total.rem_euclid(12) as u32);
-    let day = t.day();
-    // Clamp to the month's last day (31 Jan + 1 month = 29 Feb).
-    let date = (0..4)
-        .find_map(|back| NaiveDate::from_ymd_opt(year, month0 + 1, day - back))
-        .unwrap_or(t.date());
-    date.and_time(t.time())
+/// `t` moved by `months` calendar months, the day clamped to the month's last (31 Jan + 1
+/// month = 29 Feb); `None` past chrono's range.
+fn add_months(t: NaiveDateTime, months: i64) -> Option<NaiveDateTime> {
+    let n = Months::new(u32::try_from(months.unsigned_abs()).ok()?);
+    if months >= 0 {
+        t.checked_add_months(n)
+    } else {
+        t.checked_sub_months(n)
+    }
 }
 
 /// A resolved range: local wall-clock bounds (inclusive) and their UTC instants.
@@ -80,14 +93,17 @@ pub struct ResolvedRange {
     pub to: DateTime<Utc>,
 }
 
+/// At most this many buckets are drawn, whatever the range.
+const MAX_BUCKETS: usize = 100_000;
+
 impl ResolvedRange {
     /// Every bucket start from the (snapped) start to `to`, inclusive.
     pub fn buckets(&self, interval: Interval) -> Vec<NaiveDateTime> {
         let mut out = Vec::new();
-        let mut t = interval.floor(self.from_local);
-        while t <= self.to_local && out.len() < 100_000 {
-            out.push(t);
-            t = interval.next(t);
+        let mut t = Some(interval.floor(self.from_local));
+        while let Some(start) = t.filter(|t| *t <= self.to_local && out.len() < MAX_BUCKETS) {
+            out.push(start);
+            t = interval.next(start);
         }
         out
     }
@@ -95,16 +111,29 @@ impl ResolvedRange {
 
 /// Local wall-clock time → UTC instant (DST gaps move forward, folds take the earlier).
 pub fn to_utc(tz: Tz, t: NaiveDateTime) -> DateTime<Utc> {
-    match tz.from_local_datetime(&t) {
-        LocalResult::Single(d) => d.with_timezone(&Utc),
-        LocalResult::Ambiguous(a, _) => a.with_timezone(&Utc),
-        LocalResult::None => to_utc(tz, t + Duration::hours(1)),
+    let mut local = t;
+    // A gap is at most a day long (Samoa, 2011): a day of hours always gets out of it.
+    for _ in 0..=24 {
+        match tz.from_local_datetime(&local) {
+            LocalResult::Single(d) => return d.with_timezone(&Utc),
+            LocalResult::Ambiguous(a, _) => return a.with_timezone(&Utc),
+            LocalResult::None => match add(local, TimeDelta::hours(1)) {
+                Some(later) => local = later,
+                None => break,
+            },
+        }
     }
+    Utc.from_utc_datetime(&t)
 }
 
 fn end_of_day(d: NaiveDate) -> NaiveDateTime {
     d.and_hms_micro_opt(23, 59, 59, 999_999)
         .unwrap_or(d.and_time(NaiveTime::MIN))
+}
+
+/// One microsecond before `t` (the end of the bucket before `t`).
+fn just_before(t: NaiveDateTime) -> Option<NaiveDateTime> {
+    sub(t, TimeDelta::microseconds(1))
 }
 
 /// Parses one date expression into a local wall-clock time. `is_end` picks the end of the
@@ -116,8 +145,25 @@ fn parse_date(text: &str, tz: Tz, now_local: NaiveDateTime) -> Result<NaiveDateT
             "Invalid date '{text}': use a relative date such as -7d, -1mStart or an ISO date."
         ))
     };
+    let out_of_range = || {
+        QueryError::InvalidInsight(format!(
+            "Date '{text}' is out of range: dates must fall in the years 1 to 9999."
+        ))
+    };
+    let parsed = parse_absolute(s, tz);
+    let t = match parsed {
+        Some(t) => t,
+        None => parse_relative(s, now_local, bad)?.ok_or_else(out_of_range)?,
+    };
+    if !YEARS.contains(&t.year()) {
+        return Err(out_of_range());
+    }
+    Ok(t)
+}
+
+fn parse_absolute(s: &str, tz: Tz) -> Option<NaiveDateTime> {
     if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        return Ok(d.and_time(NaiveTime::MIN));
+        return Some(d.and_time(NaiveTime::MIN));
     }
     for f in [
         "%Y-%m-%dT%H:%M:%S%.f",
@@ -126,13 +172,21 @@ fn parse_date(text: &str, tz: Tz, now_local: NaiveDateTime) -> Result<NaiveDateT
         "%Y-%m-%d %H:%M",
     ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(s, f) {
-            return Ok(t);
+            return Some(t);
         }
     }
-    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
-        return Ok(t.with_timezone(&tz).naive_local());
-    }
-    // Relative: -?N?unit(Start|End)?
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&tz).naive_local())
+}
+
+/// `-?N?unit(Start|End)?`: `Err` when it is not that form, `Ok(None)` when it is but lands
+/// outside chrono's range.
+fn parse_relative(
+    s: &str,
+    now_local: NaiveDateTime,
+    bad: impl Fn() -> QueryError,
+) -> Result<Option<NaiveDateTime>, QueryError> {
     let (body, snap) = if let Some(b) = s.strip_suffix("Start") {
         (b, Some(false))
     } else if let Some(b) = s.strip_suffix("End") {
@@ -140,55 +194,54 @@ fn parse_date(text: &str, tz: Tz, now_local: NaiveDateTime) -> Result<NaiveDateT
     } else {
         (s, None)
     };
-    let unit = body.chars().last().ok_or_else(bad)?;
-    let amount_text = body[..body.len() - unit.len_utf8()].trim_start_matches('-');
+    let mut chars = body.chars();
+    let unit = chars.next_back().ok_or_else(&bad)?;
+    let amount_text = chars.as_str().trim_start_matches('-');
     let amount: i64 = if amount_text.is_empty() {
         0
     } else {
         amount_text.parse().map_err(|_| bad())?
     };
-    let ago = |n: i64| -> Result<NaiveDateTime, QueryError> {
-        Ok(match unit {
-            's' => now_local - Duration::seconds(n),
-            'M' => now_local - Duration::minutes(n),
-            'h' | 'H' => now_local - Duration::hours(n),
-            'd' | 'D' => now_local - Duration::days(n),
-            'w' | 'W' => now_local - Duration::weeks(n),
-            'm' => add_months(now_local, -(n as i32)),
-            'q' | 'Q' => now_local - Duration::weeks(13 * n),
-            'y' | 'Y' => add_months(now_local, -(12 * n as i32)),
-            _ => return Err(bad()),
-        })
+    let span = |make: fn(i64) -> Option<TimeDelta>, n: i64| make(n).and_then(|d| sub(now_local, d));
+    let t = match unit {
+        's' => span(TimeDelta::try_seconds, amount),
+        'M' => span(TimeDelta::try_minutes, amount),
+        'h' | 'H' => span(TimeDelta::try_hours, amount),
+        'd' | 'D' => span(TimeDelta::try_days, amount),
+        'w' | 'W' => span(TimeDelta::try_weeks, amount),
+        'q' | 'Q' => amount
+            .checked_mul(13)
+            .and_then(|weeks| span(TimeDelta::try_weeks, weeks)),
+        'm' => amount.checked_neg().and_then(|m| add_months(now_local, m)),
+        'y' | 'Y' => amount
+            .checked_mul(-12)
+            .and_then(|m| add_months(now_local, m)),
+        _ => return Err(bad()),
     };
-    let t = ago(amount)?;
-    Ok(match snap {
-        None => t,
-        Some(end) => {
-            let start = match unit {
-                'h' | 'H' => Interval::Hour.floor(t),
-                'd' | 'D' => Interval::Day.floor(t),
-                'w' | 'W' => Interval::Week.floor(t),
-                'm' => Interval::Month.floor(t),
-                'y' | 'Y' => NaiveDate::from_ymd_opt(t.year(), 1, 1)
-                    .map(|d| d.and_time(NaiveTime::MIN))
-                    .unwrap_or(t),
-                _ => t,
-            };
-            if end {
-                let next = match unit {
-                    'h' | 'H' => start + Duration::hours(1),
-                    'd' | 'D' => start + Duration::days(1),
-                    'w' | 'W' => start + Duration::weeks(1),
-                    'm' => add_months(start, 1),
-                    'y' | 'Y' => add_months(start, 12),
-                    _ => start,
-                };
-                next - Duration::microseconds(1)
-            } else {
-                start
-            }
-        }
-    })
+    let Some(t) = t else { return Ok(None) };
+    let Some(end) = snap else { return Ok(Some(t)) };
+    let start = match unit {
+        'h' | 'H' => Interval::Hour.floor(t),
+        'd' | 'D' => Interval::Day.floor(t),
+        'w' | 'W' => Interval::Week.floor(t),
+        'm' => Interval::Month.floor(t),
+        'y' | 'Y' => NaiveDate::from_ymd_opt(t.year(), 1, 1)
+            .map(|d| d.and_time(NaiveTime::MIN))
+            .unwrap_or(t),
+        _ => t,
+    };
+    if !end {
+        return Ok(Some(start));
+    }
+    let next = match unit {
+        'h' | 'H' => Interval::Hour.next(start),
+        'd' | 'D' => Interval::Day.next(start),
+        'w' | 'W' => Interval::Week.next(start),
+        'm' => Interval::Month.next(start),
+        'y' | 'Y' => add_months(start, 12),
+        _ => Some(start),
+    };
+    Ok(next.and_then(just_before))
 }
 
 fn is_relative_hours(text: &str) -> bool {
@@ -208,7 +261,11 @@ pub fn resolve(
 ) -> Result<ResolvedRange, QueryError> {
     let now_local = now.with_timezone(&tz).naive_local();
     let from_local = match date_from.map(str::trim) {
-        None | Some("") => (now_local.date() - Duration::days(7)).and_time(NaiveTime::MIN),
+        None | Some("") => now_local
+            .date()
+            .checked_sub_days(Days::new(7))
+            .unwrap_or(now_local.date())
+            .and_time(NaiveTime::MIN),
         Some("all") => earliest
             .map(|e| e.with_timezone(&tz).naive_local())
             .unwrap_or(now_local),
@@ -229,9 +286,10 @@ pub fn resolve(
         Some(text) => {
             let t = parse_date(text, tz, now_local)?;
             match interval {
-                Interval::Hour => {
-                    Interval::Hour.floor(t) + Duration::hours(1) - Duration::microseconds(1)
-                }
+                Interval::Hour => Interval::Hour
+                    .next(Interval::Hour.floor(t))
+                    .and_then(just_before)
+                    .unwrap_or(t),
                 _ => end_of_day(t.date()),
             }
         }
@@ -341,12 +399,53 @@ mod tests {
                     .and_time(NaiveTime::MIN),
                 1
             )
+            .expect("in range")
             .date()
             .to_string(),
             "2024-02-29"
         );
         assert_eq!(label(t, Interval::Day), "14-Mar-2024");
         assert_eq!(label(t, Interval::Month), "Mar 2024");
+    }
+
+    #[test]
+    fn hostile_dates_are_refused_not_panicked_on() {
+        for text in [
+            "-200000000d",
+            "-9223372036854775807d",
+            "-9223372036854775807m",
+            "-9223372036854775807y",
+            "-9223372036854775807q",
+            "-999999999999s",
+            "-300000yStart",
+            "-300000yEnd",
+            "é",
+            "-1é",
+            "0001-01-01",
+            "+262142-12-31T23:59:59Z",
+        ] {
+            for interval in [
+                Interval::Hour,
+                Interval::Day,
+                Interval::Week,
+                Interval::Month,
+            ] {
+                let from = resolve(Some(text), None, interval, Tz::UTC, now(), None);
+                let to = resolve(None, Some(text), interval, Tz::UTC, now(), None);
+                assert!(from.is_err() || text == "0001-01-01", "{text} {from:?}");
+                assert!(to.is_err(), "{text} {to:?}");
+            }
+        }
+        let far = resolve(
+            Some("0001-01-01"),
+            None,
+            Interval::Hour,
+            Tz::UTC,
+            now(),
+            None,
+        )
+        .expect("year 1 is in range");
+        assert_eq!(far.buckets(Interval::Hour).len(), MAX_BUCKETS);
     }
 
     #[test]

@@ -58,6 +58,20 @@ pub enum QueryKind {
     Retention(Box<retention::RetentionQuery>),
 }
 
+impl QueryKind {
+    /// Checks what can be checked without data: an insight compiles (dates, intervals,
+    /// breakdowns, series), so one that could never run is refused when it is saved rather
+    /// than failing every run or the materializer.
+    pub fn check(&self) -> Result<(), QueryError> {
+        let now = Utc::now();
+        match self {
+            QueryKind::HogQl(_) => Ok(()),
+            QueryKind::Trends(q) => trends::compile((**q).clone(), Tz::UTC, now).map(|_| ()),
+            QueryKind::Retention(q) => retention::compile((**q).clone(), Tz::UTC, now).map(|_| ()),
+        }
+    }
+}
+
 /// What a query answers, whatever its kind.
 #[derive(Debug, Clone)]
 pub struct QueryAnswer {

@@ -122,13 +122,16 @@ pub fn compile(
         None,
     )?;
     let last = period.floor(to.to_local);
+    let out_of_range =
+        || QueryError::InvalidInsight("The retention range is out of the range of dates.".into());
     let mut cohorts = vec![last];
+    let mut first = last;
     while cohorts.len() < n {
-        let prev = previous(period, cohorts[0]);
-        cohorts.insert(0, prev);
+        first = previous(period, first).ok_or_else(out_of_range)?;
+        cohorts.insert(0, first);
     }
-    let from_local = cohorts[0];
-    let end_local = period.next(last);
+    let from_local = first;
+    let end_local = period.next(last).ok_or_else(out_of_range)?;
     let from = dates::to_utc(tz, from_local);
     let end = dates::to_utc(tz, end_local);
 
@@ -198,14 +201,15 @@ pub fn compile(
     })
 }
 
-fn previous(period: Interval, t: NaiveDateTime) -> NaiveDateTime {
+/// The start of the period before the one starting at `t`; `None` past chrono's range.
+fn previous(period: Interval, t: NaiveDateTime) -> Option<NaiveDateTime> {
+    use crate::kernel::time::sub;
     match period {
-        Interval::Hour => t - chrono::Duration::hours(1),
-        Interval::Day => t - chrono::Duration::days(1),
-        Interval::Week => t - chrono::Duration::weeks(1),
+        Interval::Hour => sub(t, chrono::TimeDelta::hours(1)),
+        Interval::Day => sub(t, chrono::TimeDelta::days(1)),
+        Interval::Week => sub(t, chrono::TimeDelta::weeks(1)),
         Interval::Month => {
-            let prev = t - chrono::Duration::days(1);
-            Interval::Month.floor(prev)
+            sub(t, chrono::TimeDelta::days(1)).map(|prev| Interval::Month.floor(prev))
         }
     }
 }

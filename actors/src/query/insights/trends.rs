@@ -222,7 +222,9 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
         let aggregate = math_aggregate(math, node.math_property.as_deref())?;
         let window = active_window(math, interval).filter(|_| !total_value);
         let from = match window {
-            Some(days) => range.from - chrono::Duration::days(days),
+            Some(days) => chrono::TimeDelta::try_days(days)
+                .and_then(|d| crate::kernel::time::sub(range.from, d))
+                .unwrap_or(range.from),
             None => range.from,
         };
         let (from, to) = (
@@ -349,7 +351,8 @@ pub fn compile(query: TrendsQuery, tz: Tz, now: DateTime<Utc>) -> Result<TrendsP
                     .iter()
                     .map(|b| {
                         let start = sql.bind(local_text(*b));
-                        let end = sql.bind(local_text(interval.next(*b)));
+                        // The last bucket of chrono's range ends with it.
+                        let end = sql.bind(local_text(interval.next(*b).unwrap_or(*b)));
                         format!("(CAST({start} AS TIMESTAMP), CAST({end} AS TIMESTAMP))")
                     })
                     .collect::<Vec<_>>()
