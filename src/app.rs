@@ -71,7 +71,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let config = Arc::new(config);
 
+    let (decodes, rate_limits, queries) = AppState::limits(&config);
     let state = web::Data::new(AppState {
+        decodes,
+        rate_limits,
+        queries,
         resource_metadata_url: format!("{public_url}/.well-known/oauth-protected-resource").into(),
         public_url,
         config: Arc::clone(&config),
@@ -87,10 +91,15 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
+        // Outermost last: the request log sees every answer, including the JSON 500 of a
+        // panicking handler and the re-shaped framework errors.
         App::new()
             .app_data(app_state.clone())
             .wrap(NormalizePath::new(TrailingSlash::Trim))
+            .wrap(from_fn(http::recover::catch_panics))
+            .wrap(from_fn(http::recover::json_errors))
             .wrap(from_fn(telemetry::observe))
+            .configure(http::recover::extractor_errors)
             .configure(http::configure)
             .default_service(web::to(http::not_found))
     })
@@ -152,52 +161,93 @@ where
     });
 }
 
-/// Writes in-memory usage counts to sled every second.
-fn flush_usage_periodically(state: &web::Data<AppState>) {
-    every_second(state, |state| async move {
-        if let Err(err) = state.engine.persons.flush_usage().await {
-            tracing::warn!(error = %err, "could not write usage counts; will retry");
-        }
-        true
-    });
-}
-
-/// Deletes expired OAuth codes, tokens and sessions once an hour (on the blocking pool).
-fn prune_oauth_hourly(state: &web::Data<AppState>) {
+/// Runs `job` every `period` until shutdown begins. A run that errs or panics is logged and
+/// the next one waits longer (doubling, at most 64 periods); a success resets the wait. A
+/// failing upkeep job never takes the process down.
+fn periodic<F, Fut>(state: &web::Data<AppState>, name: &'static str, period: Duration, job: F)
+where
+    F: Fn(web::Data<AppState>) -> Fut + 'static,
+    Fut: Future<Output = Result<(), String>>,
+{
+    use futures_util::FutureExt;
     let state = state.clone();
     actix_web::rt::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        let mut failures = 0u32;
         loop {
-            tick.tick().await;
+            let wait = period.saturating_mul(1 << failures.min(6));
+            tokio::time::sleep(wait).await;
             if !state.lifecycle.is_ready() {
                 return;
             }
-            match state.engine.oauth.prune(chrono::Utc::now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "pruned expired OAuth records"),
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not prune expired OAuth records; will retry")
+            let ran = std::panic::AssertUnwindSafe(job(state.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "panicked: {}",
+                        corvid_actors::kernel::panic_message(&*panic)
+                    ))
+                });
+            match ran {
+                Ok(()) => failures = 0,
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(job = name, %error, failures, "background job failed; it will retry");
                 }
             }
         }
     });
 }
 
+/// Writes in-memory usage counts to storage every second.
+fn flush_usage_periodically(state: &web::Data<AppState>) {
+    periodic(
+        state,
+        "usage flush",
+        Duration::from_secs(1),
+        |state| async move {
+            state
+                .engine
+                .persons
+                .flush_usage()
+                .await
+                .map_err(|e| e.to_string())
+        },
+    );
+}
+
+/// Deletes expired OAuth codes, tokens and sessions once an hour (on the blocking pool).
+fn prune_oauth_hourly(state: &web::Data<AppState>) {
+    periodic(
+        state,
+        "OAuth prune",
+        Duration::from_secs(3600),
+        |state| async move {
+            let removed = state
+                .engine
+                .oauth
+                .prune(chrono::Utc::now())
+                .await
+                .map_err(|e| e.to_string())?;
+            if removed > 0 {
+                tracing::info!(removed, "pruned expired OAuth records");
+            }
+            Ok(())
+        },
+    );
+}
+
 /// Stops surveys at their response limits and moves repeating surveys to their iteration.
 fn maintain_surveys(state: &web::Data<AppState>) {
-    let state = state.clone();
-    actix_web::rt::spawn(async move {
-        let mut tick = tokio::time::interval(state.config.surveys.maintenance_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if !state.lifecycle.is_ready() {
-                return;
-            }
-            if let Err(err) = state.engine.surveys.maintain(chrono::Utc::now()).await {
-                tracing::warn!(error = %err, "survey upkeep failed; will retry");
-            }
-        }
+    let period = state.config.surveys.maintenance_interval;
+    periodic(state, "survey upkeep", period, |state| async move {
+        state
+            .engine
+            .surveys
+            .maintain(chrono::Utc::now())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     });
 }
 

@@ -54,6 +54,52 @@ impl Metrics {
     }
 }
 
+/// What the service's own bounds hold now (`docs/SECURITY.md`), in Prometheus' text format.
+pub struct Bounds {
+    /// Resolved OAuth clients, logos and remembered failures, and their bytes.
+    pub oauth_clients: (usize, u64),
+    /// Payload decodes that may start off the event loop now.
+    pub decode_permits: usize,
+    /// Credentials with queries running now.
+    pub query_credentials: usize,
+}
+
+pub fn render_bounds(b: &Bounds) -> String {
+    let mut out = String::new();
+    for (name, kind, help, value) in [
+        (
+            "oauth_client_cache_entries",
+            "gauge",
+            "Resolved OAuth clients, logos and remembered failures kept in memory.",
+            b.oauth_clients.0 as f64,
+        ),
+        (
+            "oauth_client_cache_bytes",
+            "gauge",
+            "What the OAuth client cache weighs (bounded by oauth.cimd_cache_bytes).",
+            b.oauth_clients.1 as f64,
+        ),
+        (
+            "decode_permits_available",
+            "gauge",
+            "Off-loop payload decodes that may start now (limits.max_concurrent_decodes).",
+            b.decode_permits as f64,
+        ),
+        (
+            "query_credentials_running",
+            "gauge",
+            "Credentials with at least one query running.",
+            b.query_credentials as f64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP corvid_{name} {help}\n# TYPE corvid_{name} {kind}\ncorvid_{name} {value}"
+        );
+    }
+    out
+}
+
 /// The engine's series in Prometheus' text format (names prefixed `corvid_`).
 pub fn render_engine(stats: &EngineStats) -> String {
     let mut out = String::new();
@@ -185,6 +231,12 @@ pub fn render_engine(stats: &EngineStats) -> String {
             "counter",
             "Execution-log batches that could not be written.",
             &plain(l.write_failures as f64),
+        );
+        family(
+            "execution_log_dropped_entries_total",
+            "counter",
+            "Execution-log entries dropped: the write path was full, or their batch failed.",
+            &plain(l.dropped as f64),
         );
     }
     out

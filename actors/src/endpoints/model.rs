@@ -140,6 +140,10 @@ pub struct Materialization {
     /// When the materializer last started a run (to schedule the next one).
     #[serde(default)]
     pub last_attempt_at: Option<DateTime<Utc>>,
+    /// Runs that failed (or were cut short) in a row since the last success: the retry waits
+    /// grow with it, and versions that keep failing are run after the others.
+    #[serde(default)]
+    pub failures: u32,
 }
 
 impl Materialization {
@@ -150,6 +154,7 @@ impl Materialization {
             error: None,
             object_key: None,
             last_attempt_at: None,
+            failures: 0,
         }
     }
 }

@@ -139,7 +139,15 @@ pub struct CompactionReport {
     pub deleted: usize,
     /// Stored files no segment owned (uploads whose commit never came), deleted.
     pub swept: usize,
+    /// Projects whose compaction failed this pass, with the error; each is retried after a
+    /// growing wait while the others go on.
+    pub failed: Vec<(u64, String)>,
 }
+
+/// A project whose compaction fails waits this long before the next try, doubled for each
+/// further failure in a row up to [`MAX_RETRY_WAIT`].
+const FIRST_RETRY_WAIT: Duration = Duration::from_secs(60);
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(6 * 3600);
 
 /// The job name under which one node at a time compacts `project`.
 fn project_job(project: u64) -> String {
@@ -157,6 +165,8 @@ pub struct Compactor {
     /// Of all nodes sharing the catalog, one compacts a project at a time; a node that dies
     /// mid-pass loses the project when its lease runs out.
     lease: JobLease,
+    /// Projects whose last compaction failed, and until when they wait.
+    backoff: std::sync::Mutex<crate::kernel::Backoff<u64>>,
 }
 
 impl Compactor {
@@ -173,6 +183,10 @@ impl Compactor {
             columns,
             config,
             lease,
+            backoff: std::sync::Mutex::new(crate::kernel::Backoff::new(
+                FIRST_RETRY_WAIT,
+                MAX_RETRY_WAIT,
+            )),
         }
     }
 
@@ -218,7 +232,7 @@ impl Compactor {
                         continue;
                     }
                     waited = Duration::ZERO;
-                    match self.run_once() {
+                    match crate::kernel::contain(|| self.run_once()) {
                         Ok(report) if report != CompactionReport::default() => {
                             tracing::info!(?report, "property-column compaction")
                         }
@@ -236,14 +250,32 @@ impl Compactor {
     pub fn run_once(&self) -> std::io::Result<CompactionReport> {
         let mut report = CompactionReport::default();
         for project in self.catalog.projects()? {
-            self.claimed(&project_job(project), || {
-                self.compact_project(project, &mut report)
-            })?;
+            let now = std::time::Instant::now();
+            if !self.backoff().ready(&project, now) {
+                continue;
+            }
+            let outcome = crate::kernel::contain(|| {
+                self.claimed(&project_job(project), || {
+                    self.compact_project(project, &mut report)
+                })
+            });
+            match outcome {
+                Ok(_) => self.backoff().succeeded(&project),
+                Err(error) => {
+                    let wait = self.backoff().failed(project, now);
+                    tracing::warn!(project, %error, ?wait, "compaction of a project failed; the others go on");
+                    report.failed.push((project, error));
+                }
+            }
         }
         if let Some(swept) = self.claimed(SWEEP_JOB, || self.catalog.sweep_orphans())? {
             report.swept = swept;
         }
         Ok(report)
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, crate::kernel::Backoff<u64>> {
+        self.backoff.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Promotes `project`'s frequent keys, backfills its segments lacking a column, and
@@ -329,7 +361,8 @@ impl Compactor {
         let rows: Vec<StoredEvent> =
             read_segment(bytes, &segment.key()).map_err(std::io::Error::other)?;
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
-        write_segment(&staged, &mut refs, keys).map_err(std::io::Error::other)?;
+        write_segment(self.catalog.disk(), &staged, &mut refs, keys)
+            .map_err(std::io::Error::other)?;
         self.catalog.publish_version(&next)?;
         Ok(true)
     }
@@ -429,6 +462,7 @@ mod tests {
             segments: vec![written.clone()],
         };
         write_segment(
+            &crate::kernel::disk::RealDisk,
             &catalog.staging_path(&written).expect("test setup"),
             &mut refs,
             &[],

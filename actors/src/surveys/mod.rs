@@ -32,6 +32,9 @@ pub use validate::QUESTION_TYPES;
 /// The largest `iteration_count` accepted (PostHog's `MAX_ITERATION_COUNT`).
 pub const MAX_ITERATIONS: u64 = 500;
 
+/// The longest `iteration_frequency_days` accepted: ten years between iterations.
+pub const MAX_ITERATION_DAYS: u64 = 3650;
+
 /// The surveys facade. Cheap to clone.
 #[derive(Clone)]
 pub struct Surveys {
@@ -45,7 +48,14 @@ struct Inner {
     /// Each project's surveys, loaded on first use and replaced on every write.
     cache: DashMap<u64, Arc<Vec<Survey>>>,
     writes: Mutex<()>,
+    /// Surveys whose upkeep failed, and until when they wait (the others go on).
+    upkeep: Mutex<crate::kernel::Backoff<Uuid>>,
 }
+
+/// A survey whose upkeep fails is retried after this long, doubled per failure in a row up to
+/// the max.
+const UPKEEP_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+const UPKEEP_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A survey with the flags it names, ready to render.
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@ impl Surveys {
                 query,
                 cache: DashMap::new(),
                 writes: Mutex::new(()),
+                upkeep: Mutex::new(crate::kernel::Backoff::new(UPKEEP_RETRY, UPKEEP_RETRY_MAX)),
             }),
         }
     }
@@ -124,32 +125,53 @@ impl Surveys {
 
     /// Upkeep, run periodically: surveys that reached their `responses_limit` stop (end date
     /// set, flags off), and iterating surveys move to the iteration `now` falls in. Returns the
-    /// surveys it stopped.
+    /// surveys it stopped. A survey (or a project's response count) that errs or panics is
+    /// logged and retried after a growing wait; the others go on.
     pub async fn maintain(&self, now: DateTime<Utc>) -> Result<Vec<Uuid>, RecordError> {
+        use futures_util::FutureExt;
         let inner = Arc::clone(&self.inner);
         let all = blocking(move || Ok::<_, RecordError>(inner.store.list_all()?)).await?;
+        let clock = std::time::Instant::now();
         let mut limited: std::collections::BTreeMap<u64, Vec<(Uuid, DateTime<Utc>, u64)>> =
             Default::default();
         let mut advance = Vec::new();
-        for (project, s) in &all {
-            if !s.is_running() {
-                continue;
-            }
-            if let (Some(limit), Some(start)) = (s.responses_limit, s.start_date) {
-                limited
-                    .entry(*project)
-                    .or_default()
-                    .push((s.id, start, limit));
-            }
-            if s.iterates() && iteration_at(s, now).map(|(i, _)| i) != s.current_iteration {
-                advance.push((*project, s.id));
+        {
+            let backoff = self.inner.upkeep_backoff();
+            for (project, s) in &all {
+                if !s.is_running() || !backoff.ready(&s.id, clock) {
+                    continue;
+                }
+                if let (Some(limit), Some(start)) = (s.responses_limit, s.start_date) {
+                    limited
+                        .entry(*project)
+                        .or_default()
+                        .push((s.id, start, limit));
+                }
+                if s.iterates() && iteration_at(s, now).map(|(i, _)| i) != s.current_iteration {
+                    advance.push((*project, s.id));
+                }
             }
         }
         let mut stopped = Vec::new();
         for (project, surveys) in limited {
             let since: Vec<(Uuid, DateTime<Utc>)> =
                 surveys.iter().map(|(id, start, _)| (*id, *start)).collect();
-            let counts = stats::response_counts(&self.inner.query, project, &since).await?;
+            let counting = stats::response_counts(&self.inner.query, project, &since);
+            let counted = std::panic::AssertUnwindSafe(QueryEngine::waiting(counting))
+                .catch_unwind()
+                .await;
+            let counts = match counted {
+                Ok(Ok(counts)) => counts,
+                Ok(Err(err)) => {
+                    self.inner.upkeep_failed(&since, &err.to_string(), clock);
+                    continue;
+                }
+                Err(panic) => {
+                    let error = format!("panicked: {}", crate::kernel::panic_message(&*panic));
+                    self.inner.upkeep_failed(&since, &error, clock);
+                    continue;
+                }
+            };
             for ((id, _, limit), (_, count)) in surveys.iter().zip(counts) {
                 if count >= *limit {
                     stopped.push((project, *id));
@@ -160,21 +182,50 @@ impl Surveys {
         let done = stopped.iter().map(|(_, id)| *id).collect();
         blocking(move || {
             let _guard = inner.lock();
-            for (project, id) in stopped {
+            let stops = stopped.into_iter().map(|(project, id)| {
                 let stop = SurveyChanges {
                     end_date: Some(Value::String(now.to_rfc3339())),
                     ..SurveyChanges::default()
                 };
-                inner.update(project, id, stop, now)?;
-                tracing::info!(project, survey = %id, "survey reached its response limit");
-            }
-            for (project, id) in advance {
-                inner.update(project, id, SurveyChanges::default(), now)?;
+                (project, id, stop)
+            });
+            let moves = advance
+                .into_iter()
+                .map(|(project, id)| (project, id, SurveyChanges::default()));
+            for (project, id, change) in stops.chain(moves) {
+                let stopping = change.end_date.is_some();
+                match crate::kernel::contain(|| inner.update(project, id, change, now)) {
+                    Ok(_) if stopping => {
+                        tracing::info!(project, survey = %id, "survey reached its response limit")
+                    }
+                    Ok(_) => inner.upkeep_backoff().succeeded(&id),
+                    Err(error) => inner.upkeep_failed(&[(id, now)], &error, clock),
+                }
             }
             Ok::<_, RecordError>(())
         })
         .await?;
         Ok(done)
+    }
+}
+
+impl Inner {
+    fn upkeep_backoff(&self) -> std::sync::MutexGuard<'_, crate::kernel::Backoff<Uuid>> {
+        self.upkeep.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs a failed upkeep of `surveys` and makes them wait.
+    fn upkeep_failed(
+        &self,
+        surveys: &[(Uuid, DateTime<Utc>)],
+        error: &str,
+        now: std::time::Instant,
+    ) {
+        let mut backoff = self.upkeep_backoff();
+        for (id, _) in surveys {
+            let wait = backoff.failed(*id, now);
+            tracing::warn!(survey = %id, %error, ?wait, "survey upkeep failed; the others go on");
+        }
     }
 }
 

@@ -2,6 +2,11 @@
 //! [`ExecutionLog`] actor takes every 20 ms and passes over a channel to the `corvid-exec-log`
 //! writer thread, which appends them to the [`ExecutionLogStore`] in one write per batch and
 //! prunes entries past retention once an hour.
+//!
+//! Bounded end to end: at most [`WRITER_QUEUE`] batches wait for the writer and at most
+//! [`MAX_PENDING`] entries wait for the actor; past that, new entries are dropped and counted
+//! (`dropped` in [`LogStats`]). A batch whose write fails or panics is dropped and counted, the
+//! writer waits a little longer after each failure in a row, and goes on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +24,13 @@ use crate::kernel::StoreError;
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
 /// Pending entries past which a recorder asks the actor to flush at once.
 const FLUSH_BACKLOG: usize = 65_536;
+/// Pending entries past which new ones are dropped (the writer is far behind or stopped).
+pub const MAX_PENDING: usize = 4 * FLUSH_BACKLOG;
+/// Batches handed to the writer thread and not yet written.
+pub const WRITER_QUEUE: usize = 256;
+/// The writer's wait after a failed batch, doubled per failure in a row up to the max.
+const FIRST_FAILURE_WAIT: Duration = Duration::from_millis(100);
+const MAX_FAILURE_WAIT: Duration = Duration::from_secs(30);
 
 /// Entries recorded since the last flush. Handlers push here (a short uncontended lock) rather
 /// than into the actor's mailbox: a mailbox send wakes the actor's thread once per run, which
@@ -59,8 +71,15 @@ impl ExecutionLog {
         if batch.is_empty() {
             return;
         }
-        if self.to_writer.send(ToWriter::Batch(batch)).is_err() {
-            tracing::warn!("execution log writer has stopped; entries dropped");
+        match self.to_writer.try_send(ToWriter::Batch(batch)) {
+            Ok(()) => {}
+            // The writer is behind: the entries wait for the next flush (within MAX_PENDING).
+            Err(crossbeam_channel::TrySendError::Full(ToWriter::Batch(mut batch))) => {
+                let mut pending = lock(&self.pending);
+                batch.append(&mut pending);
+                *pending = batch;
+            }
+            Err(_) => tracing::warn!("execution log writer has stopped; entries dropped"),
         }
     }
 }
@@ -75,6 +94,7 @@ fn stats(pending: &Pending, c: &WriterCounters) -> LogStats {
         queued: lock(pending).len() + c.in_flight.load(Ordering::Relaxed),
         written: c.written.load(Ordering::Relaxed),
         write_failures: c.failures.load(Ordering::Relaxed),
+        dropped: c.dropped.load(Ordering::Relaxed),
         writer_alive: !c.stopped.load(Ordering::SeqCst),
     }
 }
@@ -112,6 +132,8 @@ pub struct LogStats {
     pub queued: usize,
     pub written: u64,
     pub write_failures: u64,
+    /// Entries dropped because the write path was full, or their batch failed to write.
+    pub dropped: u64,
     /// False once the writer thread has stopped (the process must not go on without it).
     pub writer_alive: bool,
 }
@@ -122,6 +144,7 @@ struct WriterCounters {
     in_flight: AtomicUsize,
     written: AtomicU64,
     failures: AtomicU64,
+    dropped: AtomicU64,
     stopped: AtomicBool,
 }
 
@@ -140,7 +163,7 @@ impl ExecutionLogHandle {
         store: Arc<dyn ExecutionLogStore>,
         retention: Duration,
     ) -> Result<ExecutionLogHandle, StoreError> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = crossbeam_channel::bounded(WRITER_QUEUE);
         let counters = Arc::new(WriterCounters::default());
         let writer_counters = Arc::clone(&counters);
         let writer = std::thread::Builder::new()
@@ -174,6 +197,10 @@ impl ExecutionLogHandle {
     /// Records one entry; it is written within [`FLUSH_EVERY`] (plus the writer's sync).
     pub fn record(&self, entry: LogEntry) {
         let mut pending = lock(&self.pending);
+        if pending.len() >= MAX_PENDING {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         pending.push(entry);
         // Far behind (the actor is not running): hand over directly rather than grow.
         if pending.len() >= FLUSH_BACKLOG {
@@ -186,11 +213,19 @@ impl ExecutionLogHandle {
     /// shutdown calls this so the last runs' entries survive a restart.
     pub fn sync(&self, timeout: Duration) -> bool {
         let batch = std::mem::take(&mut *lock(&self.pending));
-        if !batch.is_empty() && self.to_writer.send(ToWriter::Batch(batch)).is_err() {
+        if !batch.is_empty()
+            && self
+                .to_writer
+                .send_timeout(ToWriter::Batch(batch), timeout)
+                .is_err()
+        {
             return false;
         }
         let (ack, done) = crossbeam_channel::bounded(1);
-        self.to_writer.send(ToWriter::Sync(ack)).is_ok() && done.recv_timeout(timeout).is_ok()
+        self.to_writer
+            .send_timeout(ToWriter::Sync(ack), timeout)
+            .is_ok()
+            && done.recv_timeout(timeout).is_ok()
     }
 }
 
@@ -200,7 +235,10 @@ fn write_loop(
     retention: Duration,
     counters: &WriterCounters,
 ) {
-    let mut last_prune = Instant::now() - Duration::from_secs(3600);
+    let mut last_prune = Instant::now()
+        .checked_sub(Duration::from_secs(3600))
+        .unwrap_or_else(Instant::now);
+    let mut failures_in_a_row = 0u32;
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(first) => {
@@ -215,13 +253,20 @@ fn write_loop(
                 let count = entries.len();
                 if count > 0 {
                     counters.in_flight.store(count, Ordering::Relaxed);
-                    match store.append(entries) {
+                    match crate::kernel::contain(|| store.append(entries)) {
                         Ok(()) => {
                             counters.written.fetch_add(count as u64, Ordering::Relaxed);
+                            failures_in_a_row = 0;
                         }
                         Err(e) => {
                             counters.failures.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(error = %e, count, "could not write execution logs");
+                            counters.dropped.fetch_add(count as u64, Ordering::Relaxed);
+                            failures_in_a_row = failures_in_a_row.saturating_add(1);
+                            let wait = FIRST_FAILURE_WAIT
+                                .saturating_mul(1 << failures_in_a_row.min(12))
+                                .min(MAX_FAILURE_WAIT);
+                            tracing::error!(error = %e, count, ?wait, "could not write execution logs; the batch is dropped");
+                            std::thread::sleep(wait);
                         }
                     }
                     counters.in_flight.store(0, Ordering::Relaxed);
@@ -235,9 +280,10 @@ fn write_loop(
         }
         if last_prune.elapsed() >= Duration::from_secs(3600) {
             last_prune = Instant::now();
-            let cutoff = Utc::now()
-                - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(30));
-            match store.prune(cutoff) {
+            let cutoff =
+                crate::kernel::time::sub(Utc::now(), crate::kernel::time::from_std(retention))
+                    .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
+            match crate::kernel::contain(|| store.prune(cutoff)) {
                 Ok(0) => {}
                 Ok(removed) => tracing::info!(removed, "pruned execution logs past retention"),
                 Err(e) => tracing::warn!(error = %e, "could not prune execution logs"),

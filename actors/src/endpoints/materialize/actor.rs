@@ -2,6 +2,12 @@
 //! whose result is missing, stale or failed, computes each on the query runtime and stores it
 //! as an Arrow IPC object, then records Completed (with the object key) or Failed (with the
 //! error). One job per version at a time; superseded objects are deleted.
+//!
+//! A job that errs or panics marks its version failed and the actor goes on. Failed versions
+//! are retried after `retry_after`, doubled for each further failure in a row (at most
+//! [`MAX_BACKOFF_DOUBLINGS`] times); a run a crash cut short counts as a failure, so a version
+//! whose run takes the process down is not run first again on every start; and each scan runs
+//! versions that never failed before those that keep failing.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,11 +15,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt;
 use uuid::Uuid;
 
 use super::Results;
 use crate::endpoints::model::{Endpoint, MaterializationStatus};
 use crate::endpoints::store::EndpointStore;
+use crate::kernel::time::{add_or_max, from_std};
 use crate::kernel::JobLease;
 use crate::meta::Tenancy;
 use crate::query::QueryEngine;
@@ -134,27 +142,42 @@ struct Job {
     previous_key: Option<String>,
     /// Since when the version has been due.
     due_since: DateTime<Utc>,
+    /// Failures in a row before this run.
+    failures: u32,
 }
 
+/// A failing version's retry wait doubles this many times at most (64 × `retry_after`).
+pub const MAX_BACKOFF_DOUBLINGS: u32 = 6;
+
+/// How long after its `failures`-th failure in a row a version is retried.
+fn backoff(retry_after: Duration, failures: u32) -> chrono::TimeDelta {
+    let doublings = failures.saturating_sub(1).min(MAX_BACKOFF_DOUBLINGS);
+    from_std(retry_after.saturating_mul(1 << doublings))
+}
+
+/// The versions due now, those that never failed first, then by how long they have waited.
 fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration) -> Vec<Job> {
-    let retry = chrono::Duration::from_std(retry_after).unwrap_or(chrono::Duration::minutes(1));
     let mut jobs = Vec::new();
     for e in endpoints.into_iter().filter(|e| e.is_active) {
         for v in e.versions.iter().filter(|v| v.is_active) {
             let Some(m) = &v.materialization else {
                 continue;
             };
-            let freshness = chrono::Duration::seconds(v.data_freshness_seconds as i64);
-            let due_since = match m.status {
-                MaterializationStatus::Running => Some(m.last_attempt_at.unwrap_or(now)),
-                MaterializationStatus::Completed => match m.last_run_at {
+            let freshness = crate::kernel::time::seconds(v.data_freshness_seconds);
+            let due_since = if m.failures > 0 || m.status == MaterializationStatus::Failed {
+                // The last attempt failed or was cut short (a crash, a panic): retry later.
+                match m.last_attempt_at {
                     None => Some(now),
-                    Some(t) => Some(t + freshness).filter(|at| *at <= now),
-                },
-                MaterializationStatus::Failed => match m.last_attempt_at {
-                    None => Some(now),
-                    Some(t) => Some(t + retry).filter(|at| *at <= now),
-                },
+                    Some(t) => Some(add_or_max(t, backoff(retry_after, m.failures.max(1))))
+                        .filter(|at| *at <= now),
+                }
+            } else {
+                match (m.status, m.last_run_at) {
+                    (MaterializationStatus::Completed, Some(t)) => {
+                        Some(add_or_max(t, freshness)).filter(|at| *at <= now)
+                    }
+                    _ => Some(m.last_attempt_at.unwrap_or(now)),
+                }
             };
             if let Some(due_since) = due_since {
                 jobs.push(Job {
@@ -165,10 +188,12 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
                     query: v.query.clone(),
                     previous_key: m.object_key.clone(),
                     due_since,
+                    failures: m.failures,
                 });
             }
         }
     }
+    jobs.sort_by_key(|j| (j.failures, j.due_since));
     jobs
 }
 
@@ -211,7 +236,7 @@ impl Materializer {
         let work = claimed(job, Arc::clone(&self.store), lease, retry_after, {
             let (store, tenancy) = (Arc::clone(&self.store), self.tenancy.clone());
             let (engine, results) = (Arc::clone(&self.engine), Arc::clone(&self.results));
-            move |job| run_job(job, store, tenancy, engine, results)
+            move |job| contained(job, store, tenancy, engine, results)
         });
         ctx.spawn(work.into_actor(self).map(move |ran, this, _| {
             this.in_flight.remove(&slot);
@@ -276,6 +301,62 @@ where
     Some(ran)
 }
 
+/// Runs one job; a panic inside it marks the version failed instead of stopping the actor.
+async fn contained(
+    job: Job,
+    store: Arc<EndpointStore>,
+    tenancy: Tenancy,
+    engine: Arc<QueryEngine>,
+    results: Arc<Results>,
+) -> bool {
+    let (name, version) = (job.name.clone(), job.version);
+    let marker = marker(&job, Arc::clone(&store));
+    let run = run_job(job, store, tenancy, engine, results);
+    match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+        Ok(ran) => ran,
+        Err(panic) => {
+            let text = format!(
+                "internal error while materializing: {}",
+                crate::kernel::panic_message(&*panic)
+            );
+            tracing::error!(endpoint = %name, version, error = %text, "materialization panicked");
+            let _ = blocking(move || marker(Box::new(move |m| fail(m, text)))).await;
+            false
+        }
+    }
+}
+
+/// A change to one version's materialization record.
+type Change = Box<dyn FnOnce(&mut crate::endpoints::model::Materialization) + Send>;
+
+/// Applies a [`Change`] to `job`'s version as stored; false when the endpoint was re-created
+/// or the materialization disabled meanwhile.
+fn marker(
+    job: &Job,
+    store: Arc<EndpointStore>,
+) -> impl Fn(Change) -> Result<bool, crate::kernel::StoreError> + Clone + Send + 'static {
+    let job = job.clone();
+    move |change: Change| {
+        let mut applied = false;
+        store.update_by_id(job.project_id, &job.name, job.endpoint_id, |e| {
+            if let Some(m) = e
+                .version_mut(job.version)
+                .and_then(|v| v.materialization.as_mut())
+            {
+                change(m);
+                applied = true;
+            }
+        })?;
+        Ok(applied)
+    }
+}
+
+/// Records a failed attempt (already counted in `failures` when it started).
+fn fail(m: &mut crate::endpoints::model::Materialization, error: String) {
+    m.status = MaterializationStatus::Failed;
+    m.error = Some(error);
+}
+
 async fn run_job(
     job: Job,
     store: Arc<EndpointStore>,
@@ -284,28 +365,17 @@ async fn run_job(
     results: Arc<Results>,
 ) -> bool {
     let started = Utc::now();
-    let mark = {
-        let store = Arc::clone(&store);
-        let job = job.clone();
-        // Applies `change` to the version's materialization; false when the endpoint was
-        // re-created or the materialization disabled meanwhile.
-        move |change: Box<dyn FnOnce(&mut crate::endpoints::model::Materialization) + Send>| {
-            let mut applied = false;
-            store.update_by_id(job.project_id, &job.name, job.endpoint_id, |e| {
-                if let Some(m) = e
-                    .version_mut(job.version)
-                    .and_then(|v| v.materialization.as_mut())
-                {
-                    change(m);
-                    applied = true;
-                }
-            })?;
-            Ok::<bool, crate::kernel::StoreError>(applied)
-        }
-    };
+    let mark = marker(&job, Arc::clone(&store));
     let mark_attempt = mark.clone();
-    let _ =
-        blocking(move || mark_attempt(Box::new(move |m| m.last_attempt_at = Some(started)))).await;
+    // The attempt counts as a failure until it succeeds: one that a crash cuts short is then
+    // retried after its back-off, not first on the next start.
+    let _ = blocking(move || {
+        mark_attempt(Box::new(move |m| {
+            m.last_attempt_at = Some(started);
+            m.failures = m.failures.saturating_add(1);
+        }))
+    })
+    .await;
 
     let project_id = job.project_id;
     let tz = tenancy
@@ -322,10 +392,9 @@ async fn run_job(
         job.version,
         Uuid::now_v7().simple()
     );
-    let outcome = match results
-        .compute(&engine, job.project_id, tz, &job.query)
-        .await
-    {
+    // Background work: it waits for a query slot rather than failing when requests hold them.
+    let computed = QueryEngine::waiting(results.compute(&engine, job.project_id, tz, &job.query));
+    let outcome = match computed.await {
         Ok((schema, batches)) => results
             .storage()
             .write(&key, &schema, &batches)
@@ -342,6 +411,7 @@ async fn run_job(
                     m.last_run_at = Some(started);
                     m.error = None;
                     m.object_key = Some(new_key);
+                    m.failures = 0;
                 }))
             })
             .await;
@@ -359,13 +429,7 @@ async fn run_job(
         Err(e) => {
             let text = e.to_string();
             tracing::warn!(endpoint = %job.name, version = job.version, error = %text, "materialization failed");
-            let _ = blocking(move || {
-                mark(Box::new(move |m| {
-                    m.status = MaterializationStatus::Failed;
-                    m.error = Some(text);
-                }))
-            })
-            .await;
+            let _ = blocking(move || mark(Box::new(move |m| fail(m, text)))).await;
             false
         }
     }
