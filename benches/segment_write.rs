@@ -8,7 +8,7 @@
 use std::hint::black_box;
 
 use chrono::{Duration, TimeZone, Utc};
-use corvid_actors::bench::write_segment;
+use corvid_actors::bench::{write_segment, RealDisk};
 use corvid_actors::ingest::StoredEvent;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
@@ -70,7 +70,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("64k_rows_3_materialized", |b| {
         b.iter(|| {
             let mut refs: Vec<&StoredEvent> = rows.iter().rev().collect();
-            write_segment(&path, black_box(&mut refs), &materialized).expect("write");
+            write_segment(&RealDisk, &path, black_box(&mut refs), &materialized).expect("write");
         })
     });
     group.finish();

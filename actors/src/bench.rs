@@ -11,5 +11,6 @@ pub use crate::ingest::catalog::{
 pub use crate::ingest::columns::PropertyColumns;
 pub use crate::ingest::files::SegmentFiles;
 pub use crate::ingest::segment::write_segment;
+pub use crate::kernel::disk::RealDisk;
 pub use crate::query::hogql::{prepare_user_sql, Bindings};
 pub use crate::query::insights::run as run_insight;

@@ -142,6 +142,26 @@ pub struct EngineStats {
     pub endpoints: EndpointStats,
 }
 
+/// What keeps a node from serving (`/_readiness`): named, never with the backend's own error
+/// text (which can carry host names and credentials); the details go to the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unready {
+    #[error("PostgreSQL (the metastore) does not answer")]
+    Postgres,
+    #[error("the bucket does not answer")]
+    Bucket,
+}
+
+impl Unready {
+    /// The component's short name, for the readiness answer.
+    pub fn component(self) -> &'static str {
+        match self {
+            Unready::Postgres => "postgres",
+            Unready::Bucket => "bucket",
+        }
+    }
+}
+
 /// The engine's facades and the handles that stop it.
 pub struct Engine {
     pub tenancy: Tenancy,
@@ -300,7 +320,9 @@ async fn segment_storage(
         }
         _ => {
             let events_dir = settings.data_dir.join("events");
-            let catalog: Arc<dyn SegmentCatalog> = Arc::new(DirCatalog::open(events_dir.clone())?);
+            let disk = Arc::clone(&settings.ingest.disk);
+            let catalog: Arc<dyn SegmentCatalog> =
+                Arc::new(DirCatalog::open_on(events_dir.clone(), disk)?);
             Ok((catalog, Arc::new(SegmentFiles::local(&events_dir)?)))
         }
     }
@@ -469,21 +491,35 @@ impl Engine {
 
     /// Whether this node can reach the services it shares with others (a cluster's
     /// PostgreSQL and bucket); `Err` names the one it cannot. Always ready when embedded.
-    pub async fn ready(&self) -> Result<(), String> {
+    pub async fn ready(&self) -> Result<(), Unready> {
         let Some(readiness) = &self.readiness else {
             return Ok(());
         };
         let pg = Arc::clone(&readiness.pg);
-        tokio::task::spawn_blocking(move || pg.ping())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("PostgreSQL: {e}"))?;
+        let pinged = tokio::task::spawn_blocking(move || pg.ping()).await;
+        match pinged {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "readiness: PostgreSQL does not answer");
+                return Err(Unready::Postgres);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "readiness: the PostgreSQL check failed");
+                return Err(Unready::Postgres);
+            }
+        }
         let bucket = Arc::clone(&readiness.bucket);
         let probe = ObjectPath::from(READINESS_PROBE);
         match tokio::time::timeout(READINESS_TIMEOUT, bucket.head(&probe)).await {
-            Err(_) => Err("bucket: no answer".into()),
+            Err(_) => {
+                tracing::warn!("readiness: the bucket does not answer");
+                Err(Unready::Bucket)
+            }
             Ok(Ok(_)) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
-            Ok(Err(e)) => Err(format!("bucket: {e}")),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "readiness: the bucket fails");
+                Err(Unready::Bucket)
+            }
         }
     }
 

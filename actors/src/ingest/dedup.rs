@@ -39,6 +39,12 @@ impl RecentUuids {
         self.current.insert(uuid);
         true
     }
+
+    /// Forgets `uuid`: an event that was not stored after all, whose retry must be.
+    pub fn forget(&mut self, uuid: &Uuid) {
+        self.current.remove(uuid);
+        self.previous.remove(uuid);
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,9 @@ pub struct ShardStats {
     pub events_dropped: u64,
     pub duplicates_skipped: u64,
     pub flush_failures: u64,
+    /// Events whose person processing failed: of live requests, answered 503 and not stored;
+    /// of a replayed WAL, stored without the person update.
+    pub person_failures: u64,
 }
 
 /// Answers a live request once every shard has processed its batch, so an acknowledged event

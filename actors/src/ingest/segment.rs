@@ -3,7 +3,6 @@
 //! Where segments live, how they are named and when they become visible is the catalog's
 //! business (`catalog.rs`); this module writes and reads one file.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -22,6 +21,7 @@ use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
 use crate::json::{property_text, top_level_values};
+use crate::kernel::disk::{create_dirs, Disk, DiskFile};
 
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]
@@ -222,7 +222,8 @@ pub enum SegmentError {
 /// reader skip the pages (of every column) holding other events.
 const PAGE_ROWS: usize = 8 * 1024;
 
-/// Writes rows to `path` as Parquet with zstd, and fsyncs it.
+/// Writes rows to `path` as Parquet with zstd through `disk`, and syncs it (its directory is
+/// the caller's: a staged file becomes durable when its flush is recorded).
 ///
 /// Rows are sorted by `(event, timestamp)`, as PostHog's ClickHouse table orders each day:
 /// most queries name an event, and with each event's rows together the `event` column's page
@@ -230,15 +231,16 @@ const PAGE_ROWS: usize = 8 * 1024;
 /// runs). Timestamps, increasing within each event, are delta-encoded: a few bits per row
 /// instead of eight bytes for zstd to decompress.
 pub fn write_segment(
+    disk: &dyn Disk,
     path: &Path,
     events: &mut [&StoredEvent],
     materialized: &[String],
 ) -> Result<(), SegmentError> {
     events.sort_by(|a, b| a.event.cmp(&b.event).then(a.timestamp.cmp(&b.timestamp)));
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        create_dirs(disk, parent)?;
     }
-    let file = File::create(path)?;
+    let file = disk.create(path)?;
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_max_row_group_row_count(Some(128 * 1024))
@@ -255,7 +257,8 @@ pub fn write_segment(
     for chunk in events.chunks(64 * 1024) {
         writer.write(&to_record_batch_with(chunk, materialized)?)?;
     }
-    let paced = writer.into_inner()?;
+    let mut paced = writer.into_inner()?;
+    paced.file.flush()?;
     paced.file.sync_all()?;
     Ok(())
 }
@@ -268,7 +271,7 @@ const SYNC_STEP: usize = 4 << 20;
 /// fsync issued just after a whole segment reached the device waited for all of it (10–20 ms
 /// for one segment); in steps, it waits for at most one step.
 struct PacedFile {
-    file: File,
+    file: Box<dyn DiskFile>,
     unsynced: usize,
 }
 

@@ -28,6 +28,7 @@ use super::read::{FrozenRows, Tail};
 use super::segment::{write_segment, StoredEvent};
 use super::CapturedEvent;
 use crate::kernel::start_over::drop_in_background;
+use crate::kernel::StoreError;
 use crate::persons::{Person, PersonStore, UsageKind};
 
 /// Property keys the shard reads itself (besides person processing's).
@@ -171,10 +172,18 @@ impl IngestShard {
         text
     }
 
-    fn process(&mut self, msg: RecordPart) {
+    /// Processes one record's events for this shard. An event of a live request whose person
+    /// processing keeps failing is not stored (and forgotten by the dedup window, so its retry
+    /// is processed): the error is returned, and the request is answered 503 instead of
+    /// acknowledged. A replayed record was acknowledged before the restart and has no client
+    /// to retry: its event is stored without the person update, with an error logged and
+    /// counted (`person_failures`).
+    fn process(&mut self, msg: RecordPart) -> Option<StoreError> {
         let project_id = msg.project_id;
+        let live = msg.done.is_some();
         let mut rows = Vec::with_capacity(msg.events.len());
         let mut released = 0usize;
+        let mut failure = None;
         for mut event in msg.events {
             let known = msg.skip.as_ref().is_some_and(|s| s.contains(&event.uuid));
             if known || !self.recent.insert(event.uuid) {
@@ -187,14 +196,26 @@ impl IngestShard {
                 .properties_json
                 .take()
                 .filter(|_| !may_change_properties(&event));
-            let outcome = process_event(&self.persons, project_id, &mut event).unwrap_or_else(|err| {
-                tracing::error!(error = %err, project_id, "person processing failed; storing the event without a person update");
-                Outcome::Keep {
-                    person_id: person_uuid(project_id, &event.distinct_id),
-                    person: None,
-                    groups: Default::default(),
+            let outcome = match process_with_retries(&self.persons, project_id, &mut event) {
+                Ok(outcome) => outcome,
+                Err(err) if live => {
+                    tracing::error!(error = %err, project_id, uuid = %event.uuid, "person processing failed; the event is not stored and its request is answered 503");
+                    self.recent.forget(&event.uuid);
+                    self.stats.person_failures += 1;
+                    released += 1;
+                    failure.get_or_insert(err);
+                    continue;
                 }
-            });
+                Err(err) => {
+                    tracing::error!(error = %err, project_id, uuid = %event.uuid, "person processing of a replayed event failed; storing it without the person update");
+                    self.stats.person_failures += 1;
+                    Outcome::Keep {
+                        person_id: person_uuid(project_id, &event.distinct_id),
+                        person: None,
+                        groups: Default::default(),
+                    }
+                }
+            };
             let Outcome::Keep {
                 person_id,
                 person,
@@ -232,7 +253,7 @@ impl IngestShard {
         }
         self.processed_seq = self.processed_seq.max(msg.seq);
         if rows.is_empty() {
-            return;
+            return failure;
         }
         let kind = if msg.historical {
             UsageKind::HistoricalEvents
@@ -246,6 +267,7 @@ impl IngestShard {
         self.first_seq_in_buffer.get_or_insert(msg.seq);
         self.oldest.get_or_insert_with(Instant::now);
         self.shared.tail.write().active.extend(rows);
+        failure
     }
 
     fn active_rows(&self) -> usize {
@@ -308,15 +330,43 @@ impl Actor for IngestShard {
     type Context = SyncContext<Self>;
 }
 
+/// Waits before each retry of a failed person update (a transient storage error, a lock
+/// timeout): three tries in all.
+const PERSON_RETRY_WAITS: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(100)];
+
+fn process_with_retries(
+    persons: &PersonStore,
+    project_id: u64,
+    event: &mut CapturedEvent,
+) -> Result<Outcome, StoreError> {
+    let mut waits = PERSON_RETRY_WAITS.iter();
+    loop {
+        match process_event(persons, project_id, event) {
+            Ok(outcome) => return Ok(outcome),
+            Err(err) => match waits.next() {
+                Some(wait) => {
+                    tracing::warn!(error = %err, project_id, "person processing failed; retrying");
+                    std::thread::sleep(*wait);
+                }
+                None => return Err(err),
+            },
+        }
+    }
+}
+
 impl Handler<ProcessBatch> for IngestShard {
     type Result = ();
 
     fn handle(&mut self, msg: ProcessBatch, _: &mut Self::Context) {
         for part in msg.parts {
             let done = part.done.clone();
-            self.process(part);
+            let failed = self.process(part);
             if let Some(done) = done {
-                done.shard_finished();
+                match failed {
+                    // Not acknowledged: the client retries, and the retry is processed anew.
+                    Some(err) => done.fail(err.into()),
+                    None => done.shard_finished(),
+                }
             }
         }
         if self.active_rows() >= self.cfg.flush_max_rows
@@ -435,7 +485,12 @@ impl Flusher {
                     };
                     let staged = self.catalog.staging_path(&segment)?;
                     flush.segments.push(segment);
-                    write_segment(&staged, &mut events, &self.columns.keys_for(project))?;
+                    write_segment(
+                        self.catalog.disk(),
+                        &staged,
+                        &mut events,
+                        &self.columns.keys_for(project),
+                    )?;
                 }
             }
             // Person effects and usage counts of these events must be durable before the WAL

@@ -2,15 +2,21 @@
 //!
 //! Files `wal-<first seq>.log` hold records `[len u32][crc32 u32][seq u64][payload]` (little
 //! endian; the CRC covers seq and payload). A torn or corrupt record ends replay of its file,
-//! and the tail of the newest file is truncated there. Files roll at `segment_bytes`; a file is
-//! deleted once every ingest shard has flushed past its last record.
+//! and the tail of the newest file is truncated there; a length longer than what is left of the
+//! file is a torn record too, found before anything is allocated for it. Files roll at
+//! `segment_bytes`; a file is deleted once every ingest shard has flushed past its last record.
+//! Every write goes through a [`Disk`]; new files and deletions are made durable by syncing
+//! the directory.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
+
+use crate::kernel::disk::{create_dirs, Disk, DiskFile};
 
 const HEADER: usize = 16;
 
@@ -27,11 +33,12 @@ pub struct Replayed {
 
 pub struct Wal {
     dir: PathBuf,
+    disk: Arc<dyn Disk>,
     segment_bytes: u64,
     /// Closed files, oldest first, with the first seq each holds.
     closed: Vec<SegmentFile>,
     current: SegmentFile,
-    file: io::BufWriter<File>,
+    file: io::BufWriter<Box<dyn DiskFile>>,
     current_len: u64,
     next_seq: u64,
     remover: Remover,
@@ -46,14 +53,15 @@ struct Remover {
 }
 
 impl Remover {
-    fn start(dir: &Path) -> Remover {
+    fn start(disk: &Arc<dyn Disk>, dir: &Path) -> Remover {
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<PathBuf>>();
         let dir = dir.to_path_buf();
+        let disk = Arc::clone(disk);
         let spawned = std::thread::Builder::new()
             .name("corvid-wal-gc".into())
             .spawn(move || {
                 for paths in rx {
-                    remove_files(&dir, &paths);
+                    remove_files(disk.as_ref(), &dir, &paths);
                 }
             });
         match spawned {
@@ -71,13 +79,13 @@ impl Remover {
         }
     }
 
-    fn remove(&self, dir: &Path, paths: Vec<PathBuf>) {
+    fn remove(&self, disk: &dyn Disk, dir: &Path, paths: Vec<PathBuf>) {
         let unsent = match &self.tx {
             Some(tx) => tx.send(paths).err().map(|e| e.into_inner()),
             None => Some(paths),
         };
         if let Some(paths) = unsent {
-            remove_files(dir, &paths);
+            remove_files(disk, dir, &paths);
         }
     }
 }
@@ -101,11 +109,11 @@ const DELETE_STEP: u64 = 4 << 20;
 /// Deletes covered log files; a file that stays behind is only replayed and skipped again.
 /// Each is first renamed (durably), so a crash part way never leaves a shortened log file
 /// under a name replay reads.
-fn remove_files(dir: &Path, paths: &[PathBuf]) {
+fn remove_files(disk: &dyn Disk, dir: &Path, paths: &[PathBuf]) {
     let mut doomed = Vec::with_capacity(paths.len());
     for path in paths {
         let to = path.with_extension(DELETING);
-        match fs::rename(path, &to) {
+        match disk.rename(path, &to) {
             Ok(()) => doomed.push(to),
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => {
@@ -113,12 +121,12 @@ fn remove_files(dir: &Path, paths: &[PathBuf]) {
             }
         }
     }
-    if let Err(err) = sync_dir(dir) {
+    if let Err(err) = disk.sync_dir(dir) {
         tracing::warn!(error = %err, "could not sync the WAL directory after deletions");
         return;
     }
     for path in doomed {
-        if let Err(err) = shrink_and_remove(&path) {
+        if let Err(err) = shrink_and_remove(disk, &path) {
             tracing::warn!(error = %err, path = %path.display(), "could not delete a covered WAL file");
         }
     }
@@ -127,22 +135,32 @@ fn remove_files(dir: &Path, paths: &[PathBuf]) {
 /// Frees a file's blocks a step at a time, then unlinks it. Unlinking a 64 MiB file in one
 /// call kept the disk busy for 20–35 ms (a `discard` mount trims every freed block at once),
 /// and a WAL fsync issued meanwhile waited as long; between steps it gets the disk.
-fn shrink_and_remove(path: &Path) -> io::Result<()> {
-    let file = OpenOptions::new().write(true).open(path)?;
-    let mut len = file.metadata()?.len();
+fn shrink_and_remove(disk: &dyn Disk, path: &Path) -> io::Result<()> {
+    let mut len = fs::metadata(path)?.len();
+    let mut file = disk.open_existing(path)?;
     while len > DELETE_STEP {
         len -= DELETE_STEP;
         file.set_len(len)?;
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     drop(file);
-    fs::remove_file(path)
+    disk.remove_file(path)
 }
 
 impl Wal {
-    /// Opens the log in `dir`, returning every intact record for replay.
+    /// Opens the log in `dir` on the real disk, returning every intact record for replay.
+    #[cfg(test)]
     pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<(Wal, Vec<Replayed>)> {
-        fs::create_dir_all(dir)?;
+        Wal::open_on(crate::kernel::disk::real(), dir, segment_bytes)
+    }
+
+    /// Opens the log in `dir`, writing through `disk`.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        segment_bytes: u64,
+    ) -> io::Result<(Wal, Vec<Replayed>)> {
+        create_dirs(disk.as_ref(), dir)?;
         let mut files: Vec<SegmentFile> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
@@ -162,7 +180,7 @@ impl Wal {
         // Deletions a crash interrupted: these files were covered and already renamed away.
         for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
             if entry.path().extension().is_some_and(|e| e == DELETING) {
-                if let Err(err) = fs::remove_file(entry.path()) {
+                if let Err(err) = disk.remove_file(&entry.path()) {
                     tracing::warn!(error = %err, path = %entry.path().display(), "could not delete a covered WAL file");
                 }
             }
@@ -180,7 +198,7 @@ impl Wal {
             if valid_len < file_len {
                 if i + 1 == count {
                     tracing::warn!(path = %file.path.display(), valid_len, file_len, "truncating torn WAL tail");
-                    let f = OpenOptions::new().write(true).open(&file.path)?;
+                    let mut f = disk.open_existing(&file.path)?;
                     f.set_len(valid_len)?;
                     f.sync_all()?;
                 } else {
@@ -195,11 +213,8 @@ impl Wal {
             first_seq: next_seq,
             path: dir.join(format!("wal-{next_seq:020}.log")),
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&current.path)?;
-        sync_dir(dir)?;
+        let file = disk.append(&current.path)?;
+        disk.sync_dir(dir)?;
         let closed = files
             .into_iter()
             .filter(|f| f.path != current.path)
@@ -207,13 +222,14 @@ impl Wal {
         Ok((
             Wal {
                 dir: dir.to_path_buf(),
+                remover: Remover::start(&disk, dir),
+                disk,
                 segment_bytes,
                 closed,
                 current,
                 file: io::BufWriter::with_capacity(1 << 20, file),
                 current_len: 0,
                 next_seq,
-                remover: Remover::start(dir),
             },
             replayed,
         ))
@@ -243,7 +259,7 @@ impl Wal {
     pub fn sync(&mut self, fsync: bool) -> io::Result<()> {
         self.file.flush()?;
         if fsync {
-            self.file.get_ref().sync_data()?;
+            self.file.get_mut().sync_data()?;
         }
         Ok(())
     }
@@ -251,8 +267,8 @@ impl Wal {
     fn roll(&mut self) -> io::Result<()> {
         self.sync(true)?;
         let path = self.dir.join(format!("wal-{:020}.log", self.next_seq));
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        sync_dir(&self.dir)?;
+        let file = self.disk.append(&path)?;
+        self.disk.sync_dir(&self.dir)?;
         let old = std::mem::replace(
             &mut self.current,
             SegmentFile {
@@ -283,7 +299,7 @@ impl Wal {
         }
         let count = removed.len();
         if count > 0 {
-            self.remover.remove(&self.dir, removed);
+            self.remover.remove(self.disk.as_ref(), &self.dir, removed);
         }
         count
     }
@@ -304,7 +320,9 @@ impl Wal {
 
 /// Reads intact records; returns them and the byte length they span.
 fn read_records(path: &Path) -> io::Result<(Vec<Replayed>, u64)> {
-    let mut reader = BufReader::new(File::open(path)?);
+    let file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    let mut reader = BufReader::new(file);
     let mut records = Vec::new();
     let mut offset = 0u64;
     loop {
@@ -314,9 +332,17 @@ fn read_records(path: &Path) -> io::Result<(Vec<Replayed>, u64)> {
             n if n < HEADER => break,
             _ => {}
         }
-        let len = u32::from_le_bytes(header[0..4].try_into().unwrap_or_default()) as usize;
-        let crc = u32::from_le_bytes(header[4..8].try_into().unwrap_or_default());
-        let seq = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
+        let field = |at: usize, width: usize| header.get(at..at + width).unwrap_or_default();
+        let len = u32::from_le_bytes(field(0, 4).try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(field(4, 4).try_into().unwrap_or_default());
+        let seq = u64::from_le_bytes(field(8, 8).try_into().unwrap_or_default());
+        // The length is the file's word, not ours: one longer than what is left of the file
+        // is a torn record, ended here before anything is allocated for it.
+        let left = file_len.saturating_sub(offset + HEADER as u64);
+        if u64::from(len) > left {
+            break;
+        }
+        let len = len as usize;
         let mut payload = vec![0u8; len];
         if read_full(&mut reader, &mut payload)? < len {
             break;
@@ -345,11 +371,6 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(read)
 }
 
-/// fsyncs a directory so created, renamed or deleted entries are durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,7 +392,10 @@ mod tests {
             .map(|e| e.path())
             .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
             .expect("non-empty wal file");
-        let mut f = OpenOptions::new().append(true).open(&file).expect("open");
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .expect("open");
         f.write_all(&[9, 0, 0, 0, 1, 2]).expect("write");
         drop(f);
 
@@ -405,6 +429,39 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| n.ends_with(".log")), "{names:?}");
+    }
+
+    #[test]
+    fn a_length_past_the_end_of_the_file_is_a_torn_record_not_an_allocation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (mut wal, _) = Wal::open(dir.path(), 1 << 20).expect("open");
+            wal.append(b"kept").expect("append");
+            wal.sync(true).expect("sync");
+        }
+        let file = fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
+            .expect("non-empty wal file");
+        // A header claiming a 4 GiB payload, with a few bytes after it.
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .expect("open");
+        let mut header = Vec::new();
+        header.extend_from_slice(&u32::MAX.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        header.extend_from_slice(&2u64.to_le_bytes());
+        header.extend_from_slice(b"short");
+        f.write_all(&header).expect("write");
+        drop(f);
+        let (records, valid) = read_records(&file).expect("read");
+        assert_eq!(records.len(), 1);
+        assert_eq!(valid, (HEADER + 4) as u64);
+        let (_, replayed) = Wal::open(dir.path(), 1 << 20).expect("reopen");
+        assert_eq!(replayed.len(), 1, "the torn tail is cut");
     }
 
     #[test]

@@ -7,15 +7,22 @@
 //! committed once its shard's checkpoint covers its range: recording a flush is writing the
 //! checkpoint durably, publishing it is renaming its files, and recovery renames whatever a
 //! crash left staged but recorded.
+//!
+//! Durable to power loss: new `project=`/`day=` directories are created with their parents
+//! synced, staged files are synced by their writer, and recording a flush syncs the
+//! directories holding its staged files before the checkpoint that names them is written.
+//! Every write goes through the catalog's [`Disk`].
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use chrono::NaiveDate;
 
 use super::{current_within, Flush, SegmentCatalog, SegmentName, SegmentRef};
-use crate::ingest::wal::sync_dir;
+use crate::kernel::disk::{create_dirs, replace_file, Disk};
 
 const STAGED: &str = ".tmp";
 const COMPACTING: &str = ".compacting";
@@ -23,13 +30,19 @@ const COMPACTING: &str = ".compacting";
 /// The events directory as a catalog.
 pub struct DirCatalog {
     root: PathBuf,
+    disk: Arc<dyn Disk>,
 }
 
 impl DirCatalog {
-    /// The catalog under `root`, created when missing.
+    /// The catalog under `root`, created when missing, on the real disk.
     pub fn open(root: PathBuf) -> std::io::Result<DirCatalog> {
-        fs::create_dir_all(&root)?;
-        Ok(DirCatalog { root })
+        DirCatalog::open_on(root, crate::kernel::disk::real())
+    }
+
+    /// The catalog under `root`, writing through `disk`.
+    pub fn open_on(root: PathBuf, disk: Arc<dyn Disk>) -> std::io::Result<DirCatalog> {
+        create_dirs(disk.as_ref(), &root)?;
+        Ok(DirCatalog { root, disk })
     }
 
     pub fn root(&self) -> &Path {
@@ -98,20 +111,6 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Durably replaces a small file (temp file, fsync, rename, fsync dir).
-fn write_durably(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let tmp = DirCatalog::with_suffix(path.to_path_buf(), ".new");
-    {
-        let mut f = fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, contents)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
-}
-
 impl SegmentCatalog for DirCatalog {
     fn segments(
         &self,
@@ -169,11 +168,15 @@ impl SegmentCatalog for DirCatalog {
     }
 
     fn set_checkpoint(&self, shard: usize, seq: u64) -> std::io::Result<()> {
-        write_durably(&self.checkpoint_path(shard), seq.to_string().as_bytes())
+        replace_file(
+            self.disk.as_ref(),
+            &self.checkpoint_path(shard),
+            seq.to_string().as_bytes(),
+        )
     }
 
     fn remove_checkpoint(&self, shard: usize) -> std::io::Result<()> {
-        match fs::remove_file(self.checkpoint_path(shard)) {
+        match self.disk.remove_file(&self.checkpoint_path(shard)) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
@@ -182,13 +185,27 @@ impl SegmentCatalog for DirCatalog {
     fn staging_path(&self, segment: &SegmentRef) -> std::io::Result<PathBuf> {
         let path = self.path(segment);
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs(self.disk.as_ref(), dir)?;
         }
         Ok(Self::with_suffix(path, STAGED))
     }
 
+    fn disk(&self) -> &dyn Disk {
+        self.disk.as_ref()
+    }
+
     fn record_flush(&self, flush: &Flush) -> std::io::Result<()> {
-        // The staged files were synced by their writer: the checkpoint is the commit record.
+        // The staged files were synced by their writer; their directory entries are made
+        // durable here, before the checkpoint (the commit record) names them. Without this a
+        // power cut after the checkpoint could lose files the WAL no longer holds.
+        let dirs: BTreeSet<PathBuf> = flush
+            .segments
+            .iter()
+            .filter_map(|s| self.path(s).parent().map(Path::to_path_buf))
+            .collect();
+        for dir in dirs {
+            self.disk.sync_dir(&dir)?;
+        }
         self.set_checkpoint(flush.shard, flush.checkpoint)
     }
 
@@ -197,14 +214,17 @@ impl SegmentCatalog for DirCatalog {
         // recorded checkpoint covers, and recovery renames it again.
         for segment in &flush.segments {
             let path = self.path(segment);
-            fs::rename(Self::with_suffix(path.clone(), STAGED), path)?;
+            self.disk
+                .rename(&Self::with_suffix(path.clone(), STAGED), &path)?;
         }
         Ok(())
     }
 
     fn abandon_flush(&self, flush: &Flush) {
         for segment in &flush.segments {
-            let _ = fs::remove_file(Self::with_suffix(self.path(segment), STAGED));
+            let _ = self
+                .disk
+                .remove_file(&Self::with_suffix(self.path(segment), STAGED));
         }
     }
 
@@ -215,7 +235,7 @@ impl SegmentCatalog for DirCatalog {
                 let name = file_name(&path);
                 if name.ends_with(COMPACTING) {
                     // A compaction the crash interrupted: its source segment is still in place.
-                    fs::remove_file(&path)?;
+                    self.disk.remove_file(&path)?;
                     continue;
                 }
                 let Some(committed_name) = name.strip_suffix(STAGED) else {
@@ -227,9 +247,10 @@ impl SegmentCatalog for DirCatalog {
                         .any(|(shard, seq)| *shard == n.shard && n.last <= *seq)
                 });
                 if recorded {
-                    fs::rename(&path, path.with_file_name(committed_name))?;
+                    self.disk
+                        .rename(&path, &path.with_file_name(committed_name))?;
                 } else {
-                    fs::remove_file(&path)?;
+                    self.disk.remove_file(&path)?;
                 }
             }
         }
@@ -239,16 +260,17 @@ impl SegmentCatalog for DirCatalog {
     fn version_staging_path(&self, segment: &SegmentRef) -> std::io::Result<PathBuf> {
         let path = self.path(segment);
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs(self.disk.as_ref(), dir)?;
         }
         Ok(Self::with_suffix(path, COMPACTING))
     }
 
     fn publish_version(&self, segment: &SegmentRef) -> std::io::Result<()> {
         let path = self.path(segment);
-        fs::rename(Self::with_suffix(path.clone(), COMPACTING), &path)?;
+        self.disk
+            .rename(&Self::with_suffix(path.clone(), COMPACTING), &path)?;
         match path.parent() {
-            Some(dir) => sync_dir(dir),
+            Some(dir) => self.disk.sync_dir(dir),
             None => Ok(()),
         }
     }
@@ -262,7 +284,7 @@ impl SegmentCatalog for DirCatalog {
     }
 
     fn remove(&self, segment: &SegmentRef) -> std::io::Result<()> {
-        match fs::remove_file(self.path(segment)) {
+        match self.disk.remove_file(&self.path(segment)) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
         }

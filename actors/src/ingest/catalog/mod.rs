@@ -206,6 +206,12 @@ pub trait SegmentCatalog: Send + Sync {
     /// parent directory exists).
     fn staging_path(&self, segment: &SegmentRef) -> std::io::Result<PathBuf>;
 
+    /// The disk staged files are written through (what [`SegmentCatalog::record_flush`]
+    /// makes durable).
+    fn disk(&self) -> &dyn crate::kernel::disk::Disk {
+        &crate::kernel::disk::RealDisk
+    }
+
     /// Records a flush durably: its staged files and its checkpoint. After it returns, a crash
     /// recovers the flush as done. Its segments are not listed before `publish_flush`.
     fn record_flush(&self, flush: &Flush) -> std::io::Result<()>;
@@ -251,7 +257,7 @@ pub fn write_committed(
     materialized: &[String],
 ) -> Result<(), SegmentError> {
     let staged = catalog.staging_path(segment)?;
-    write_segment(&staged, rows, materialized)?;
+    write_segment(catalog.disk(), &staged, rows, materialized)?;
     let flush = Flush {
         shard: segment.name.shard,
         checkpoint: segment.name.last,

@@ -50,6 +50,9 @@ pub struct IngestConfig {
     pub max_queued_requests: usize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
+    /// What the WAL and the embedded segment catalog write through (the real disk, or a test's
+    /// model of a power cut).
+    pub disk: std::sync::Arc<dyn crate::kernel::disk::Disk>,
 }
 
 /// One WAL record: the accepted events of one request.
@@ -118,7 +121,11 @@ impl Ingest {
         files: Arc<SegmentFiles>,
     ) -> Result<Ingest, IngestError> {
         let shards_n = config.shards.max(1);
-        let (wal, replayed) = Wal::open(&config.data_dir.join("wal"), config.wal_segment_bytes)?;
+        let (wal, replayed) = Wal::open_on(
+            Arc::clone(&config.disk),
+            &config.data_dir.join("wal"),
+            config.wal_segment_bytes,
+        )?;
 
         catalog.recover()?;
         let on_disk = catalog.checkpoints()?;
