@@ -88,6 +88,16 @@ impl Config {
                 "limits.max_body_bytes must be > 0".into(),
             ));
         }
+        if self.flags.max_decoded_bytes == 0 || self.capture.max_decompressed_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "flags.max_decoded_bytes and capture.max_decompressed_bytes must be > 0".into(),
+            ));
+        }
+        if self.query.node_memory_bytes < self.query.memory_limit_bytes {
+            return Err(ConfigError::Invalid(
+                "query.node_memory_bytes must be at least query.memory_limit_bytes".into(),
+            ));
+        }
         if let Some(url) = &self.public_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
                 return Err(ConfigError::Invalid(
@@ -153,6 +163,9 @@ impl Config {
             cache_default: o.cimd_cache_default,
             cache_min: o.cimd_cache_min,
             cache_max: o.cimd_cache_max,
+            cache_bytes: o.cimd_cache_bytes,
+            failure_ttl: o.cimd_failure_ttl,
+            max_concurrent_fetches: o.cimd_max_concurrent_fetches.get(),
         })
     }
 
@@ -172,6 +185,12 @@ impl Config {
         self.public_url
             .clone()
             .unwrap_or_else(|| format!("http://{bound}"))
+    }
+
+    /// The wire limit of a `/flags` or `/decide` body: room for its decoded limit in base64
+    /// (four bytes per three), within `limits.max_body_bytes`.
+    pub fn flags_body_limit(&self) -> usize {
+        (self.flags.max_decoded_bytes / 3 * 4 + 4096).min(self.limits.max_body_bytes)
     }
 
     /// The capture decoder's limits.
@@ -196,7 +215,18 @@ impl Config {
             max_queued_requests: i.max_queued_requests.get(),
             wal_segment_bytes: i.wal_segment_bytes.max(1024),
             dedup_window: i.dedup_window,
+            disk: self.disk(),
         }
+    }
+
+    /// What durable event files are written through: the real disk, unless a test put its
+    /// model of a power cut in `disk_override`.
+    fn disk(&self) -> std::sync::Arc<dyn corvid_actors::kernel::Disk> {
+        #[cfg(any(test, feature = "test-support"))]
+        if let Some(disk) = &self.disk_override {
+            return std::sync::Arc::clone(disk);
+        }
+        corvid_actors::kernel::real_disk()
     }
 
     /// The property-column compactor's settings.
@@ -219,6 +249,8 @@ impl Config {
         QuerySettings {
             timeout: q.timeout,
             memory_limit_bytes: q.memory_limit_bytes.get(),
+            node_memory_bytes: q.node_memory_bytes.get(),
+            max_concurrent: q.max_concurrent.get(),
             default_rows: q.default_rows.get().min(q.max_rows.get()),
             max_rows: q.max_rows.get(),
             threads,
@@ -365,6 +397,8 @@ impl Config {
             tenancy: TenancySettings {
                 cache_ttl: self.auth.credential_cache_ttl,
                 last_used_resolution: self.auth.last_used_resolution,
+                password_threads: self.auth.password_threads.get(),
+                password_queue: self.auth.password_queue,
             },
             ingest,
             materialized_properties: self.ingest.materialized_properties.clone(),

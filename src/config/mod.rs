@@ -5,7 +5,7 @@
 //! [`Overrides`]). Unknown keys are rejected so a typo never silently falls back to a default.
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,6 +60,12 @@ pub struct Config {
     pub geoip: GeoIpConfig,
     pub auth: AuthConfig,
     pub oauth: OAuthConfig,
+    pub metrics: MetricsConfig,
+    pub rate_limits: RateLimitsConfig,
+    /// Tests only: the disk the WAL and segment files are written through.
+    #[cfg(any(test, feature = "test-support"))]
+    #[serde(skip)]
+    pub disk_override: Option<std::sync::Arc<dyn corvid_actors::kernel::Disk>>,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
 }

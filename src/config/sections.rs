@@ -12,12 +12,42 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+    /// Peers (addresses or CIDR ranges) whose `X-Forwarded-For` / `Forwarded` headers are
+    /// believed; any other peer is taken at its own address.
+    pub trusted_proxies: Vec<ipnetwork::IpNetwork>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_body_bytes: usize,
+    /// Payloads decoded off the event loop at once on this node (each may reach its route's
+    /// decoded limit); past it, 503 with `Retry-After`.
+    pub max_concurrent_decodes: NonZeroUsize,
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// When true, `/metrics` needs `Authorization: Bearer <personal API key>` of an instance
+    /// administrator.
+    pub require_key: bool,
+}
+
+/// `[rate_limits]`: requests per minute (each with a burst of the same size) on the routes
+/// that do expensive work for whoever asks. Past a limit: 429 with `Retry-After`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsConfig {
+    pub login_per_ip: NonZeroU32,
+    pub login_per_account: NonZeroU32,
+    pub authorize_per_ip: NonZeroU32,
+    pub token_per_ip: NonZeroU32,
+    pub query_per_key: NonZeroU32,
+    pub key_minting_per_key: NonZeroU32,
+    /// Addresses or keys each limiter remembers; the least recently seen are forgotten first.
+    pub tracked: NonZeroUsize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -62,6 +92,8 @@ pub struct GeoIpConfig {
 pub struct FlagsConfig {
     #[serde(with = "humantime_serde")]
     pub stored_read_deadline: Duration,
+    /// Largest `/flags` or `/decide` payload after decoding; larger gets 413.
+    pub max_decoded_bytes: usize,
 }
 
 /// `[browser]`: what browser SDKs are served besides capture and flags.
@@ -92,6 +124,12 @@ pub struct QueryConfig {
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     pub memory_limit_bytes: NonZeroUsize,
+    /// Memory all queries running on this node may use together.
+    pub node_memory_bytes: NonZeroUsize,
+    /// Queries running at once on this node; past it, 503 with `Retry-After`.
+    pub max_concurrent: NonZeroUsize,
+    /// Queries one credential may run at once; past it, 429 with `Retry-After`.
+    pub max_concurrent_per_credential: NonZeroUsize,
     pub default_rows: NonZeroUsize,
     pub max_rows: NonZeroUsize,
     /// Query runtime threads; 0 means one per core.
@@ -131,6 +169,10 @@ pub struct AuthConfig {
     pub credential_cache_ttl: Duration,
     #[serde(with = "humantime_serde")]
     pub last_used_resolution: Duration,
+    /// Threads that verify passwords (argon2id, 19 MiB each), apart from every other work.
+    pub password_threads: NonZeroUsize,
+    /// Sign-ins waiting for a password thread; past it, 503 with `Retry-After`.
+    pub password_queue: usize,
 }
 
 /// `[endpoints.s3]`: an S3-compatible bucket for materialized results.
@@ -176,6 +218,14 @@ pub struct OAuthConfig {
     pub cimd_cache_min: Duration,
     #[serde(with = "humantime_serde")]
     pub cimd_cache_max: Duration,
+    /// Bytes of resolved clients (documents and logos) kept; the least used are evicted.
+    pub cimd_cache_bytes: usize,
+    /// How long a failed resolution is remembered (and answered from memory).
+    #[serde(with = "humantime_serde")]
+    pub cimd_failure_ttl: Duration,
+    /// Client metadata and logo fetches in flight at once; past it, the authorization page
+    /// says to retry.
+    pub cimd_max_concurrent_fetches: NonZeroUsize,
     /// DEVELOPMENT ONLY: fetch client metadata from loopback addresses.
     pub dev_allow_loopback_fetch: bool,
     /// DEVELOPMENT ONLY: a PEM CA certificate trusted for client metadata, beside the public roots.

@@ -9,7 +9,6 @@ use corvid_actors::endpoints::{
     endpoint_json, materialization_json, parse_version, pick_version, version_json, Caller,
     LogQuery, UpdateOutcome,
 };
-use corvid_actors::meta::{Credential, CredentialSource};
 use serde_json::{json, Value};
 
 use super::project_route;
@@ -208,16 +207,6 @@ async fn materialization_status(
 }
 
 /// The rate-limit bucket of a credential (the "per-key" limit).
-fn caller_key(credential: &Credential) -> String {
-    match &credential.source {
-        CredentialSource::PersonalApiKey { id, .. } => format!("key:{id}"),
-        // Per user and application, so refreshing tokens does not reset the budget.
-        CredentialSource::OAuthAccessToken { client_id, .. } => {
-            format!("oauth:{}:{client_id}", credential.user.id)
-        }
-    }
-}
-
 async fn run(
     access: ProjectAccess<EndpointRead>,
     state: web::Data<AppState>,
@@ -226,11 +215,12 @@ async fn run(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
+    let _running = state.queries.enter(&access.credential.limit_key())?;
     let body = json_body(&req, payload, &state).await?;
     let caller = Caller {
         project_id: access.project.id,
         timezone: project_timezone(&access.project.timezone),
-        credential: caller_key(&access.credential),
+        credential: access.credential.limit_key(),
     };
     let answer = state
         .engine

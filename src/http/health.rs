@@ -1,12 +1,12 @@
 //! Liveness, readiness and Prometheus metrics.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use serde_json::json;
 
 use crate::auth::scope::ProjectRead;
 use crate::auth::Staff;
 use crate::error::ApiError;
-use crate::metrics::render_engine;
+use crate::metrics::{render_bounds, render_engine, Bounds};
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -41,20 +41,32 @@ async fn readiness(state: web::Data<AppState>) -> HttpResponse {
     }
     match state.engine.ready().await {
         Ok(()) => HttpResponse::Ok().json(json!({"status": "ready"})),
-        Err(unreachable) => HttpResponse::ServiceUnavailable()
-            .json(json!({"status": "unavailable", "detail": unreachable})),
+        Err(down) => HttpResponse::ServiceUnavailable().json(json!({
+            "status": "unavailable",
+            "down": [down.component()],
+            "detail": down.to_string(),
+        })),
     }
 }
 
 /// The HTTP layer's series, then the engine's (left out, with a warning, if the ingest
-/// shards cannot answer).
-async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// shards cannot answer). With `metrics.require_key`, only for an instance administrator's
+/// personal API key.
+async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if state.config.metrics.require_key {
+        Staff::<ProjectRead>::extract(&req).await?;
+    }
     let mut body = state.metrics.render();
     match state.engine.stats().await {
         Ok(stats) => body.push_str(&render_engine(&stats)),
         Err(err) => tracing::warn!(error = %err, "engine statistics unavailable for /metrics"),
     }
-    HttpResponse::Ok()
+    body.push_str(&render_bounds(&Bounds {
+        oauth_clients: state.engine.oauth.client_cache_usage(),
+        decode_permits: state.decodes.available(),
+        query_credentials: state.queries.credentials_running(),
+    }));
+    Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(body)
+        .body(body))
 }

@@ -5,8 +5,10 @@
 //! PostHog-style `/api/projects/` and `/api/projects` both work.
 
 mod capture;
+pub mod client_ip;
 mod cohorts;
 mod cors;
+pub mod decoding;
 mod early_access;
 mod endpoints;
 mod experiments;
@@ -19,6 +21,7 @@ mod personal_api_keys;
 mod persons;
 mod projects;
 mod query;
+pub mod recover;
 mod remote_config;
 pub mod starting;
 mod surveys;
@@ -69,15 +72,19 @@ pub fn project_route(
     }
 }
 
-/// The client IP: `Forwarded` / `X-Forwarded-For` (first entry) when present, else the peer,
-/// without a port.
+/// The client address (see [`client_ip::resolve`]): the peer's, or what a trusted proxy says
+/// it forwarded for.
+pub fn client_addr(req: &actix_web::HttpRequest) -> Option<std::net::IpAddr> {
+    let trusted = req
+        .app_data::<web::Data<crate::state::AppState>>()
+        .map(|state| state.config.server.trusted_proxies.as_slice())
+        .unwrap_or_default();
+    client_ip::resolve(req.peer_addr().map(|a| a.ip()), req.headers(), trusted)
+}
+
+/// [`client_addr`] as text.
 pub fn client_ip(req: &actix_web::HttpRequest) -> Option<String> {
-    let info = req.connection_info();
-    let raw = info.realip_remote_addr()?;
-    if let Ok(addr) = raw.parse::<std::net::SocketAddr>() {
-        return Some(addr.ip().to_string());
-    }
-    Some(raw.trim().to_string())
+    client_addr(req).map(|ip| ip.to_string())
 }
 
 /// A request header as text, when present and ASCII.

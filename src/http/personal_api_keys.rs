@@ -82,6 +82,10 @@ async fn create(
     state: web::Data<AppState>,
     ValidJson(body): ValidJson<CreateKey>,
 ) -> Result<HttpResponse, ApiError> {
+    state
+        .rate_limits
+        .key_minting_per_key
+        .check(&auth.credential.limit_key())?;
     let new = NewPersonalApiKey {
         user_id: auth.credential.user.id,
         label: body.label,

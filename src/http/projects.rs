@@ -18,7 +18,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/projects/{project_id}", web::get().to(get))
         .route("/api/environments/{project_id}", web::get().to(get))
         .route("/api/projects/{project_id}", web::patch().to(update))
-        .route("/api/environments/{project_id}", web::patch().to(update));
+        .route("/api/environments/{project_id}", web::patch().to(update))
+        .route(
+            "/api/projects/{project_id}/reset_token",
+            web::patch().to(reset_token),
+        )
+        .route(
+            "/api/environments/{project_id}/reset_token",
+            web::patch().to(reset_token),
+        );
 }
 
 /// A project as the API shows it (PostHog's field names).
@@ -115,6 +123,21 @@ async fn create(
     };
     let project = state.engine.tenancy.create_project(new).await?;
     Ok(HttpResponse::Created().json(ProjectView::from(&project)))
+}
+
+/// `PATCH /api/projects/{id}/reset_token/`: a new project token; the old one is refused at
+/// once (capture, `/flags`, remote config). Answers the project with its new `api_token`.
+async fn reset_token(
+    access: ProjectAccess<ProjectWrite>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let project = state
+        .engine
+        .tenancy
+        .rotate_project_token(access.project.id)
+        .await?;
+    tracing::info!(project = project.id, "project token rotated");
+    Ok(HttpResponse::Ok().json(ProjectView::from(&project)))
 }
 
 /// `PATCH /api/projects/{id}/`: name, timezone, IP anonymization and the SDK settings that

@@ -62,6 +62,9 @@ async fn run(
     state: web::Data<AppState>,
     ValidJson(body): ValidJson<QueryBody>,
 ) -> Result<HttpResponse, ApiError> {
+    let key = access.credential.limit_key();
+    state.rate_limits.query_per_key.check(&key)?;
+    let _running = state.queries.enter(&key)?;
     let kind = parse_query(body.query)?;
     let tz = project_timezone(&access.project.timezone);
     let variables = body.variables_override.unwrap_or_default();

@@ -44,6 +44,12 @@ pub enum StoreError {
     /// A blocking storage task panicked or was cancelled.
     #[error("a storage task failed: {0}")]
     TaskFailed(String),
+    /// The credential may not do this at all, whatever its scopes.
+    #[error("{detail}")]
+    Forbidden { detail: &'static str },
+    /// Bounded work (password verification) is at its limit: retry shortly.
+    #[error("{what} is busy; retry shortly")]
+    Busy { what: &'static str },
 }
 
 impl StoreError {

@@ -1,26 +1,34 @@
 //! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
-//! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]), and
-//! the helper that keeps blocking storage work off async threads. It depends on no domain.
+//! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]),
+//! checked time arithmetic ([`time`]), containing a background job's failing item ([`contain`]),
+//! and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
 pub mod bucket;
 pub(crate) mod claims;
 mod claims_pg;
 pub(crate) mod codec;
+pub mod contain;
+pub mod disk;
 mod error;
 pub(crate) mod histogram;
 pub mod pg;
+pub mod pool;
 pub(crate) mod records;
 mod records_pg;
 pub(crate) mod runtime;
 pub(crate) mod secrets;
 pub(crate) mod sequence;
 pub(crate) mod start_over;
-pub(crate) mod time;
+pub mod time;
 
 pub use claims::{JobClaims, JobLease, LocalClaims};
 pub use claims_pg::PgClaims;
+pub use contain::{contain, panic_message, Backoff};
+#[cfg(any(test, feature = "test-support"))]
+pub use disk::power_cut::PowerCutDisk;
+pub use disk::{real as real_disk, Disk, RealDisk};
 pub use error::StoreError;
 pub use records::{RecordStore, SledRecords};
 pub use records_pg::PgRecords;

@@ -111,9 +111,22 @@ impl MetaCache {
         self.projects.get(&id).and_then(|e| self.fresh(&e))
     }
 
+    /// The project whose token is `token` now (a rotated-away token finds nothing).
     pub fn project_by_token(&self, token: &str) -> Option<Arc<Project>> {
         let id = *self.project_ids_by_token.get(token)?;
-        self.project(id)
+        self.project(id).filter(|p| p.api_token == token)
+    }
+
+    /// Drops a project and every token that led to it (its token was rotated).
+    pub fn forget_project(&self, id: u64) {
+        self.projects.remove(&id);
+        self.project_ids_by_token.retain(|_, p| *p != id);
+    }
+
+    /// Drops every project (another node changed one this node cannot name).
+    pub fn forget_all_projects(&self) {
+        self.projects.clear();
+        self.project_ids_by_token.clear();
     }
 
     pub fn put_project(&self, project: Arc<Project>) {

@@ -51,6 +51,17 @@ impl Credential {
         })
     }
 
+    /// What per-credential limits count against: the key, or for OAuth the user and the
+    /// application (so refreshing a token does not reset a budget).
+    pub fn limit_key(&self) -> String {
+        match &self.source {
+            CredentialSource::PersonalApiKey { id, .. } => format!("key:{id}"),
+            CredentialSource::OAuthAccessToken { client_id, .. } => {
+                format!("oauth:{}:{client_id}", self.user.id)
+            }
+        }
+    }
+
     /// Whether the credential has run out (only OAuth access tokens expire).
     pub fn expired(&self, now: DateTime<Utc>) -> bool {
         match &self.source {
@@ -90,6 +101,12 @@ impl Credential {
         new: &NewPersonalApiKey,
         org_projects: &[Project],
     ) -> Result<(), StoreError> {
+        if let CredentialSource::OAuthAccessToken { .. } = self.source {
+            // A key outlives the token: it would survive the grant's expiry and revocation.
+            return Err(StoreError::Forbidden {
+                detail: "OAuth access tokens cannot create personal API keys.",
+            });
+        }
         let wanted = ScopeSet::parse(&new.scopes)
             .map_err(|bad| StoreError::invalid(format!("invalid scope `{bad}`"), "scopes"))?;
         if !self.scopes.covers(&wanted) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::{MetadataStore, OnRevoked};
+use super::store::{MetadataStore, OnRevoked, ROTATED_PROJECT};
 use crate::kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
     RESYNC,
@@ -112,6 +112,56 @@ impl MetadataStore for PgMetadata {
                 .await?;
             Ok(())
         })
+    }
+
+    fn update_project(
+        &self,
+        id: u64,
+        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
+    ) -> Result<Project, StoreError> {
+        let key = bigint(id);
+        let mut tx = self.pg.begin()?;
+        let found = tx.step(move |client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT record FROM projects WHERE id = $1 FOR UPDATE",
+                    &[&key],
+                )
+                .await;
+            let found = row.map_err(StoreError::from).and_then(|r| {
+                r.map(|r| record_of::<Project>(&r, "projects", id))
+                    .transpose()
+            });
+            (client, found)
+        })?;
+        let Some(mut project) = found else {
+            return Err(StoreError::NotFound {
+                what: format!("project {id}"),
+            });
+        };
+        let old_token = project.api_token.clone();
+        change(&mut project)?;
+        let record = record_json("project", &project)?;
+        let token = project.api_token.clone();
+        // A rotated token: every node forgets the project (and with it the old token).
+        let news = (token != old_token).then(|| format!("{ROTATED_PROJECT}{id}"));
+        tx.step(move |client| async move {
+            let done = client
+                .query(
+                    "WITH changed AS (
+                         UPDATE projects SET record = $2, api_token = $3 WHERE id = $1 RETURNING 1
+                     )
+                     SELECT pg_notify($4, $5) FROM changed WHERE $5 IS NOT NULL",
+                    &[&key, &record, &token, &CREDENTIALS_CHANNEL, &news],
+                )
+                .await;
+            (
+                client,
+                done.map(|_| ()).map_err(|e| conflict(e, "project token")),
+            )
+        })?;
+        tx.commit()?;
+        Ok(project)
     }
 
     fn project(&self, id: u64) -> Result<Option<Project>, StoreError> {
@@ -371,6 +421,8 @@ mod cluster_tests {
             TenancySettings {
                 cache_ttl: Duration::from_secs(60),
                 last_used_resolution: Duration::from_secs(3600),
+                password_threads: 1,
+                password_queue: 8,
             },
         )
     }

@@ -139,6 +139,42 @@ impl MetadataStore for SledMetadata {
         self.durable()
     }
 
+    fn update_project(
+        &self,
+        id: u64,
+        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
+    ) -> Result<Project, StoreError> {
+        let key = u64_key(id);
+        let change = std::cell::RefCell::new(change);
+        let abort = ConflictableTransactionError::Abort;
+        // sled retries the closure when another writer touched the same keys meanwhile.
+        let updated =
+            (&self.projects, &self.project_tokens).transaction(|(projects, tokens)| {
+                let Some(bytes) = projects.get(key)? else {
+                    return Err(abort(StoreError::NotFound {
+                        what: format!("project {id}"),
+                    }));
+                };
+                let mut project: Project =
+                    crate::kernel::codec::decode("projects", &key, &bytes).map_err(abort)?;
+                let old_token = project.api_token.clone();
+                (change.borrow_mut())(&mut project).map_err(abort)?;
+                if project.api_token != old_token {
+                    if tokens.get(project.api_token.as_bytes())?.is_some() {
+                        return Err(abort(StoreError::Conflict {
+                            what: "project token".into(),
+                        }));
+                    }
+                    tokens.remove(old_token.as_bytes())?;
+                    tokens.insert(project.api_token.as_bytes(), &key)?;
+                }
+                projects.insert(&key, encode(&project).map_err(abort)?)?;
+                Ok(project)
+            })?;
+        self.durable()?;
+        Ok(updated)
+    }
+
     fn project(&self, id: u64) -> Result<Option<Project>, StoreError> {
         get(&self.projects, "projects", &u64_key(id))
     }

@@ -12,8 +12,12 @@ use uuid::Uuid;
 use super::model::{Organization, PersonalApiKey, Project, User};
 use crate::kernel::StoreError;
 
-/// Told the SHA-256 hex of a credential another process revoked (`None`: any may have been).
+/// Told the SHA-256 hex of a credential another process revoked (`None`: any may have been),
+/// or [`ROTATED_PROJECT`] followed by the id of a project whose token another process rotated.
 pub type OnRevoked = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
+/// The prefix of a revocation notice that names a project whose token was rotated.
+pub const ROTATED_PROJECT: &str = "project:";
 
 pub trait MetadataStore: Send + Sync {
     /// Runs `work` while no other node sharing this store runs work through here: for
@@ -37,6 +41,16 @@ pub trait MetadataStore: Send + Sync {
     fn insert_project(&self, project: &Project) -> Result<(), StoreError>;
     /// Replaces an existing project (its token does not change).
     fn put_project(&self, project: &Project) -> Result<(), StoreError>;
+    /// Applies `change` to project `id` as stored now and stores the result, atomically: of
+    /// concurrent updates (on any node) none is lost. When `change` gives the project a new
+    /// token, the old one stops resolving at once, on every node (`Conflict` when the new one
+    /// is taken). `NotFound` when there is no such project; an error from `change` writes
+    /// nothing. Returns the stored project.
+    fn update_project(
+        &self,
+        id: u64,
+        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
+    ) -> Result<Project, StoreError>;
     fn project(&self, id: u64) -> Result<Option<Project>, StoreError>;
     fn project_by_token(&self, token: &str) -> Result<Option<Project>, StoreError>;
     fn projects(&self) -> Result<Vec<Project>, StoreError>;
@@ -161,6 +175,58 @@ pub(crate) mod contract {
         assert_eq!(store.project_by_token("phc_two").expect("read"), None);
         assert_eq!(store.projects().expect("list").len(), 1);
 
+        // Updates are atomic: concurrent read-modify-writes lose nothing.
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..10 {
+                        store
+                            .update_project(1, &mut |p| {
+                                p.name.push('+');
+                                Ok(())
+                            })
+                            .expect("update");
+                    }
+                });
+            }
+        });
+        let counted = store.project(1).expect("read").expect("exists");
+        assert_eq!(counted.name, format!("renamed{}", "+".repeat(40)));
+        // A rotated token: the old one no longer resolves, a taken one conflicts and writes
+        // nothing, a refused change writes nothing, a missing project is not found.
+        store
+            .insert_project(&project(2, acme.id, "phc_two"))
+            .expect("second project");
+        let rotated = store
+            .update_project(1, &mut |p| {
+                p.api_token = "phc_new".into();
+                Ok(())
+            })
+            .expect("rotate");
+        assert_eq!(rotated.api_token, "phc_new");
+        assert_eq!(store.project_by_token("phc_one").expect("read"), None);
+        assert_eq!(
+            store.project_by_token("phc_new").expect("read"),
+            Some(rotated.clone())
+        );
+        assert!(matches!(
+            store.update_project(1, &mut |p| {
+                p.api_token = "phc_two".into();
+                Ok(())
+            }),
+            Err(StoreError::Conflict { .. })
+        ));
+        assert!(matches!(
+            store.update_project(1, &mut |_| Err(StoreError::invalid("no", "name"))),
+            Err(StoreError::Invalid { .. })
+        ));
+        assert_eq!(store.project(1).expect("read"), Some(rotated));
+        assert!(matches!(
+            store.update_project(99, &mut |_| Ok(())),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(store.projects().expect("list").len(), 2);
+
         // Users: by id and email; a taken email conflicts.
         let ann = user(1, "ann@example.com", acme.id);
         store.insert_user(&ann).expect("user");
@@ -200,7 +266,7 @@ pub(crate) mod contract {
         assert!(again.next_id("a").expect("id") > a2);
         assert_eq!(
             again.project(1).expect("read").map(|p| p.name),
-            Some("renamed".into())
+            Some(format!("renamed{}", "+".repeat(40)))
         );
     }
 }

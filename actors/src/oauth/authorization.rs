@@ -18,6 +18,8 @@ use super::{pkce, redirect, scopes, OAuth};
 pub struct ClientProblem {
     pub title: &'static str,
     pub detail: String,
+    /// Nothing is wrong with the request: the server is busy fetching other clients.
+    pub retry_later: bool,
 }
 
 /// An RFC 6749 §4.1.2.1 error, sent back to the client's redirect URI.
@@ -50,25 +52,34 @@ impl OAuth {
             return Err(ClientProblem {
                 title: "Invalid request",
                 detail: "The request has no client_id.".into(),
+                retry_later: false,
             });
         };
-        let client = self.client(client_id, now).await.map_err(|detail| {
-            tracing::info!(%client_id, error = %detail, "authorization request from an unusable client");
+        let client = self.client(client_id, now).await.map_err(|err| {
+            tracing::info!(%client_id, error = %err, "authorization request from an unusable client");
+            let retry_later = matches!(err, super::ClientError::Busy);
             ClientProblem {
-                title: "Unknown application",
-                detail,
+                title: if retry_later {
+                    "Busy"
+                } else {
+                    "Unknown application"
+                },
+                detail: err.to_string(),
+                retry_later,
             }
         })?;
         let Some(redirect_uri) = params.get("redirect_uri").filter(|r| !r.is_empty()) else {
             return Err(ClientProblem {
                 title: "Invalid request",
                 detail: "The request has no redirect_uri.".into(),
+                retry_later: false,
             });
         };
         if !redirect::matches(&client.metadata.redirect_uris, redirect_uri) {
             return Err(ClientProblem {
                 title: "Invalid redirect",
                 detail: "The redirect_uri is not one this application registered in its metadata document.".into(),
+                retry_later: false,
             });
         }
         Ok((client, redirect_uri.clone()))

@@ -3,15 +3,20 @@
 //! A client is resolved by fetching its `client_id` URL (see [`fetch`](super::fetch)), checking
 //! the document, and fetching its logo once through the same fetcher so the consent screen never
 //! hot-links it. Resolved clients are cached for the document's `Cache-Control: max-age`,
-//! clamped to the configured bounds; failures are never cached, and a changed document (say, a
-//! new redirect URI) takes effect only when the cached copy expires.
+//! clamped to the configured bounds, and a changed document (say, a new redirect URI) takes
+//! effect only when the cached copy expires.
+//!
+//! Anyone can name a new `client_id`, so what is kept is bounded: one cache of clients, logos
+//! and recent failures, weighed in bytes (`cache_bytes`), evicting the least used first;
+//! expired entries are dropped when met and by [`Registry::prune`]. A failed resolution is
+//! remembered for `failure_ttl`, so a bad client cannot make us fetch on every request, and at
+//! most `max_concurrent_fetches` fetches run at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use dashmap::DashMap;
 use serde_json::Value;
 use url::Url;
 
@@ -28,6 +33,12 @@ pub struct ClientSettings {
     pub cache_default: Duration,
     pub cache_min: Duration,
     pub cache_max: Duration,
+    /// Bytes of clients, logos and remembered failures kept.
+    pub cache_bytes: usize,
+    /// How long a failed resolution is answered from memory.
+    pub failure_ttl: Duration,
+    /// Document and logo fetches in flight at once.
+    pub max_concurrent_fetches: usize,
 }
 
 /// The fields Corvid uses from a metadata document.
@@ -57,6 +68,8 @@ pub struct Client {
     /// Key of the cached logo, when there is one.
     pub logo_key: Option<String>,
     pub expires_at: DateTime<Utc>,
+    /// Size of the fetched document: what the client weighs in the cache.
+    pub document_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,13 +84,71 @@ pub enum ClientError {
     },
     #[error("The client metadata document is invalid: {0}")]
     Invalid(String),
+    /// A resolution of this client failed a moment ago; its message is answered again.
+    #[error("{0}")]
+    Remembered(Arc<str>),
+    /// Too many client fetches are running on this server.
+    #[error("Too many applications are being looked up right now. Try again in a moment.")]
+    Busy,
+}
+
+/// What the registry keeps, all in one cache bounded by weight.
+#[derive(Clone)]
+enum Kept {
+    Client(Arc<Client>),
+    Logo(Logo),
+    /// A failed resolution, answered from memory until `until`.
+    Failure {
+        message: Arc<str>,
+        until: DateTime<Utc>,
+    },
+}
+
+impl Kept {
+    fn expired(&self, now: DateTime<Utc>) -> bool {
+        match self {
+            Kept::Client(client) => client.expires_at <= now,
+            Kept::Logo(_) => false,
+            Kept::Failure { until, .. } => *until <= now,
+        }
+    }
+}
+
+/// Bytes an entry holds, roughly: its key, its payload and a fixed overhead.
+#[derive(Clone)]
+struct KeptWeight;
+
+/// What every entry costs beyond its payload (the entry, the map slot, small fields).
+const ENTRY_OVERHEAD: u64 = 256;
+
+impl quick_cache::Weighter<String, Kept> for KeptWeight {
+    fn weight(&self, key: &String, kept: &Kept) -> u64 {
+        let payload = match kept {
+            Kept::Client(client) => client.document_bytes,
+            Kept::Logo(logo) => logo.bytes.len(),
+            Kept::Failure { message, .. } => message.len(),
+        };
+        ENTRY_OVERHEAD + key.len() as u64 + payload as u64
+    }
+}
+
+fn client_key(client_id: &str) -> String {
+    format!("client {client_id}")
+}
+
+fn failure_key(client_id: &str) -> String {
+    format!("failure {client_id}")
+}
+
+fn logo_key(key: &str) -> String {
+    format!("logo {key}")
 }
 
 pub struct Registry {
     settings: ClientSettings,
     fetcher: Fetcher,
-    clients: DashMap<String, Arc<Client>>,
-    logos: DashMap<String, Logo>,
+    kept: quick_cache::sync::Cache<String, Kept, KeptWeight>,
+    fetches: tokio::sync::Semaphore,
 }
 
 #[cfg(test)]
@@ -95,30 +166,68 @@ impl ClientSettings {
             cache_default: Duration::from_secs(60),
             cache_min: Duration::from_secs(1),
             cache_max: Duration::from_secs(600),
+            cache_bytes: 1 << 20,
+            failure_ttl: Duration::from_secs(30),
+            max_concurrent_fetches: 4,
         }
     }
 }
 
 impl Registry {
     pub fn new(settings: ClientSettings) -> Result<Registry, String> {
+        let bytes = settings.cache_bytes.max(1) as u64;
+        // quick_cache sizes its table from an item estimate: documents are small, logos large.
+        let estimated_items = (settings.cache_bytes / 2048).clamp(16, 1 << 20);
         Ok(Registry {
             fetcher: Fetcher::new(settings.fetch.clone())?,
+            kept: quick_cache::sync::Cache::with_weighter(estimated_items, bytes, KeptWeight),
+            fetches: tokio::sync::Semaphore::new(settings.max_concurrent_fetches.max(1)),
             settings,
-            clients: DashMap::new(),
-            logos: DashMap::new(),
         })
     }
 
     /// The client named by `client_id`: from the cache while fresh at `now`, else fetched and
-    /// checked.
+    /// checked. A failure is remembered for `failure_ttl`.
     pub async fn resolve(&self, raw: &str, now: DateTime<Utc>) -> Result<Arc<Client>, ClientError> {
         let url = client_id::validate(raw).map_err(ClientError::InvalidClientId)?;
         if let Some(client) = self.cached(raw, now) {
             return Ok(client);
         }
+        if let Some(Kept::Failure { message, .. }) = self.fresh(&failure_key(raw), now) {
+            return Err(ClientError::Remembered(message));
+        }
+        let permit = self.fetches.try_acquire().map_err(|_| ClientError::Busy)?;
+        let fetched = self.fetch_client(raw, &url, now).await;
+        drop(permit);
+        match fetched {
+            Ok(client) => {
+                self.kept.remove(&failure_key(raw));
+                self.kept
+                    .insert(client_key(raw), Kept::Client(Arc::clone(&client)));
+                Ok(client)
+            }
+            Err(err) => {
+                let until = crate::kernel::time::add_or_max(
+                    now,
+                    crate::kernel::time::from_std(self.settings.failure_ttl),
+                );
+                let message: Arc<str> = err.to_string().into();
+                self.kept
+                    .insert(failure_key(raw), Kept::Failure { message, until });
+                Err(err)
+            }
+        }
+    }
+
+    async fn fetch_client(
+        &self,
+        raw: &str,
+        url: &Url,
+        now: DateTime<Utc>,
+    ) -> Result<Arc<Client>, ClientError> {
         let fetched = self
             .fetcher
-            .get(&url, self.settings.max_document_bytes, "application/json")
+            .get(url, self.settings.max_document_bytes, "application/json")
             .await
             .map_err(|source| ClientError::Fetch {
                 url: raw.to_string(),
@@ -134,26 +243,51 @@ impl Registry {
             Some(uri) => self.fetch_logo(raw, uri).await,
             None => None,
         };
-        let client = Arc::new(Client {
-            host: client_id::display_host(&url),
+        Ok(Arc::new(Client {
+            host: client_id::display_host(url),
             metadata,
             logo_key,
-            expires_at: now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX),
-        });
-        self.clients.insert(raw.to_string(), Arc::clone(&client));
-        Ok(client)
+            expires_at: crate::kernel::time::add_or_max(now, crate::kernel::time::from_std(ttl)),
+            document_bytes: fetched.body.len(),
+        }))
+    }
+
+    /// The entry at `key` unless it expired at `now` (an expired one is dropped).
+    fn fresh(&self, key: &str, now: DateTime<Utc>) -> Option<Kept> {
+        let kept = self.kept.get(key)?;
+        if kept.expired(now) {
+            self.kept.remove(key);
+            return None;
+        }
+        Some(kept)
     }
 
     /// The cached client, while its copy is fresh at `now`: a changed document (say, a new
     /// redirect URI) takes effect only when the cached copy expires.
     fn cached(&self, raw: &str, now: DateTime<Utc>) -> Option<Arc<Client>> {
-        let client = self.clients.get(raw)?;
-        (client.expires_at > now).then(|| Arc::clone(&client))
+        match self.fresh(&client_key(raw), now)? {
+            Kept::Client(client) => Some(client),
+            Kept::Logo(_) | Kept::Failure { .. } => None,
+        }
     }
 
     /// A cached logo by key.
     pub fn logo(&self, key: &str) -> Option<Logo> {
-        self.logos.get(key).map(|l| l.clone())
+        match self.kept.get(&logo_key(key))? {
+            Kept::Logo(logo) => Some(logo),
+            Kept::Client(_) | Kept::Failure { .. } => None,
+        }
+    }
+
+    /// Drops every expired client and failure; returns how many entries are left.
+    pub fn prune(&self, now: DateTime<Utc>) -> usize {
+        self.kept.retain(|_, kept| !kept.expired(now));
+        self.kept.len()
+    }
+
+    /// Entries kept and the bytes they weigh.
+    pub fn usage(&self) -> (usize, u64) {
+        (self.kept.len(), self.kept.weight())
     }
 
     /// Fetches and keeps the logo; any failure just means no logo (never a hot link).
@@ -185,12 +319,12 @@ impl Registry {
             return None;
         }
         let key = sha256_hex(client_id);
-        self.logos.insert(
-            key.clone(),
-            Logo {
+        self.kept.insert(
+            logo_key(&key),
+            Kept::Logo(Logo {
                 content_type,
                 bytes: fetched.body.into(),
-            },
+            }),
         );
         Some(key)
     }
@@ -294,14 +428,15 @@ mod tests {
         let registry = Registry::new(ClientSettings::for_test()).expect("registry");
         let now = Utc::now();
         let metadata = parse_document(URL, &doc(serde_json::json!({}))).expect("valid");
-        registry.clients.insert(
-            URL.into(),
-            Arc::new(Client {
+        registry.kept.insert(
+            client_key(URL),
+            Kept::Client(Arc::new(Client {
                 metadata,
                 host: "app.example.com".into(),
                 logo_key: None,
                 expires_at: now + chrono::Duration::seconds(3),
-            }),
+                document_bytes: 100,
+            })),
         );
         assert!(registry
             .cached(URL, now + chrono::Duration::seconds(2))
@@ -311,6 +446,34 @@ mod tests {
             .is_none());
         assert!(registry
             .cached("https://other.example/c.json", now)
+            .is_none());
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bytes_and_prunes_expired_entries() {
+        let settings = ClientSettings {
+            cache_bytes: 64 * 1024,
+            ..ClientSettings::for_test()
+        };
+        let registry = Registry::new(settings).expect("registry");
+        let now = Utc::now();
+        for i in 0..2000 {
+            let id = format!("https://app{i}.example.com/client.json");
+            registry.kept.insert(
+                failure_key(&id),
+                Kept::Failure {
+                    message: "The client metadata document could not be fetched".into(),
+                    until: now + chrono::Duration::seconds(if i % 2 == 0 { 1 } else { 60 }),
+                },
+            );
+        }
+        let (entries, bytes) = registry.usage();
+        assert!(bytes <= 64 * 1024, "{entries} entries weigh {bytes} bytes");
+        assert!(entries < 2000);
+        let left = registry.prune(now + chrono::Duration::seconds(2));
+        assert!(left <= entries);
+        assert!(registry
+            .fresh(&failure_key("https://app0.example.com/client.json"), now)
             .is_none());
     }
 

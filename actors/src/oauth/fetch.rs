@@ -303,6 +303,8 @@ fn v6_special(ip: Ipv6Addr) -> bool {
         || (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments, Teredo
         || s[0] == 0x2002 // 6to4 (embeds an IPv4 address of any kind)
         || s[..5] == [0, 0, 0, 0, 0] // IPv4-compatible and other ::/80 forms
+        || s[..6] == [0, 0, 0, 0, 0xffff, 0] // IPv4-translated ::ffff:0:0/96 (SIIT)
+        || s[..3] == [0x64, 0xff9b, 0x0001] // NAT64 local-use 64:ff9b:1::/48 (RFC 8215)
 }
 
 #[cfg(test)]
@@ -332,6 +334,11 @@ mod tests {
             "2001:db8::1",
             "2002:7f00:1::",
             "ff02::1",
+            "::ffff:0:a00:1",
+            "::ffff:0:7f00:1",
+            "::ffff:0:5db8:d822",
+            "64:ff9b:1::a00:1",
+            "64:ff9b:1:ffff::5db8:d822",
         ] {
             let ip: IpAddr = bad.parse().expect("test address parses");
             assert!(is_special_use(ip), "{bad} should be special-use");

@@ -38,7 +38,7 @@ use crate::meta::{Credential, CredentialSource, Tenancy, User};
 use cimd::{Client, Registry};
 
 pub use authorization::{AuthorizationProblem, Authorized, ClientProblem};
-pub use cimd::{ClientSettings, Logo};
+pub use cimd::{ClientError, ClientSettings, Logo};
 pub use fetch::FetchSettings;
 pub use grants::{Approval, CodeExchange, Issued, RefreshRequest, TokenRequest};
 pub use introspection::{Introspection, LeakOutcome};
@@ -166,17 +166,23 @@ impl OAuth {
     // ---- clients ----
 
     /// A client by its `client_id` (its metadata document, fetched and cached).
-    pub async fn client(&self, client_id: &str, now: DateTime<Utc>) -> Result<Arc<Client>, String> {
-        self.inner
-            .clients
-            .resolve(client_id, now)
-            .await
-            .map_err(|e| e.to_string())
+    pub async fn client(
+        &self,
+        client_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Arc<Client>, ClientError> {
+        self.inner.clients.resolve(client_id, now).await
     }
 
     /// A cached client logo.
     pub fn logo(&self, key: &str) -> Option<Logo> {
         self.inner.clients.logo(key)
+    }
+
+    /// Resolved clients, logos and remembered failures kept in memory, and their weight in
+    /// bytes (bounded by the `cache_bytes` setting).
+    pub fn client_cache_usage(&self) -> (usize, u64) {
+        self.inner.clients.usage()
     }
 
     pub async fn is_verified(&self, client_id: &str) -> Result<bool, StoreError> {
@@ -308,6 +314,7 @@ impl OAuth {
         self.inner
             .revoked_families
             .retain(|_, at| now.signed_duration_since(*at) < day);
+        self.inner.clients.prune(now);
         self.grants(move |g| g.prune(now)).await
     }
 }

@@ -1,9 +1,11 @@
 //! OAuth scopes are the personal-API-key scopes (`<object>:read|write`).
 //!
-//! Policy (PostHog's): `/authorize` clamps rather than rejects. Unknown scopes are dropped;
-//! when nothing grantable is left, the client's ceiling is granted (its metadata document's
-//! `com.posthog.scopes`, else every scope), and the consent screen lists exactly what is granted.
-//! Corvid users hold every scope in their organization, so the user adds no further limit.
+//! Policy (PostHog's): `/authorize` clamps rather than rejects. Unknown scopes are dropped and
+//! requested scopes are kept within the client's ceiling (its metadata document's
+//! `com.posthog.scopes`); when nothing grantable is left, only [`MINIMAL`] is granted (PostHog
+//! grants its identity scope, `openid`), never every scope. The consent screen lists exactly
+//! what is granted. Corvid users hold every scope in their organization, so the user adds no
+//! further limit.
 
 use crate::meta::SCOPE_OBJECTS as OBJECTS;
 use crate::meta::{Scope, ScopeSet};
@@ -15,6 +17,9 @@ pub fn supported() -> Vec<String> {
         .flat_map(|o| [format!("{o}:read"), format!("{o}:write")])
         .collect()
 }
+
+/// What a client that asks for nothing grantable gets: who the user is, nothing more.
+pub const MINIMAL: &[&str] = &["user:read"];
 
 /// The scopes granted for a request: `requested` (space-separated) within `ceiling`.
 pub fn grant(requested: Option<&str>, ceiling: Option<&[String]>) -> Vec<String> {
@@ -31,9 +36,11 @@ pub fn grant(requested: Option<&str>, ceiling: Option<&[String]>) -> Vec<String>
         .map(|s| s.to_string())
         .collect();
     if granted.is_empty() {
-        granted = supported()
-            .into_iter()
-            .filter(|s| Scope::parse(s).is_some_and(|s| within(&s)))
+        granted = MINIMAL
+            .iter()
+            .filter_map(|s| Scope::parse(s))
+            .filter(|s| within(s))
+            .map(|s| s.to_string())
             .collect();
     }
     granted.sort();
@@ -93,21 +100,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_scopes_are_dropped_and_empty_means_the_ceiling() {
+    fn unknown_scopes_are_dropped_and_nothing_grantable_means_the_minimal_default() {
         assert_eq!(
             grant(Some("feature_flag:read openid bogus:write"), None),
             vec!["feature_flag:read"]
         );
-        assert_eq!(grant(None, None).len(), supported().len());
+        assert_eq!(grant(None, None), vec!["user:read"]);
+        assert_eq!(grant(Some("openid bogus:read"), None), vec!["user:read"]);
         let ceiling = vec!["query:read".to_string(), "endpoint:write".to_string()];
         assert_eq!(
             grant(Some("feature_flag:write endpoint:read"), Some(&ceiling)),
             vec!["endpoint:read"]
         );
-        assert_eq!(
-            grant(Some("nothing"), Some(&ceiling)),
-            vec!["endpoint:read", "endpoint:write", "query:read"]
+        assert!(
+            grant(Some("nothing"), Some(&ceiling)).is_empty(),
+            "the default stays within the client's own ceiling"
         );
+        let with_user = vec!["user:read".to_string(), "query:read".to_string()];
+        assert_eq!(grant(None, Some(&with_user)), vec!["user:read"]);
     }
 
     #[test]

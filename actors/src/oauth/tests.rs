@@ -32,6 +32,8 @@ fn oauth() -> Fixture {
         TenancySettings {
             cache_ttl: Duration::from_secs(60),
             last_used_resolution: Duration::from_secs(3600),
+            password_threads: 1,
+            password_queue: 8,
         },
     );
     let settings = OAuthSettings {

@@ -2,8 +2,10 @@
 //!
 //! Query work is CPU-heavy and would stall request handling if it ran on the HTTP event loops,
 //! so the engine owns a dedicated multi-threaded tokio runtime ("corvid-query" threads). Each
-//! query gets a fresh session holding only its project's tables, a memory pool of its own (no
-//! spilling: exceeding it is the query's error) and a deadline.
+//! query gets a fresh session holding only its project's tables, a memory pool of its own drawn
+//! from the node's ([`super::memory`]; no spilling: exceeding either is the query's error) and a
+//! deadline. At most `max_concurrent` queries run at once: a request past that gets
+//! [`QueryError::Busy`] (503), background work waits its turn ([`QueryEngine::waiting`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::QueryError;
 use super::functions;
@@ -31,14 +34,21 @@ use crate::ingest::files::SegmentFiles;
 use crate::ingest::read::{snapshot, Tail};
 use crate::ingest::segment;
 use crate::kernel::runtime::OwnedRuntime;
+use crate::kernel::start_over::StartOverMap;
 use crate::persons::PersonStore;
-use dashmap::DashMap;
+
+/// Segment files whose column lists are remembered at most.
+const FILE_COLUMNS_KEPT: usize = 100_000;
 
 /// Limits and sizing (from `[query]` in the config).
 #[derive(Debug, Clone)]
 pub struct QuerySettings {
     pub timeout: Duration,
     pub memory_limit_bytes: usize,
+    /// Memory all running queries may hold together.
+    pub node_memory_bytes: usize,
+    /// Queries running at once.
+    pub max_concurrent: usize,
     pub default_rows: usize,
     pub max_rows: usize,
     /// Worker threads of the query runtime (and DataFusion's target partitions).
@@ -81,8 +91,10 @@ pub struct Sources {
     pub persons: Arc<PersonStore>,
     /// Property keys ingest writes as their own segment columns, per project.
     pub columns: Arc<PropertyColumns>,
-    /// Which materialized columns each segment file has (files never change once written).
-    pub file_columns: DashMap<SegmentRef, Arc<BTreeSet<String>>>,
+    /// Which materialized columns each segment file has (files never change once written);
+    /// bounded: it starts over past [`FILE_COLUMNS_KEPT`] files (compaction keeps making new
+    /// versions).
+    pub file_columns: StartOverMap<SegmentRef, Arc<BTreeSet<String>>>,
     /// Object stores and caches every query shares (no disk spilling).
     runtime: Arc<RuntimeEnv>,
 }
@@ -108,7 +120,7 @@ impl Sources {
             tails,
             persons,
             columns,
-            file_columns: DashMap::new(),
+            file_columns: StartOverMap::new(FILE_COLUMNS_KEPT),
             runtime,
         }
     }
@@ -120,7 +132,7 @@ impl Sources {
             if keys.is_empty() {
                 break;
             }
-            let cached = self.file_columns.get(segment).map(|c| Arc::clone(&c));
+            let cached = self.file_columns.get(segment);
             let columns = match cached {
                 Some(c) => c,
                 None => {
@@ -155,6 +167,15 @@ pub struct QueryEngine {
     runtime: OwnedRuntime,
     sources: Arc<Sources>,
     settings: QuerySettings,
+    /// One per query allowed to run at once.
+    slots: Arc<Semaphore>,
+    /// The node's memory, which every query's pool draws from.
+    node_memory: Arc<GreedyMemoryPool>,
+}
+
+tokio::task_local! {
+    /// Set for background work, whose queries wait for a slot instead of failing.
+    static WAITS_FOR_A_SLOT: bool;
 }
 
 impl QueryEngine {
@@ -167,8 +188,34 @@ impl QueryEngine {
         Ok(QueryEngine {
             runtime,
             sources: Arc::new(sources),
+            slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
+            node_memory: Arc::new(GreedyMemoryPool::new(settings.node_memory_bytes)),
             settings,
         })
+    }
+
+    /// Runs `work` with its queries waiting for a free slot rather than failing with
+    /// [`QueryError::Busy`]: for background jobs (materializations, survey upkeep).
+    pub async fn waiting<F: std::future::Future>(work: F) -> F::Output {
+        WAITS_FOR_A_SLOT.scope(true, work).await
+    }
+
+    async fn slot(&self) -> Result<OwnedSemaphorePermit, QueryError> {
+        if WAITS_FOR_A_SLOT.try_with(|w| *w).unwrap_or(false) {
+            return Arc::clone(&self.slots)
+                .acquire_owned()
+                .await
+                .map_err(|e| QueryError::Internal(Box::new(e)));
+        }
+        Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| QueryError::Busy)
+    }
+
+    /// Bytes all running queries hold now.
+    pub fn memory_in_use(&self) -> usize {
+        use datafusion::execution::memory_pool::MemoryPool;
+        self.node_memory.reserved()
     }
 
     pub fn settings(&self) -> &QuerySettings {
@@ -209,13 +256,15 @@ impl QueryEngine {
         project_id: u64,
         prepared: Prepared,
     ) -> Result<ArrowOutput, QueryError> {
+        let slot = self.slot().await?;
         let sources = Arc::clone(&self.sources);
         let settings = self.settings.clone();
+        let node_memory = Arc::clone(&self.node_memory);
         let handle = self.runtime.handle().spawn(async move {
+            let _slot = slot;
             let deadline = settings.timeout;
-            match tokio::time::timeout(deadline, execute(project_id, prepared, &sources, &settings))
-                .await
-            {
+            let run = execute(project_id, prepared, &sources, &settings, node_memory);
+            match tokio::time::timeout(deadline, run).await {
                 Ok(result) => result,
                 Err(_) => Err(QueryError::Timeout(deadline)),
             }
@@ -240,8 +289,9 @@ async fn execute(
     prepared: Prepared,
     sources: &Sources,
     settings: &QuerySettings,
+    node_memory: Arc<GreedyMemoryPool>,
 ) -> Result<ArrowOutput, QueryError> {
-    let (ctx, events) = session(project_id, &prepared, sources, settings).await?;
+    let (ctx, events) = session(project_id, &prepared, sources, settings, node_memory).await?;
     let df_err = |e| QueryError::from_datafusion(e, settings.memory_limit_bytes);
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(Box::new(e));
     // Over `events` alone, `properties.<key>` reads the key's column when every segment has
@@ -271,6 +321,8 @@ async fn execute(
             }
         }
         if plan.is_none() {
+            // The materialized-column table did not plan (or was not made): read JSON instead.
+            ctx.deregister_table("events").map_err(internal)?;
             ctx.register_table("events", events.table(&BTreeSet::new()).map_err(internal)?)
                 .map_err(internal)?;
         }
@@ -324,12 +376,16 @@ async fn session(
     prepared: &Prepared,
     sources: &Sources,
     settings: &QuerySettings,
+    node_memory: Arc<GreedyMemoryPool>,
 ) -> Result<(SessionContext, Option<EventsSnapshot>), QueryError> {
     let internal = |e: datafusion::error::DataFusionError| QueryError::Internal(Box::new(e));
     // Caches (Parquet footers, file statistics) are shared by every query; the memory pool is
-    // the query's own.
+    // the query's own, drawn from the node's.
     let runtime = Arc::new(RuntimeEnv {
-        memory_pool: Arc::new(GreedyMemoryPool::new(settings.memory_limit_bytes)),
+        memory_pool: Arc::new(super::memory::QueryPool::new(
+            settings.memory_limit_bytes,
+            node_memory,
+        )),
         disk_manager: Arc::clone(&sources.runtime.disk_manager),
         cache_manager: Arc::clone(&sources.runtime.cache_manager),
         object_store_registry: Arc::clone(&sources.runtime.object_store_registry),

@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod functions;
 pub(crate) mod hogql;
 pub(crate) mod insights;
+pub(crate) mod memory;
 pub(crate) mod results;
 pub(crate) mod run_count;
 pub(crate) mod tables;

@@ -37,6 +37,31 @@ fn bad_request(title: &str, detail: &str) -> HttpResponse {
     pages::error(StatusCode::BAD_REQUEST, title, detail)
 }
 
+/// A client that could not be used: a 400 page, or a 503 page with `Retry-After` when the
+/// server was only too busy to fetch it.
+fn client_problem(problem: ClientProblem) -> HttpResponse {
+    if !problem.retry_later {
+        return bad_request(problem.title, &problem.detail);
+    }
+    let mut page = pages::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        problem.title,
+        &problem.detail,
+    );
+    page.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    page
+}
+
+/// The per-address limit of authorization requests: a 429 page with `Retry-After`.
+fn over_limit(req: &HttpRequest, state: &AppState) -> Option<HttpResponse> {
+    let ip = crate::http::client_ip(req).unwrap_or_default();
+    match state.rate_limits.authorize_per_ip.check(&ip) {
+        Ok(()) => None,
+        Err(err) => Some(pages::throttled(&err)),
+    }
+}
+
 /// `redirect_uri` with `extra` appended to its query, as a 303.
 fn redirect_to(redirect_uri: &str, extra: &[(&str, &str)]) -> HttpResponse {
     let location = match url::Url::parse(redirect_uri) {
@@ -76,6 +101,9 @@ fn error_redirect(
 
 /// GET: validate, make sure someone is signed in, and show the consent screen.
 pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if let Some(throttled) = over_limit(&req, &state) {
+        return Ok(throttled);
+    }
     let p = match params(req.query_string().as_bytes()) {
         Ok(p) => p,
         Err(detail) => return Ok(bad_request("Invalid request", &detail)),
@@ -87,7 +115,7 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
         .await
     {
         Ok(found) => found,
-        Err(ClientProblem { title, detail }) => return Ok(bad_request(title, &detail)),
+        Err(problem) => return Ok(client_problem(problem)),
     };
     let Some(session) = session::current(&req, &state).await? else {
         let here = format!("/oauth/authorize?{}", req.query_string());
@@ -143,6 +171,9 @@ pub async fn decide(
     state: web::Data<AppState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(throttled) = over_limit(&req, &state) {
+        return Ok(throttled);
+    }
     let p = match params(&body) {
         Ok(p) => p,
         Err(detail) => return Ok(bad_request("Invalid request", &detail)),
@@ -172,7 +203,7 @@ pub async fn decide(
         .await
     {
         Ok(found) => found,
-        Err(ClientProblem { title, detail }) => return Ok(bad_request(title, &detail)),
+        Err(problem) => return Ok(client_problem(problem)),
     };
     let asked = match state.engine.oauth.check_authorization(&p, &client) {
         Ok(a) => a,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
+use corvid_actors::meta::StoreError;
 use corvid_actors::oauth::OAuth;
 
 use super::pages;
@@ -91,7 +92,31 @@ pub async fn submit(
     let next = safe_next(form.next.as_deref());
     let email = form.email.trim().to_string();
     let password = form.password;
-    let user = state.engine.tenancy.verify_login(&email, &password).await?;
+    // Each attempt costs an argon2id verification: limited per address and per account
+    // before any is done.
+    let ip = crate::http::client_ip(&req).unwrap_or_default();
+    let limits = &state.rate_limits;
+    let checked = limits
+        .login_per_ip
+        .check(&ip)
+        .and_then(|()| limits.login_per_account.check(&email.to_ascii_lowercase()));
+    if let Err(err) = checked {
+        tracing::info!(%ip, "sign-in attempts over the limit");
+        return Ok(pages::throttled(&err));
+    }
+    let user = match state.engine.tenancy.verify_login(&email, &password).await {
+        Err(StoreError::Busy { .. }) => {
+            let mut page = pages::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Busy",
+                "Too many sign-ins are being checked right now. Try again in a moment.",
+            );
+            page.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return Ok(page);
+        }
+        other => other?,
+    };
     let Some(user) = user else {
         tracing::info!("failed sign-in attempt");
         return Ok(login_page(

@@ -73,6 +73,23 @@ pub fn error(status: StatusCode, title: &str, detail: &str) -> HttpResponse {
     )
 }
 
+/// A page for a rate-limited request: 429 with the limiter's `Retry-After`.
+pub fn throttled(err: &crate::error::ApiError) -> HttpResponse {
+    let wait = match err {
+        crate::error::ApiError::RateLimited { retry_after_secs } => *retry_after_secs,
+        _ => 1,
+    };
+    let mut page = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too many attempts",
+        &format!("Too many requests from your address. Try again in {wait} seconds."),
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&wait.to_string()) {
+        page.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    page
+}
+
 pub fn hidden(name: &str, value: &str) -> String {
     format!(
         "<input type=\"hidden\" name=\"{}\" value=\"{}\">",

@@ -103,6 +103,17 @@ pub async fn token(
     state: web::Data<AppState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
+    let ip = crate::http::client_ip(&req).unwrap_or_default();
+    if let Err(ApiError::RateLimited { retry_after_secs }) =
+        state.rate_limits.token_per_ip.check(&ip)
+    {
+        return Ok(no_store(StatusCode::TOO_MANY_REQUESTS)
+            .insert_header((header::RETRY_AFTER, retry_after_secs.to_string()))
+            .json(json!({
+                "error": "temporarily_unavailable",
+                "error_description": format!("Too many token requests from your address; retry in {retry_after_secs} seconds."),
+            })));
+    }
     let p = params_or_400!(req, body);
     Ok(match state.engine.oauth.token(&p, Utc::now()).await {
         Ok(i) => issued(i),

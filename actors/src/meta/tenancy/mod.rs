@@ -13,7 +13,7 @@ use super::model::{
     NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, User,
 };
-use super::store::MetadataStore;
+use super::store::{MetadataStore, ROTATED_PROJECT};
 use super::{Credential, CredentialSource, ScopeSet};
 use crate::kernel::{blocking, secrets, StoreError};
 
@@ -35,6 +35,10 @@ pub struct TenancySettings {
     pub cache_ttl: Duration,
     /// `last_used_at` of a personal API key is written at most this often.
     pub last_used_resolution: Duration,
+    /// Threads verifying passwords, apart from the shared blocking pool…
+    pub password_threads: usize,
+    /// …and sign-ins that may wait for one (past it, [`StoreError::Busy`]).
+    pub password_queue: usize,
 }
 
 /// A partial update of an organization.
@@ -71,6 +75,8 @@ pub struct Tenancy {
     store: Arc<dyn MetadataStore>,
     cache: Arc<MetaCache>,
     settings: TenancySettings,
+    /// Password verification's own threads, started on the first sign-in.
+    passwords: Arc<std::sync::OnceLock<Option<crate::kernel::pool::BoundedPool>>>,
 }
 
 mod operations;

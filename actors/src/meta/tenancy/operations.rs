@@ -6,14 +6,24 @@ impl Tenancy {
     pub fn new(store: Arc<dyn MetadataStore>, settings: TenancySettings) -> Tenancy {
         let cache = Arc::new(MetaCache::new(settings.cache_ttl));
         let revoked = Arc::clone(&cache);
-        store.watch_credentials(Arc::new(move |hash| match hash {
-            Some(h) => revoked.forget_credential(h),
-            None => revoked.forget_all_credentials(),
+        store.watch_credentials(Arc::new(move |notice| match notice {
+            Some(notice) => match notice.strip_prefix(ROTATED_PROJECT) {
+                Some(id) => match id.parse() {
+                    Ok(id) => revoked.forget_project(id),
+                    Err(_) => revoked.forget_all_projects(),
+                },
+                None => revoked.forget_credential(notice),
+            },
+            None => {
+                revoked.forget_all_credentials();
+                revoked.forget_all_projects();
+            }
         }));
         Tenancy {
             store,
             cache,
             settings,
+            passwords: Arc::default(),
         }
     }
 
@@ -135,14 +145,26 @@ impl Tenancy {
     ) -> Result<Project, StoreError> {
         let store = Arc::clone(&self.store);
         let project = run(move || {
-            let mut project = store.project(id)?.ok_or_else(|| StoreError::NotFound {
-                what: format!("project {id}"),
-            })?;
-            apply_update(&mut project, update)?;
-            store.put_project(&project)?;
-            Ok(project)
+            // Atomic in the store: concurrent updates of other fields are not lost.
+            store.update_project(id, &mut |project| apply_update(project, update.clone()))
         })
         .await?;
+        self.cache.put_project(Arc::new(project.clone()));
+        Ok(project)
+    }
+
+    /// Gives project `id` a new token (PostHog's `reset_token`): the old one is refused at
+    /// once, on every node; the new project is returned.
+    pub async fn rotate_project_token(&self, id: u64) -> Result<Project, StoreError> {
+        let store = Arc::clone(&self.store);
+        let project = run(move || {
+            store.update_project(id, &mut |project| {
+                project.api_token = secrets::new_project_token();
+                Ok(())
+            })
+        })
+        .await?;
+        self.cache.forget_project(id);
         self.cache.put_project(Arc::new(project.clone()));
         Ok(project)
     }
@@ -173,7 +195,8 @@ impl Tenancy {
     }
 
     /// The user whose email and password match (the same work is done for an unknown email,
-    /// so timing does not tell which emails exist).
+    /// so timing does not tell which emails exist). Runs on the password threads: when all are
+    /// busy and their queue is full, [`StoreError::Busy`] at once.
     pub async fn verify_login(
         &self,
         email: &str,
@@ -181,16 +204,38 @@ impl Tenancy {
     ) -> Result<Option<User>, StoreError> {
         let store = Arc::clone(&self.store);
         let (email, password) = (email.trim().to_ascii_lowercase(), password.to_string());
-        run(move || {
-            let user = store.user_by_email(&email)?;
-            let hash = user
-                .as_ref()
-                .map(|u| u.password_hash.clone())
-                .unwrap_or_else(secrets::dummy_password_hash);
-            let ok = secrets::verify_password(&password, &hash);
-            Ok(user.filter(|_| ok))
+        let pool = self.passwords.get_or_init(|| {
+            let s = &self.settings;
+            crate::kernel::pool::BoundedPool::new("password", s.password_threads, s.password_queue)
+                .inspect_err(
+                    |err| tracing::error!(error = %err, "cannot start the password threads"),
+                )
+                .ok()
+        });
+        let busy = StoreError::Busy {
+            what: "password verification",
+        };
+        let verified = pool
+            .as_ref()
+            .ok_or(StoreError::Busy {
+                what: "password verification",
+            })?
+            .submit(move || -> Result<Option<User>, StoreError> {
+                let user = store.user_by_email(&email)?;
+                let hash = user
+                    .as_ref()
+                    .map(|u| u.password_hash.clone())
+                    .unwrap_or_else(secrets::dummy_password_hash);
+                let ok = secrets::verify_password(&password, &hash);
+                Ok(user.filter(|_| ok))
+            })
+            .map_err(|_| busy)?
+            .await;
+        verified.unwrap_or_else(|| {
+            Err(StoreError::TaskFailed(
+                "password verification panicked".into(),
+            ))
         })
-        .await
     }
 
     pub async fn user(&self, id: u64) -> Result<Option<User>, StoreError> {

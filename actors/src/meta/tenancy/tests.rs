@@ -13,6 +13,8 @@ fn tenancy(dir: &std::path::Path) -> Tenancy {
         TenancySettings {
             cache_ttl: Duration::from_secs(60),
             last_used_resolution: Duration::from_secs(3600),
+            password_threads: 1,
+            password_queue: 8,
         },
     )
 }
