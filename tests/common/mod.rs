@@ -39,6 +39,13 @@ impl TestServer {
         server
     }
 
+    /// Starts a server with `config`, keeping `dir` (its data dir) until the server is dropped.
+    pub fn start_in(dir: TempDir, config: Config) -> TestServer {
+        let mut server = TestServer::start(config);
+        server._dir = Some(dir);
+        server
+    }
+
     /// Starts a server with `config` (its `data_dir` is kept by the caller).
     pub fn start(config: Config) -> TestServer {
         let data_dir = config.data_dir.clone();
