@@ -71,11 +71,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let config = Arc::new(config);
 
-    let (decodes, rate_limits, queries) = AppState::limits(&config);
+    let (decodes, rate_limits) = AppState::limits(&config);
     let state = web::Data::new(AppState {
         decodes,
         rate_limits,
-        queries,
         resource_metadata_url: format!("{public_url}/.well-known/oauth-protected-resource").into(),
         public_url,
         config: Arc::clone(&config),

@@ -319,6 +319,12 @@ impl ApiError {
                     err.code(),
                     None,
                 ),
+                QueryError::CredentialBusy => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "throttled_error",
+                    err.code(),
+                    None,
+                ),
                 QueryError::Internal(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -503,7 +509,7 @@ impl ResponseError for ApiError {
             }
             ApiError::Ingest(_)
             | ApiError::Store(StoreError::Busy { .. })
-            | ApiError::Query(QueryError::Busy) => {
+            | ApiError::Query(QueryError::Busy | QueryError::CredentialBusy) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}

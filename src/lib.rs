@@ -14,7 +14,6 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
-pub mod query_gate;
 pub mod rate_limits;
 pub mod state;
 pub mod telemetry;

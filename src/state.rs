@@ -10,7 +10,6 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::http::decoding::DecodePermits;
 use crate::metrics::Metrics;
-use crate::query_gate::QueryGate;
 use crate::rate_limits::RateLimits;
 
 pub struct AppState {
@@ -29,17 +28,14 @@ pub struct AppState {
     pub decodes: DecodePermits,
     /// Per-address and per-credential rate limits.
     pub rate_limits: Arc<RateLimits>,
-    /// Queries each credential runs at once.
-    pub queries: QueryGate,
 }
 
 impl AppState {
     /// The pieces of state built from the config alone.
-    pub fn limits(config: &Config) -> (DecodePermits, Arc<RateLimits>, QueryGate) {
+    pub fn limits(config: &Config) -> (DecodePermits, Arc<RateLimits>) {
         (
             DecodePermits::new(config.limits.max_concurrent_decodes.get()),
             Arc::new(RateLimits::new(&config.rate_limits)),
-            QueryGate::new(config.query.max_concurrent_per_credential.get()),
         )
     }
 }
@@ -98,12 +94,11 @@ impl AppState {
         )
         .await
         .expect("engine starts");
-        let (decodes, rate_limits, queries) = AppState::limits(&config);
+        let (decodes, rate_limits) = AppState::limits(&config);
         AppState {
             engine,
             decodes,
             rate_limits,
-            queries,
             secret_scanning_keys: secret_scanning_keys(&config).expect("keys"),
             public_url: "http://127.0.0.1:0".into(),
             resource_metadata_url: "http://127.0.0.1:0/.well-known/oauth-protected-resource".into(),

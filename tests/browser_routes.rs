@@ -7,6 +7,7 @@ use std::io::Write;
 
 use base64::Engine;
 use common::{error_body, TestServer};
+use corvid_actors::wire::uri_component;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -14,18 +15,6 @@ const ORIGIN: &str = "http://shop.test:5173";
 
 fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
-}
-
-/// `encodeURIComponent`, as posthog-js applies it to `data=`.
-fn uri_component(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {

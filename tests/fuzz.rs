@@ -17,7 +17,9 @@ use std::cell::Cell;
 use std::io::Write;
 
 use base64::Engine;
-use common::TestServer;
+use common::{peak_rss, TestServer};
+use corvid_actors::flags::PROPERTY_OPERATORS;
+use corvid_actors::wire::lz64::bomb;
 use proptest::prelude::*;
 use proptest::test_runner::{
     Config as RunnerConfig, RngAlgorithm, TestCaseError, TestRng, TestRunner,
@@ -66,16 +68,6 @@ fn runner(base: u32) -> TestRunner {
         },
         TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
     )
-}
-
-/// The peak resident memory of this process (the server runs in it), in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// The server answered with a success or a client error in the stable JSON shape.
@@ -379,41 +371,8 @@ fn lz_stream() -> impl Strategy<Value = String> {
             let cut = s.len() / 2;
             s[..cut].to_string()
         }),
-        (1usize..40_000).prop_map(lz_bomb),
+        (1usize..40_000).prop_map(|codes| bomb(codes, b'{')),
     ]
-}
-
-fn lz_bomb(codes: usize) -> String {
-    let mut bits: Vec<bool> = Vec::new();
-    let mut push = |value: u32, width: u32| {
-        for shift in 0..width {
-            bits.push(value & (1 << shift) != 0);
-        }
-    };
-    push(0, 2);
-    push(u32::from(b'{'), 8);
-    let (mut dict_len, mut code_bits, mut enlarge_in) = (4u32, 3u32, 4u64);
-    for _ in 0..codes {
-        push(dict_len, code_bits);
-        enlarge_in -= 1;
-        if enlarge_in == 0 {
-            enlarge_in = 1 << code_bits;
-            code_bits += 1;
-        }
-        dict_len += 1;
-    }
-    push(2, code_bits);
-    bits.extend([false; 12]);
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    bits.chunks(6)
-        .map(|chunk| {
-            let v = chunk
-                .iter()
-                .enumerate()
-                .fold(0usize, |v, (i, b)| v | (usize::from(*b) << (5 - i)));
-            ALPHABET[v] as char
-        })
-        .collect()
 }
 
 #[test]
@@ -449,49 +408,18 @@ fn hostile_lz_string_streams_are_refused_cleanly() {
 
 // ---- flags ----
 
-const OPERATORS: &[&str] = &[
-    "exact",
-    "is_not",
-    "icontains",
-    "not_icontains",
-    "icontains_multi",
-    "not_icontains_multi",
-    "starts_with",
-    "not_starts_with",
-    "ends_with",
-    "not_ends_with",
-    "regex",
-    "not_regex",
-    "gt",
-    "gte",
-    "lt",
-    "lte",
-    "between",
-    "not_between",
-    "is_set",
-    "is_not_set",
-    "is_date_before",
-    "is_date_after",
-    "is_date_exact",
-    "semver_eq",
-    "semver_neq",
-    "semver_gt",
-    "semver_gte",
-    "semver_lt",
-    "semver_lte",
-    "semver_tilde",
-    "semver_caret",
-    "semver_wildcard",
-    "in",
-    "not_in",
-    "flag_evaluates_to",
-    "no_such_operator",
-];
+/// Every operator the engine knows, those it reads beside property values, and one it does
+/// not know.
+fn operators() -> Vec<&'static str> {
+    let mut all = PROPERTY_OPERATORS.to_vec();
+    all.extend(["in", "not_in", "flag_evaluates_to", "no_such_operator"]);
+    all
+}
 
 fn property_filter() -> impl Strategy<Value = Value> {
     (
         prop_oneof![Just("plan"), Just("$browser"), Just("joined"), Just("version"), Just("n")],
-        prop::sample::select(OPERATORS),
+        prop::sample::select(operators()),
         hostile_value(),
         prop_oneof![
             Just("person"),

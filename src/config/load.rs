@@ -251,6 +251,7 @@ impl Config {
             memory_limit_bytes: q.memory_limit_bytes.get(),
             node_memory_bytes: q.node_memory_bytes.get(),
             max_concurrent: q.max_concurrent.get(),
+            max_concurrent_per_credential: q.max_concurrent_per_credential.get(),
             default_rows: q.default_rows.get().min(q.max_rows.get()),
             max_rows: q.max_rows.get(),
             threads,

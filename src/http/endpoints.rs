@@ -215,7 +215,6 @@ async fn run(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (_, name) = path.into_inner();
-    let _running = state.queries.enter(&access.credential.limit_key())?;
     let body = json_body(&req, payload, &state).await?;
     let caller = Caller {
         project_id: access.project.id,

@@ -64,7 +64,7 @@ async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRes
     body.push_str(&render_bounds(&Bounds {
         oauth_clients: state.engine.oauth.client_cache_usage(),
         decode_permits: state.decodes.available(),
-        query_credentials: state.queries.credentials_running(),
+        query_credentials: state.engine.query.credentials_running(),
     }));
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

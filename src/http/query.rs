@@ -64,7 +64,7 @@ async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let key = access.credential.limit_key();
     state.rate_limits.query_per_key.check(&key)?;
-    let _running = state.queries.enter(&key)?;
+    let _running = state.engine.query.admit(&key)?;
     let kind = parse_query(body.query)?;
     let tz = project_timezone(&access.project.timezone);
     let variables = body.variables_override.unwrap_or_default();

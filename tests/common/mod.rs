@@ -253,6 +253,16 @@ pub fn wait_until(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
     check()
 }
 
+/// The peak resident memory of this process (the server runs in it), in bytes.
+pub fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// Asserts the stable error body shape and returns it.
 pub fn error_body(res: Response) -> Value {
     let body: Value = res.json().expect("error body is JSON");

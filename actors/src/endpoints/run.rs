@@ -282,6 +282,11 @@ impl Endpoints {
         path: &'static str,
     ) -> Result<Answer, (EndpointError, &'static str)> {
         let fail = |e: EndpointError| (e, path);
+        // Only runs that query count against the credential's concurrent queries.
+        let _running = self
+            .engine
+            .admit(&caller.credential)
+            .map_err(|e| fail(e.into()))?;
         let mut query = version.query.clone();
         let mut overrides = HashMap::new();
         if version.is_hogql() {

@@ -32,6 +32,7 @@ pub use evaluate::FlagsOutcome;
 pub use local_eval::LocalEvaluation;
 pub use model::FlagDefinition;
 pub use pg_records::PgFlags;
+pub use properties::PROPERTY_OPERATORS;
 pub use records::{FlagRecords, SledFlags};
 pub use request::FlagRequestError;
 pub use serve::{Caller, Served};

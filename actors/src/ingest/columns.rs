@@ -429,25 +429,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn promotes_frequent_keys_and_backfills_old_segments() {
-        let dir = tempfile::tempdir().expect("test setup");
-        let root = dir.path().join("events");
-        let db = sled::Config::new()
-            .temporary(true)
-            .open()
-            .expect("test setup");
-        let columns =
-            Arc::new(PropertyColumns::open(&db, vec!["$browser".into()]).expect("test setup"));
+    /// Fifty events of `project` committed as one segment.
+    fn one_segment(catalog: &dyn SegmentCatalog, project: u64) -> (SegmentRef, Vec<StoredEvent>) {
         let rows: Vec<StoredEvent> = (0..50).map(event).collect();
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
-        let day = rows[0].day();
-        let catalog: Arc<dyn SegmentCatalog> =
-            Arc::new(DirCatalog::open(root.clone()).expect("test setup"));
-        let files = Arc::new(SegmentFiles::local(&root).expect("test setup"));
         let written = SegmentRef {
-            project: 7,
-            day,
+            project,
+            day: rows[0].day(),
             name: SegmentName {
                 node: 0,
                 shard: 0,
@@ -470,6 +458,89 @@ mod tests {
         .expect("test setup");
         catalog.record_flush(&flush).expect("test setup");
         catalog.publish_flush(&flush).expect("test setup");
+        (written, rows)
+    }
+
+    /// A temporary event store: property columns with `pinned` keys, the catalog and the
+    /// segment files under `root`.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: std::path::PathBuf,
+        db: sled::Db,
+        columns: Arc<PropertyColumns>,
+        catalog: Arc<dyn SegmentCatalog>,
+        files: Arc<SegmentFiles>,
+    }
+
+    fn fixture(pinned: Vec<String>) -> Fixture {
+        let dir = tempfile::tempdir().expect("test setup");
+        let root = dir.path().join("events");
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .expect("test setup");
+        let columns = Arc::new(PropertyColumns::open(&db, pinned).expect("test setup"));
+        let catalog: Arc<dyn SegmentCatalog> =
+            Arc::new(DirCatalog::open(root.clone()).expect("test setup"));
+        let files = Arc::new(SegmentFiles::local(&root).expect("test setup"));
+        Fixture {
+            _dir: dir,
+            root,
+            db,
+            columns,
+            catalog,
+            files,
+        }
+    }
+
+    #[test]
+    fn a_project_that_fails_waits_while_the_others_are_compacted() {
+        let Fixture {
+            _dir,
+            root,
+            columns,
+            catalog,
+            files,
+            ..
+        } = fixture(vec![]);
+        one_segment(catalog.as_ref(), 7);
+        // Project 3's only segment is not Parquet at all.
+        let (broken, _) = one_segment(catalog.as_ref(), 3);
+        std::fs::write(root.join(broken.key()), b"not parquet").expect("test setup");
+        let compactor = Compactor::new(
+            Arc::clone(&catalog),
+            files,
+            Arc::clone(&columns),
+            CompactionConfig {
+                auto_keys: 5,
+                min_share: 0.5,
+                sample_rows: 1_000,
+                grace: Duration::from_secs(3600),
+            },
+            JobLease::local(Duration::from_secs(60)),
+        );
+        let report = compactor.run_once().expect("the pass goes on");
+        assert_eq!(
+            report.failed.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            vec![3]
+        );
+        assert_eq!(report.promoted, vec![(7, vec!["plan".to_string()])]);
+        // The failed project waits: the next pass does not try it again at once.
+        let again = compactor.run_once().expect("the pass goes on");
+        assert!(again.failed.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn promotes_frequent_keys_and_backfills_old_segments() {
+        let Fixture {
+            _dir,
+            root,
+            db,
+            columns,
+            catalog,
+            files,
+        } = fixture(vec!["$browser".into()]);
+        let (written, rows) = one_segment(catalog.as_ref(), 7);
         let original = root.join(written.key());
 
         let config = CompactionConfig {

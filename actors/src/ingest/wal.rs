@@ -375,6 +375,23 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
 
+    /// The log file that holds records.
+    /// Appends `bytes` to the log file that holds records (a crash mid-write) and returns it.
+    fn append_to_log(dir: &Path, bytes: &[u8]) -> PathBuf {
+        let file = fs::read_dir(dir)
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
+            .expect("non-empty wal file");
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .expect("open");
+        f.write_all(bytes).expect("write");
+        file
+    }
+
     #[test]
     fn records_survive_reopen_and_torn_tails_are_cut() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -386,18 +403,7 @@ mod tests {
             wal.sync(true).expect("sync");
         }
         // Simulate a crash mid-write: garbage after the last record.
-        let file = fs::read_dir(dir.path())
-            .expect("dir")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
-            .expect("non-empty wal file");
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .expect("open");
-        f.write_all(&[9, 0, 0, 0, 1, 2]).expect("write");
-        drop(f);
+        append_to_log(dir.path(), &[9, 0, 0, 0, 1, 2]);
 
         let (mut wal, replayed) = Wal::open(dir.path(), 1 << 20).expect("reopen");
         let payloads: Vec<_> = replayed.iter().map(|r| r.payload.clone()).collect();
@@ -439,24 +445,13 @@ mod tests {
             wal.append(b"kept").expect("append");
             wal.sync(true).expect("sync");
         }
-        let file = fs::read_dir(dir.path())
-            .expect("dir")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
-            .expect("non-empty wal file");
         // A header claiming a 4 GiB payload, with a few bytes after it.
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .expect("open");
         let mut header = Vec::new();
         header.extend_from_slice(&u32::MAX.to_le_bytes());
         header.extend_from_slice(&0u32.to_le_bytes());
         header.extend_from_slice(&2u64.to_le_bytes());
         header.extend_from_slice(b"short");
-        f.write_all(&header).expect("write");
-        drop(f);
+        let file = append_to_log(dir.path(), &header);
         let (records, valid) = read_records(&file).expect("read");
         assert_eq!(records.len(), 1);
         assert_eq!(valid, (HEADER + 4) as u64);

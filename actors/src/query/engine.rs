@@ -49,6 +49,8 @@ pub struct QuerySettings {
     pub node_memory_bytes: usize,
     /// Queries running at once.
     pub max_concurrent: usize,
+    /// Queries one credential runs at once.
+    pub max_concurrent_per_credential: usize,
     pub default_rows: usize,
     pub max_rows: usize,
     /// Worker threads of the query runtime (and DataFusion's target partitions).
@@ -171,6 +173,8 @@ pub struct QueryEngine {
     slots: Arc<Semaphore>,
     /// The node's memory, which every query's pool draws from.
     node_memory: Arc<GreedyMemoryPool>,
+    /// Queries each credential runs now.
+    gate: super::gate::QueryGate,
 }
 
 tokio::task_local! {
@@ -190,8 +194,20 @@ impl QueryEngine {
             sources: Arc::new(sources),
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             node_memory: Arc::new(GreedyMemoryPool::new(settings.node_memory_bytes)),
+            gate: super::gate::QueryGate::new(settings.max_concurrent_per_credential),
             settings,
         })
+    }
+
+    /// A place for a query of `credential` (its limit key), held while the ticket lives;
+    /// [`QueryError::CredentialBusy`] when it runs its maximum already.
+    pub fn admit(&self, credential: &str) -> Result<super::QueryTicket, QueryError> {
+        self.gate.enter(credential)
+    }
+
+    /// Credentials with queries running now.
+    pub fn credentials_running(&self) -> usize {
+        self.gate.credentials_running()
     }
 
     /// Runs `work` with its queries waiting for a free slot rather than failing with

@@ -27,6 +27,9 @@ pub enum QueryError {
     /// The node runs as many queries as it may (`query.max_concurrent`): retry shortly.
     #[error("Too many queries are running on this server; retry shortly.")]
     Busy,
+    /// This credential runs as many queries as it may (`query.max_concurrent_per_credential`).
+    #[error("This credential already runs as many queries as it may at once; retry when one has finished.")]
+    CredentialBusy,
     #[error("The query did not finish within {0:?}.")]
     Timeout(Duration),
     /// Reading stored data failed, or DataFusion failed in a way that is not the query's fault.
@@ -47,6 +50,7 @@ impl QueryError {
             QueryError::MemoryLimit { .. } => "memory_limit_exceeded",
             QueryError::Timeout(_) => "query_timeout",
             QueryError::Busy => "too_many_queries",
+            QueryError::CredentialBusy => "too_many_concurrent_queries",
             QueryError::Internal(_) => "internal_error",
         }
     }

@@ -8,6 +8,7 @@
 pub(crate) mod engine;
 pub(crate) mod error;
 pub(crate) mod functions;
+pub(crate) mod gate;
 pub(crate) mod hogql;
 pub(crate) mod insights;
 pub(crate) mod memory;
@@ -18,6 +19,7 @@ pub(crate) mod uniq;
 
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;
+pub use gate::QueryTicket;
 pub use insights::{QueryAnswer, QueryKind};
 #[cfg(test)]
 pub(crate) mod tests;

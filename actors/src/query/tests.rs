@@ -67,6 +67,7 @@ pub(crate) fn settings() -> QuerySettings {
         memory_limit_bytes: 512 << 20,
         node_memory_bytes: 1 << 30,
         max_concurrent: 8,
+        max_concurrent_per_credential: 8,
         default_rows: 10_000,
         max_rows: 50_000,
         threads: 2,

@@ -344,6 +344,43 @@ pub fn decompress_from_base64(input: &[u8], limit: usize) -> Result<String, Lz64
     plan.finish()
 }
 
+/// A stream whose every code names the entry it is about to define (`w + w[0]`): `codes`
+/// codes of `literal` decode to about `codes² / 2` characters. For tests of what a decoding
+/// bomb costs.
+#[cfg(any(test, feature = "test-support"))]
+pub fn bomb(codes: usize, literal: u8) -> String {
+    let mut bits: Vec<bool> = Vec::new();
+    let mut push = |value: u32, width: u32| {
+        for shift in 0..width {
+            bits.push(value & (1 << shift) != 0);
+        }
+    };
+    push(LITERAL_8, 2);
+    push(u32::from(literal), 8);
+    let (mut dict_len, mut code_bits, mut enlarge_in) = (4u32, 3u32, 4u64);
+    for _ in 0..codes {
+        push(dict_len, code_bits);
+        enlarge_in -= 1;
+        if enlarge_in == 0 {
+            enlarge_in = 1 << code_bits;
+            code_bits += 1;
+        }
+        dict_len += 1;
+    }
+    push(CLOSE, code_bits);
+    bits.extend([false; 12]);
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    bits.chunks(6)
+        .map(|chunk| {
+            let value = chunk
+                .iter()
+                .enumerate()
+                .fold(0usize, |v, (i, b)| v | (usize::from(*b) << (5 - i)));
+            ALPHABET.get(value).copied().map_or('A', char::from)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -387,44 +424,9 @@ mod tests {
         );
     }
 
-    /// A stream whose every code names the entry it defines: the output grows quadratically
-    /// with the input.
-    fn bomb(codes: usize) -> String {
-        let mut bits: Vec<bool> = Vec::new();
-        let mut push = |value: u32, width: u32| {
-            for shift in 0..width {
-                bits.push(value & (1 << shift) != 0);
-            }
-        };
-        push(LITERAL_8, 2);
-        push(u32::from(b'a'), 8);
-        let (mut dict_len, mut code_bits, mut enlarge_in) = (4u32, 3u32, 4u64);
-        for _ in 0..codes {
-            push(dict_len, code_bits);
-            enlarge_in -= 1;
-            if enlarge_in == 0 {
-                enlarge_in = 1 << code_bits;
-                code_bits += 1;
-            }
-            dict_len += 1;
-        }
-        push(CLOSE, code_bits);
-        bits.extend([false; 12]);
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        bits.chunks(6)
-            .map(|chunk| {
-                let value = chunk
-                    .iter()
-                    .enumerate()
-                    .fold(0usize, |v, (i, b)| v | (usize::from(*b) << (5 - i)));
-                ALPHABET[value] as char
-            })
-            .collect()
-    }
-
     #[test]
     fn a_bomb_is_refused_before_anything_is_written() {
-        let small = bomb(20);
+        let small = bomb(20, b'a');
         let expected = "a".repeat((1..=21).sum::<usize>());
         assert_eq!(reference(&small).as_deref(), Some(expected.as_str()));
         assert_eq!(
@@ -432,7 +434,7 @@ mod tests {
             Ok(expected.as_str())
         );
         // 30 000 codes would decode to 450 million units.
-        let big = bomb(30_000);
+        let big = bomb(30_000, b'a');
         assert!(big.len() < 80_000, "{}", big.len());
         let started = std::time::Instant::now();
         assert_eq!(

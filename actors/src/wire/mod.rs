@@ -336,6 +336,20 @@ fn lz64(bytes: &[u8], limit: usize) -> Result<String, WireError> {
     Ok(decoded)
 }
 
+/// `encodeURIComponent`, as posthog-js applies it to the `data=` of form bodies. For tests
+/// that send what the browser SDK sends.
+#[cfg(any(test, feature = "test-support"))]
+pub fn uri_component(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -354,18 +368,6 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(bytes).expect("gzip");
         gz.finish().expect("gzip")
-    }
-
-    /// `encodeURIComponent`, as posthog-js applies it to form bodies.
-    fn uri_component(text: &str) -> String {
-        text.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' => {
-                    (b as char).to_string()
-                }
-                other => format!("%{other:02X}"),
-            })
-            .collect()
     }
 
     fn decode(

@@ -233,11 +233,19 @@ impl Materializer {
             return;
         }
         let (lease, retry_after) = (self.lease.clone(), self.retry_after);
-        let work = claimed(job, Arc::clone(&self.store), lease, retry_after, {
-            let (store, tenancy) = (Arc::clone(&self.store), self.tenancy.clone());
-            let (engine, results) = (Arc::clone(&self.engine), Arc::clone(&self.results));
-            move |job| contained(job, store, tenancy, engine, results)
-        });
+        let deps = Deps {
+            store: Arc::clone(&self.store),
+            tenancy: self.tenancy.clone(),
+            engine: Arc::clone(&self.engine),
+            results: Arc::clone(&self.results),
+        };
+        let work = claimed(
+            job,
+            Arc::clone(&self.store),
+            lease,
+            retry_after,
+            move |job| contained(job, deps),
+        );
         ctx.spawn(work.into_actor(self).map(move |ran, this, _| {
             this.in_flight.remove(&slot);
             match ran {
@@ -301,17 +309,19 @@ where
     Some(ran)
 }
 
-/// Runs one job; a panic inside it marks the version failed instead of stopping the actor.
-async fn contained(
-    job: Job,
+/// What a job reads and writes.
+struct Deps {
     store: Arc<EndpointStore>,
     tenancy: Tenancy,
     engine: Arc<QueryEngine>,
     results: Arc<Results>,
-) -> bool {
+}
+
+/// Runs one job; a panic inside it marks the version failed instead of stopping the actor.
+async fn contained(job: Job, deps: Deps) -> bool {
     let (name, version) = (job.name.clone(), job.version);
-    let marker = marker(&job, Arc::clone(&store));
-    let run = run_job(job, store, tenancy, engine, results);
+    let marker = marker(&job, Arc::clone(&deps.store));
+    let run = run_job(job, deps);
     match std::panic::AssertUnwindSafe(run).catch_unwind().await {
         Ok(ran) => ran,
         Err(panic) => {
@@ -357,13 +367,13 @@ fn fail(m: &mut crate::endpoints::model::Materialization, error: String) {
     m.error = Some(error);
 }
 
-async fn run_job(
-    job: Job,
-    store: Arc<EndpointStore>,
-    tenancy: Tenancy,
-    engine: Arc<QueryEngine>,
-    results: Arc<Results>,
-) -> bool {
+async fn run_job(job: Job, deps: Deps) -> bool {
+    let Deps {
+        store,
+        tenancy,
+        engine,
+        results,
+    } = deps;
     let started = Utc::now();
     let mark = marker(&job, Arc::clone(&store));
     let mark_attempt = mark.clone();

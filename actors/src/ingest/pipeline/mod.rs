@@ -309,6 +309,9 @@ impl Ingest {
         }
         match rx.await {
             Ok(Ok(())) => Ok(()),
+            // A store error comes from the shards, which released their own events (stored
+            // ones when flushed, refused ones at once); any other failure came before them.
+            Ok(Err(err @ IngestError::Store(_))) => Err(err),
             Ok(Err(err)) => {
                 inner.pending.fetch_sub(n, Ordering::SeqCst);
                 Err(err)
@@ -422,3 +425,6 @@ impl Ingest {
 mod wal_writer;
 
 use wal_writer::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,12 +1,13 @@
 //! How many queries one credential runs at once (`query.max_concurrent_per_credential`):
-//! past it, 429 with `Retry-After`. The node-wide bound and memory pool are the query
-//! engine's; this keeps one key from taking all of them.
+//! past it, [`QueryError::CredentialBusy`] (429). The node's own bound and memory pool are the
+//! engine's; this keeps one key from taking all of them. Only statements that really run count:
+//! an endpoint answered from its cache or its materialized result takes no place.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
 
-use crate::error::ApiError;
+use super::QueryError;
 
 /// Counts running queries per credential; an entry exists only while its queries run.
 #[derive(Clone)]
@@ -29,13 +30,12 @@ impl QueryGate {
         }
     }
 
-    /// A place for one more query of `credential`, or 429 when it runs its maximum already.
-    pub fn enter(&self, credential: &str) -> Result<QueryTicket, ApiError> {
+    /// A place for one more query of `credential`, or `CredentialBusy` when it runs its
+    /// maximum already.
+    pub fn enter(&self, credential: &str) -> Result<QueryTicket, QueryError> {
         let mut count = self.running.entry(credential.to_string()).or_insert(0);
         if *count >= self.max {
-            return Err(ApiError::RateLimited {
-                retry_after_secs: 1,
-            });
+            return Err(QueryError::CredentialBusy);
         }
         *count += 1;
         Ok(QueryTicket {
@@ -68,10 +68,7 @@ mod tests {
         let gate = QueryGate::new(2);
         let a = gate.enter("k1").expect("first");
         let b = gate.enter("k1").expect("second");
-        assert!(matches!(
-            gate.enter("k1"),
-            Err(ApiError::RateLimited { .. })
-        ));
+        assert!(matches!(gate.enter("k1"), Err(QueryError::CredentialBusy)));
         let other = gate.enter("k2").expect("another key");
         drop(a);
         let c = gate.enter("k1").expect("a place was freed");
