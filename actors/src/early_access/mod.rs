@@ -347,7 +347,7 @@ impl Inner {
                     groups: vec![Condition::new(Vec::new(), Some(0.0))],
                     ..FlagFilters::default()
                 };
-                self.flags.save_flag(
+                self.flags.create_flag(
                     project,
                     FlagDefinition::new(
                         slugify(&feature.name),
@@ -355,7 +355,6 @@ impl Inner {
                         filters,
                         true,
                     ),
-                    None,
                 )?
             }
         };

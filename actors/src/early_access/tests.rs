@@ -108,10 +108,9 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
     let save = |key: &str, filters: Value| {
         let filters: FlagFilters = serde_json::from_value(filters).expect("filters");
         s.flags
-            .save_flag(
+            .create_flag(
                 1,
                 FlagDefinition::new(key.into(), key.into(), filters, true),
-                None,
             )
             .expect("flag")
             .definition

@@ -1,6 +1,7 @@
 //! The locked read-modify-writes behind the operations: experiments, their flags and holdouts change together.
 
 use super::*;
+use crate::kernel::StoreError;
 
 /// The held-out share from a holdout's `filters` (`[{rollout_percentage: N}]`), if given.
 pub(super) fn exclusion(filters: Option<&Value>) -> Result<Option<f64>, RecordError> {
@@ -144,12 +145,7 @@ impl Inner {
                     .iter()
                     .any(|e| !e.deleted && e.feature_flag_id == existing.definition.id);
                 if !reusable || used {
-                    return Err(RecordError::invalid(
-                        "There is already a feature flag with this key. An experiment can reuse \
-                         it only if it is a multivariate flag with a `control` variant that no \
-                         other experiment uses.",
-                        "feature_flag_key",
-                    ));
+                    return Err(flag_key_taken());
                 }
                 existing
             }
@@ -161,7 +157,15 @@ impl Inner {
                     false,
                 );
                 crate::flags::validate::validate_flag(&definition, 5)?;
-                self.flags.save_flag(project, definition, None)?
+                // Another writer may create the key first, on any node: the store decides.
+                self.flags
+                    .create_flag(project, definition)
+                    .map_err(|e| match e {
+                        StoreError::Invalid {
+                            attr: Some("key"), ..
+                        } => flag_key_taken(),
+                        other => other.into(),
+                    })?
             }
         };
         let experiment = Experiment {
@@ -196,8 +200,13 @@ impl Inner {
             updated_at: now,
             created_by,
         };
+        // Two experiments reusing one flag at once, on two nodes: the store keeps one.
         self.experiments
-            .put(project, &experiment.id.to_string(), &experiment)?;
+            .put(project, &experiment.id.to_string(), &experiment)
+            .map_err(|e| match e {
+                StoreError::Conflict { .. } => flag_key_taken(),
+                other => other.into(),
+            })?;
         Ok(experiment)
     }
 
@@ -402,4 +411,13 @@ impl Inner {
         self.experiments.put(project, &e.id.to_string(), &e)?;
         Ok(e)
     }
+}
+
+/// PostHog's answer to an experiment whose flag key is taken by a flag it cannot reuse.
+fn flag_key_taken() -> RecordError {
+    RecordError::invalid(
+        "There is already a feature flag with this key. An experiment can reuse it only if it \
+         is a multivariate flag with a `control` variant that no other experiment uses.",
+        "feature_flag_key",
+    )
 }

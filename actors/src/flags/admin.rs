@@ -164,7 +164,7 @@ impl Flags {
         let (store, persons) = (Arc::clone(&self.store), Arc::clone(&self.persons));
         blocking(move || {
             validate_flag(&definition, persons.group_type_count(project)?)?;
-            store.save_flag(project, definition, None)
+            store.create_flag(project, definition)
         })
         .await
     }
@@ -178,12 +178,15 @@ impl Flags {
     ) -> Result<FlagRecord, StoreError> {
         let (store, persons) = (Arc::clone(&self.store), Arc::clone(&self.persons));
         blocking(move || {
-            let old = store
-                .live_flag(project, id)?
-                .ok_or_else(|| not_found("Feature flag"))?;
-            let definition = changes.apply(old.definition.clone());
-            validate_flag(&definition, persons.group_type_count(project)?)?;
-            store.save_flag(project, definition, Some(&old))
+            let group_types = persons.group_type_count(project)?;
+            store
+                .update_flag(project, id, |definition| {
+                    let changed = changes.clone().apply(definition.clone());
+                    validate_flag(&changed, group_types)?;
+                    *definition = changed;
+                    Ok(())
+                })?
+                .ok_or_else(|| not_found("Feature flag"))
         })
         .await
     }

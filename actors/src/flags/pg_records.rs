@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use super::records::{CohortRecord, FlagRecord, FlagRecords};
-use crate::kernel::pg::{bigint, next_in_sequence, record_json, record_of, Pg, RESYNC};
+use super::records::{key_taken, CohortRecord, FlagRecord, FlagRecords};
+use crate::kernel::pg::{
+    bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, RESYNC,
+};
 use crate::kernel::StoreError;
 
 /// The channel flag and cohort writes are announced on (payload: the project id).
@@ -101,14 +103,87 @@ impl FlagRecords for PgFlags {
         self.one("feature_flags", project_id, id)
     }
 
-    fn put_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
-        let json = record_json("feature flag", record)?.0;
-        self.put(
-            "feature_flags",
-            record.project_id,
-            record.definition.id,
-            json,
-        )
+    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
+        let (p, id) = (bigint(record.project_id), record.definition.id);
+        let json = record_json("feature flag", record)?;
+        let flag_key = record.definition.key.clone();
+        self.pg.run(move |client| async move {
+            let inserted = client
+                .query(
+                    &format!(
+                        "WITH created AS (
+                             INSERT INTO feature_flags (project_id, id, record) VALUES ($1, $2, $3)
+                             RETURNING project_id
+                         )
+                         SELECT pg_notify('{CHANNEL}', project_id::text) FROM created"
+                    ),
+                    &[&p, &id, &json],
+                )
+                .await;
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(e) if is_unique_violation(&e) => Err(key_taken(&flag_key)),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn update_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let p = bigint(project_id);
+        let mut tx = self.pg.begin()?;
+        let row = tx.step(move |client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT record FROM feature_flags WHERE project_id = $1 AND id = $2
+                     FOR UPDATE",
+                    &[&p, &id],
+                )
+                .await;
+            let found = row.map_err(StoreError::from).and_then(|r| {
+                r.map(|r| record_of::<FlagRecord>(&r, "feature_flags", id))
+                    .transpose()
+            });
+            (client, found)
+        })?;
+        let Some(mut record) = row else {
+            tx.commit()?;
+            return Ok(None);
+        };
+        let stored = record.clone();
+        if !change(&mut record)? {
+            // Nothing to write: the record is as stored.
+            tx.commit()?;
+            return Ok(Some(stored));
+        }
+        let json = record_json("feature flag", &record)?;
+        let flag_key = record.definition.key.clone();
+        tx.step(move |client| async move {
+            let done = client
+                .query(
+                    &format!(
+                        "WITH changed AS (
+                             UPDATE feature_flags SET record = $3
+                             WHERE project_id = $1 AND id = $2 RETURNING project_id
+                         )
+                         SELECT pg_notify('{CHANNEL}', project_id::text) FROM changed"
+                    ),
+                    &[&p, &id, &json],
+                )
+                .await;
+            let done = match done {
+                Ok(_) => Ok(()),
+                Err(e) if is_unique_violation(&e) => Err(key_taken(&flag_key)),
+                Err(e) => Err(e.into()),
+            };
+            (client, done)
+        })?;
+        tx.commit()?;
+        Ok(Some(record))
     }
 
     fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
@@ -160,7 +235,7 @@ mod tests {
             serde_json::json!({"id": 0, "key": "beta", "active": true, "version": 0}),
         )
         .expect("definition");
-        let saved = node1.save_flag(1, definition, None).expect("save");
+        let saved = node1.create_flag(1, definition).expect("save");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         loop {
             let seen = node3
@@ -186,6 +261,11 @@ mod tests {
         let db = server.database();
         let pg = Arc::new(db.connect());
         migrate(&pg).expect("migrate");
-        super::super::records::contract::suite(&PgFlags::new(pg));
+        super::super::records::contract::suite(&PgFlags::new(Arc::clone(&pg)));
+        let other = Arc::new(db.connect());
+        super::super::records::contract::race(
+            Arc::new(PgFlags::new(pg)),
+            Arc::new(PgFlags::new(other)),
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! implementation passes [`contract::suite`]). The rules (live key uniqueness, versions) and
 //! the in-memory evaluation snapshots are [`super::store::FlagStore`]'s.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -62,8 +62,21 @@ pub trait FlagRecords: Send + Sync {
     /// All flags of a project (deleted ones included), by id.
     fn flags(&self, project_id: u64) -> Result<Vec<FlagRecord>, StoreError>;
     fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError>;
-    /// Inserts or replaces the flag `record.definition.id` of `record.project_id`.
-    fn put_flag(&self, record: &FlagRecord) -> Result<(), StoreError>;
+    /// Stores a new flag. Concurrent writers, on any node: a live (not deleted) flag's key is
+    /// unique in its project, so of two creates of one key exactly one succeeds; the other
+    /// gets [`key_taken`].
+    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError>;
+    /// Read-modify-write of one flag, exclusive against every other writer of it on any node:
+    /// `change` is called once with the stored record and says whether to write it (an error
+    /// aborts the update). No update is lost, so a version bumped inside `change` counts every
+    /// write. A change that gives a live flag the key of another live flag gets [`key_taken`].
+    /// The record as it now is, or `None` when there is no such flag.
+    fn update_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError>;
     /// All cohorts of a project (deleted ones included), by id.
     fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError>;
     fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError>;
@@ -80,6 +93,25 @@ pub trait FlagRecords: Send + Sync {
     }
 }
 
+/// The error a write gets when a live flag of the project already has its key (PostHog's
+/// text, on the `key` attribute).
+pub fn key_taken(key: &str) -> StoreError {
+    StoreError::invalid(
+        format!("There is already a feature flag with the key `{key}`."),
+        "key",
+    )
+}
+
+/// Whether `record` is live and holds the key another live flag of `others` holds.
+fn clashes(record: &FlagRecord, others: &[FlagRecord]) -> bool {
+    !record.definition.deleted
+        && others.iter().any(|f| {
+            !f.definition.deleted
+                && f.definition.key == record.definition.key
+                && f.definition.id != record.definition.id
+        })
+}
+
 fn key(project_id: u64, id: i64) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&project_id.to_be_bytes());
@@ -87,12 +119,14 @@ fn key(project_id: u64, id: i64) -> [u8; 16] {
     k
 }
 
-/// The embedded flag records (sled).
+/// The embedded flag records (sled). Only this process opens the database, so one lock per
+/// handle makes each create's key check and each read-modify-write one step.
 pub struct SledFlags {
     db: sled::Db,
     flags: sled::Tree,
     cohorts: sled::Tree,
     sequences: sled::Tree,
+    write: Mutex<()>,
 }
 
 impl SledFlags {
@@ -102,7 +136,22 @@ impl SledFlags {
             cohorts: db.open_tree("cohorts")?,
             sequences: db.open_tree("flag_sequences")?,
             db: db.clone(),
+            write: Mutex::new(()),
         })
+    }
+
+    /// A panic while holding it leaves nothing half-done: the guarded data is `()`.
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.write.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
+        self.flags.insert(
+            key(record.project_id, record.definition.id),
+            encode(record)?,
+        )?;
+        self.db.flush()?;
+        Ok(())
     }
 
     fn next_id(&self, name: &str) -> Result<i64, StoreError> {
@@ -128,13 +177,34 @@ impl FlagRecords for SledFlags {
         get(&self.flags, "feature_flags", &key(project_id, id))
     }
 
-    fn put_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
-        self.flags.insert(
-            key(record.project_id, record.definition.id),
-            encode(record)?,
-        )?;
-        self.db.flush()?;
-        Ok(())
+    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
+        let _write = self.lock();
+        if clashes(record, &self.flags(record.project_id)?) {
+            return Err(key_taken(&record.definition.key));
+        }
+        self.write_flag(record)
+    }
+
+    fn update_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let _write = self.lock();
+        let Some(mut record) = self.flag(project_id, id)? else {
+            return Ok(None);
+        };
+        let stored = record.clone();
+        if !change(&mut record)? {
+            return Ok(Some(stored));
+        }
+        let may_clash = record.definition.key != stored.definition.key || stored.definition.deleted;
+        if may_clash && clashes(&record, &self.flags(project_id)?) {
+            return Err(key_taken(&record.definition.key));
+        }
+        self.write_flag(&record)?;
+        Ok(Some(record))
     }
 
     fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
@@ -188,6 +258,7 @@ pub(crate) mod contract {
     pub fn suite(records: &dyn FlagRecords) {
         ids_are_never_reused(records);
         flags_are_kept_per_project_in_id_order(records);
+        live_keys_are_unique(records);
         cohorts_are_kept_per_project(records);
     }
 
@@ -201,9 +272,11 @@ pub(crate) mod contract {
     }
 
     fn flags_are_kept_per_project_in_id_order(records: &dyn FlagRecords) {
-        records.put_flag(&flag(1, 12, "b")).expect("put");
-        records.put_flag(&flag(1, 3, "a")).expect("put");
-        records.put_flag(&flag(2, 5, "a")).expect("other project");
+        records.create_flag(&flag(1, 12, "b")).expect("create");
+        records.create_flag(&flag(1, 3, "a")).expect("create");
+        records
+            .create_flag(&flag(2, 5, "a"))
+            .expect("other project");
         let ids: Vec<i64> = records
             .flags(1)
             .expect("list")
@@ -211,12 +284,127 @@ pub(crate) mod contract {
             .map(|f| f.definition.id)
             .collect();
         assert_eq!(ids, vec![3, 12]);
-        let mut changed = flag(1, 12, "b");
+        let mut changed = records.flag(1, 12).expect("read").expect("stored");
         changed.definition.version = 2;
         changed.definition.active = false;
-        records.put_flag(&changed).expect("replace");
+        let written = records
+            .update_flag(1, 12, &mut |f| {
+                f.definition.version = 2;
+                f.definition.active = false;
+                f.updated_at = changed.updated_at;
+                Ok(true)
+            })
+            .expect("update");
+        assert_eq!(written.as_ref(), Some(&changed));
         assert_eq!(records.flag(1, 12).expect("read"), Some(changed));
         assert_eq!(records.flag(3, 12).expect("read"), None);
+        // A change that is not written, and one that errs, leave the record as it was.
+        let before = records.flag(1, 12).expect("read");
+        let skipped = records
+            .update_flag(1, 12, &mut |f| {
+                f.definition.active = true;
+                Ok(false)
+            })
+            .expect("update");
+        assert_eq!(skipped, before);
+        let refused = records.update_flag(1, 12, &mut |f| {
+            f.definition.active = true;
+            Err(StoreError::invalid("no", "active"))
+        });
+        assert!(matches!(refused, Err(StoreError::Invalid { .. })));
+        assert_eq!(records.flag(1, 12).expect("read"), before);
+        assert_eq!(
+            records
+                .update_flag(1, 999, &mut |_| Ok(true))
+                .expect("update"),
+            None
+        );
+    }
+
+    /// A live key is unique in its project: a second create, or an update that takes the key
+    /// of another live flag, is refused; a deleted flag's key is free again.
+    fn live_keys_are_unique(records: &dyn FlagRecords) {
+        records.create_flag(&flag(4, 1, "k")).expect("create");
+        let again = records.create_flag(&flag(4, 2, "k"));
+        assert!(
+            matches!(
+                again,
+                Err(StoreError::Invalid {
+                    attr: Some("key"),
+                    ..
+                })
+            ),
+            "{again:?}"
+        );
+        records.create_flag(&flag(4, 3, "other")).expect("create");
+        let renamed = records.update_flag(4, 3, &mut |f| {
+            f.definition.key = "k".into();
+            Ok(true)
+        });
+        assert!(
+            matches!(renamed, Err(StoreError::Invalid { .. })),
+            "{renamed:?}"
+        );
+        records
+            .update_flag(4, 1, &mut |f| {
+                f.definition.deleted = true;
+                Ok(true)
+            })
+            .expect("delete");
+        records
+            .create_flag(&flag(4, 2, "k"))
+            .expect("the key is free");
+        let revived = records.update_flag(4, 1, &mut |f| {
+            f.definition.deleted = false;
+            Ok(true)
+        });
+        assert!(
+            matches!(revived, Err(StoreError::Invalid { .. })),
+            "{revived:?}"
+        );
+    }
+
+    /// Two handles on one backing (two threads on one embedded store, two connections to one
+    /// PostgreSQL), racing: of twelve creates of one key exactly one wins, and twelve
+    /// concurrent version bumps of one flag all count.
+    pub fn race(a: Arc<dyn FlagRecords>, b: Arc<dyn FlagRecords>) {
+        let handles = [a, b];
+        let created: Vec<bool> = std::thread::scope(|scope| {
+            let tries: Vec<_> = (0..12i64)
+                .map(|i| {
+                    let records = Arc::clone(&handles[(i % 2) as usize]);
+                    scope.spawn(move || records.create_flag(&flag(9, 100 + i, "same")).is_ok())
+                })
+                .collect();
+            tries
+                .into_iter()
+                .map(|t| t.join().expect("create"))
+                .collect()
+        });
+        assert_eq!(created.iter().filter(|won| **won).count(), 1, "{created:?}");
+        let winner = handles[0]
+            .flags(9)
+            .expect("list")
+            .into_iter()
+            .find(|f| f.definition.key == "same")
+            .expect("the winner is stored");
+        let id = winner.definition.id;
+        std::thread::scope(|scope| {
+            for i in 0..12usize {
+                let records = Arc::clone(&handles[i % 2]);
+                scope.spawn(move || {
+                    records
+                        .update_flag(9, id, &mut |f| {
+                            f.definition.version += 1;
+                            f.definition.name = format!("edit {i}");
+                            Ok(true)
+                        })
+                        .expect("update");
+                });
+            }
+        });
+        let last = handles[1].flag(9, id).expect("read").expect("stored");
+        assert_eq!(last.definition.version, winner.definition.version + 12);
     }
 
     fn cohorts_are_kept_per_project(records: &dyn FlagRecords) {
@@ -238,6 +426,8 @@ pub(crate) mod contract {
     fn sled_flags_pass_the_contract() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("sled");
-        suite(&SledFlags::open(&db).expect("open"));
+        let records: Arc<dyn FlagRecords> = Arc::new(SledFlags::open(&db).expect("open"));
+        suite(records.as_ref());
+        race(Arc::clone(&records), records);
     }
 }

@@ -85,12 +85,11 @@ impl ProjectFlags {
     }
 }
 
-/// Flag and cohort definitions with their rules (live key uniqueness, versions), and the
-/// per-project in-memory snapshots evaluation reads. Records live behind [`FlagRecords`].
+/// Flag and cohort definitions with their rules (versions count every write), and the
+/// per-project in-memory snapshots evaluation reads. Records live behind [`FlagRecords`],
+/// which keeps live keys unique and makes each update exclusive, for writers on every node.
 pub struct FlagStore {
     records: Arc<dyn FlagRecords>,
-    /// Serializes saves, so the key-uniqueness check and the write are one step.
-    write: std::sync::Mutex<()>,
     snapshots: Arc<DashMap<u64, Arc<ProjectFlags>>>,
     /// Counts changes announced by other nodes: a refresh that read the records before one
     /// does not keep its (possibly stale) snapshot.
@@ -115,7 +114,6 @@ impl FlagStore {
         }));
         FlagStore {
             records,
-            write: std::sync::Mutex::new(()),
             snapshots,
             remote_changes,
             snapshot_versions: DashMap::new(),
@@ -160,65 +158,78 @@ impl FlagStore {
         id: i64,
         change: impl FnOnce(&mut FlagDefinition),
     ) -> Result<Option<FlagRecord>, StoreError> {
-        let Some(old) = self.live_flag(project_id, id)? else {
-            return Ok(None);
-        };
-        let mut definition = old.definition.clone();
-        change(&mut definition);
-        if definition == old.definition {
-            return Ok(Some(old));
-        }
-        self.save_flag(project_id, definition, Some(&old)).map(Some)
+        let mut change = Some(change);
+        self.rewrite(project_id, id, true, &mut |definition| {
+            if let Some(change) = change.take() {
+                change(definition);
+            }
+            Ok(())
+        })
     }
 
-    /// Inserts a new flag (assigning its id and version 1) or replaces one (bumping its
-    /// version). Key uniqueness among live flags is checked here.
-    pub fn save_flag(
+    /// An update of a live flag (PostHog's PATCH): `change` edits the stored definition (an
+    /// error aborts), and the result is stored with the next version even when nothing
+    /// changed. Exclusive against every other writer on any node, so concurrent updates each
+    /// count. `None` when the flag is gone (or deleted).
+    pub fn update_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        mut change: impl FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        self.rewrite(project_id, id, false, &mut change)
+    }
+
+    /// Read-modify-write of a live flag through the records' exclusive update; with
+    /// `skip_unchanged`, a definition `change` left as it was is not written.
+    fn rewrite(
+        &self,
+        project_id: u64,
+        id: i64,
+        skip_unchanged: bool,
+        change: &mut dyn FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let mut live = true;
+        let record = self.records.update_flag(project_id, id, &mut |record| {
+            if record.definition.deleted {
+                live = false;
+                return Ok(false);
+            }
+            let mut definition = record.definition.clone();
+            change(&mut definition)?;
+            definition.id = record.definition.id;
+            if skip_unchanged && definition == record.definition {
+                return Ok(false);
+            }
+            definition.version = record.definition.version.saturating_add(1);
+            record.definition = definition;
+            record.updated_at = Utc::now();
+            Ok(true)
+        })?;
+        if record.is_some() && live {
+            self.refresh(project_id)?;
+        }
+        Ok(record.filter(|_| live))
+    }
+
+    /// Inserts a new flag, assigning its id and version 1. A live flag of the project with
+    /// the same key makes it fail with [`key_taken`](super::records::key_taken), checked by
+    /// the store for every writer on every node.
+    pub fn create_flag(
         &self,
         project_id: u64,
         mut definition: FlagDefinition,
-        existing: Option<&FlagRecord>,
     ) -> Result<FlagRecord, StoreError> {
-        // A panic while holding it cannot leave anything half-done: the guarded data is `()`.
-        let _write = self.write.lock().unwrap_or_else(|p| p.into_inner());
-        let clash = self.flags(project_id)?.into_iter().any(|f| {
-            !f.definition.deleted
-                && f.definition.key == definition.key
-                && Some(f.definition.id) != existing.map(|e| e.definition.id)
-        });
-        if clash && !definition.deleted {
-            return Err(StoreError::invalid(
-                format!(
-                    "There is already a feature flag with the key `{}`.",
-                    definition.key
-                ),
-                "key",
-            ));
-        }
         let now = Utc::now();
-        let record = match existing {
-            Some(old) => {
-                definition.id = old.definition.id;
-                definition.version = old.definition.version + 1;
-                FlagRecord {
-                    definition,
-                    project_id,
-                    created_at: old.created_at,
-                    updated_at: now,
-                }
-            }
-            None => {
-                definition.id = self.records.next_flag_id()?;
-                definition.version = 1;
-                FlagRecord {
-                    definition,
-                    project_id,
-                    created_at: now,
-                    updated_at: now,
-                }
-            }
+        definition.id = self.records.next_flag_id()?;
+        definition.version = 1;
+        let record = FlagRecord {
+            definition,
+            project_id,
+            created_at: now,
+            updated_at: now,
         };
-        self.records.put_flag(&record)?;
+        self.records.create_flag(&record)?;
         self.refresh(project_id)?;
         Ok(record)
     }

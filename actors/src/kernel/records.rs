@@ -21,7 +21,9 @@ pub trait RecordStore<T>: Send + Sync {
     /// Every record of every project, as (project, record), for background upkeep.
     fn list_all(&self) -> Result<Vec<(u64, T)>, StoreError>;
     fn get(&self, project: u64, id: &str) -> Result<Option<T>, StoreError>;
-    /// Inserts or replaces a record; durable when it returns.
+    /// Inserts or replaces a record; durable when it returns. Where the store enforces a
+    /// uniqueness across records for concurrent writers on every node (in PostgreSQL: one
+    /// live experiment per feature flag), a record that breaks it gets `Conflict`.
     fn put(&self, project: u64, id: &str, record: &T) -> Result<(), StoreError>;
     /// Removes a record; whether it existed.
     fn delete(&self, project: u64, id: &str) -> Result<bool, StoreError>;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::pg::{bigint, next_in_sequence, record_json, record_of, Pg};
+use super::pg::{bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg};
 use super::records::RecordStore;
 use super::StoreError;
 
@@ -82,15 +82,21 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgReco
         let (name, p, id) = (self.name, bigint(project_id), id.to_string());
         let record = record_json(name, record)?;
         self.pg.run(move |client| async move {
-            client
+            let written = client
                 .execute(
                     "INSERT INTO definition_records (kind, project_id, id, record)
                      VALUES ($1, $2, $3, $4)
                      ON CONFLICT (kind, project_id, id) DO UPDATE SET record = $4",
                     &[&name, &p, &id, &record],
                 )
-                .await?;
-            Ok(())
+                .await;
+            match written {
+                Ok(_) => Ok(()),
+                Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
+                    what: format!("a live {name} record with these unique fields"),
+                }),
+                Err(e) => Err(e.into()),
+            }
         })
     }
 
@@ -132,5 +138,37 @@ mod tests {
         let other: PgRecords<contract::Note> = PgRecords::new(pg, "other_notes");
         assert!(other.list_all().expect("list").is_empty());
         assert_eq!(other.next_id().expect("id"), 1);
+    }
+
+    /// Two experiments on one feature flag, from two nodes at once: the store keeps one live.
+    #[test]
+    fn one_live_experiment_per_flag() {
+        let server = TestPostgres::start();
+        let db = server.database();
+        let (pg1, pg2) = (Arc::new(db.connect()), Arc::new(db.connect()));
+        migrate(&pg1).expect("migrate");
+        let node1: PgRecords<serde_json::Value> = PgRecords::new(pg1, "experiments");
+        let node2: PgRecords<serde_json::Value> = PgRecords::new(pg2, "experiments");
+        let experiment = |id: u64, deleted: bool| serde_json::json!({"id": id, "feature_flag_id": 7, "deleted": deleted});
+        let wins = std::thread::scope(|scope| {
+            let a = scope.spawn(|| node1.put(1, "1", &experiment(1, false)));
+            let b = scope.spawn(|| node2.put(1, "2", &experiment(2, false)));
+            [a.join().expect("put"), b.join().expect("put")]
+        });
+        assert_eq!(wins.iter().filter(|w| w.is_ok()).count(), 1, "{wins:?}");
+        assert!(wins
+            .iter()
+            .any(|w| matches!(w, Err(StoreError::Conflict { .. }))));
+        // The live one can be rewritten; a deleted one frees the flag; other projects differ.
+        let live = if wins[0].is_ok() { "1" } else { "2" };
+        let id: u64 = live.parse().expect("id");
+        node1.put(1, live, &experiment(id, false)).expect("rewrite");
+        node1.put(1, live, &experiment(id, true)).expect("delete");
+        node2
+            .put(1, "3", &experiment(3, false))
+            .expect("the flag is free");
+        node2
+            .put(2, "4", &experiment(4, false))
+            .expect("another project");
     }
 }

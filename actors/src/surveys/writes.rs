@@ -143,7 +143,7 @@ impl Inner {
         if survey.internal_targeting_flag_id.is_none() {
             let flag = self
                 .flags
-                .save_flag(project, targeting::internal_flag(&survey), None)?;
+                .create_flag(project, targeting::internal_flag(&survey))?;
             survey.internal_targeting_flag_id = Some(flag.definition.id);
         }
 
@@ -165,7 +165,7 @@ impl Inner {
             };
             let flag = match existing {
                 Some(flag) => flag,
-                None => self.flags.save_flag(
+                None => self.flags.create_flag(
                     project,
                     FlagDefinition::new(
                         targeting::new_key(""),
@@ -173,7 +173,6 @@ impl Inner {
                         filters,
                         targeting_active,
                     ),
-                    None,
                 )?,
             };
             survey.targeting_flag_id = Some(flag.definition.id);

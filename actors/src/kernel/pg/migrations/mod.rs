@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "endpoints", include_str!("0005_endpoints.sql")),
     (6, "claims", include_str!("0006_claims.sql")),
     (7, "segments", include_str!("0007_segments.sql")),
+    (8, "unique keys", include_str!("0008_unique_keys.sql")),
 ];
 
 /// Advisory-lock key under which migrations run (any constant unique to Corvid).
