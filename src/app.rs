@@ -84,9 +84,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics,
     });
     watch_critical_components(&state);
-    flush_usage_periodically(&state);
-    prune_oauth_hourly(&state);
-    maintain_surveys(&state);
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
@@ -157,96 +154,6 @@ where
                 return;
             }
         }
-    });
-}
-
-/// Runs `job` every `period` until shutdown begins. A run that errs or panics is logged and
-/// the next one waits longer (doubling, at most 64 periods); a success resets the wait. A
-/// failing upkeep job never takes the process down.
-fn periodic<F, Fut>(state: &web::Data<AppState>, name: &'static str, period: Duration, job: F)
-where
-    F: Fn(web::Data<AppState>) -> Fut + 'static,
-    Fut: Future<Output = Result<(), String>>,
-{
-    use futures_util::FutureExt;
-    let state = state.clone();
-    actix_web::rt::spawn(async move {
-        let mut failures = 0u32;
-        loop {
-            let wait = period.saturating_mul(1 << failures.min(6));
-            tokio::time::sleep(wait).await;
-            if !state.lifecycle.is_ready() {
-                return;
-            }
-            let ran = std::panic::AssertUnwindSafe(job(state.clone()))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|panic| {
-                    Err(format!(
-                        "panicked: {}",
-                        corvid_actors::kernel::panic_message(&*panic)
-                    ))
-                });
-            match ran {
-                Ok(()) => failures = 0,
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(job = name, %error, failures, "background job failed; it will retry");
-                }
-            }
-        }
-    });
-}
-
-/// Writes in-memory usage counts to storage every second.
-fn flush_usage_periodically(state: &web::Data<AppState>) {
-    periodic(
-        state,
-        "usage flush",
-        Duration::from_secs(1),
-        |state| async move {
-            state
-                .engine
-                .persons
-                .flush_usage()
-                .await
-                .map_err(|e| e.to_string())
-        },
-    );
-}
-
-/// Deletes expired OAuth codes, tokens and sessions once an hour (on the blocking pool).
-fn prune_oauth_hourly(state: &web::Data<AppState>) {
-    periodic(
-        state,
-        "OAuth prune",
-        Duration::from_secs(3600),
-        |state| async move {
-            let removed = state
-                .engine
-                .oauth
-                .prune(chrono::Utc::now())
-                .await
-                .map_err(|e| e.to_string())?;
-            if removed > 0 {
-                tracing::info!(removed, "pruned expired OAuth records");
-            }
-            Ok(())
-        },
-    );
-}
-
-/// Stops surveys at their response limits and moves repeating surveys to their iteration.
-fn maintain_surveys(state: &web::Data<AppState>) {
-    let period = state.config.surveys.maintenance_interval;
-    periodic(state, "survey upkeep", period, |state| async move {
-        state
-            .engine
-            .surveys
-            .maintain(chrono::Utc::now())
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
     });
 }
 

@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use corvid_actors::engine::EngineStats;
+use corvid_actors::jobs::JobReport;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -96,6 +97,56 @@ pub fn render_bounds(b: &Bounds) -> String {
             out,
             "# HELP corvid_{name} {help}\n# TYPE corvid_{name} {kind}\ncorvid_{name} {value}"
         );
+    }
+    out
+}
+
+/// What each of the engine's periodic jobs did on this node, in Prometheus' text format.
+pub fn render_jobs(reports: &[JobReport]) -> String {
+    let mut out = String::new();
+    type Sample = fn(&JobReport) -> Option<f64>;
+    let families: [(&str, &str, &str, Sample); 5] = [
+        (
+            "job_runs_total",
+            "counter",
+            "Runs of a periodic job on this node.",
+            |r| Some(r.runs as f64),
+        ),
+        (
+            "job_failures_total",
+            "counter",
+            "Runs of a periodic job that failed or panicked.",
+            |r| Some(r.failures as f64),
+        ),
+        (
+            "job_left_to_another_node_total",
+            "counter",
+            "Periods this node left a one-node job to the node holding its lease.",
+            |r| Some(r.left_to_another_node as f64),
+        ),
+        (
+            "job_last_run_timestamp_seconds",
+            "gauge",
+            "When a periodic job last ran on this node (Unix time).",
+            |r| r.last_run_at.map(|t| t.timestamp_millis() as f64 / 1000.0),
+        ),
+        (
+            "job_last_duration_seconds",
+            "gauge",
+            "How long a periodic job's last run on this node took.",
+            |r| r.last_duration.map(|d| d.as_secs_f64()),
+        ),
+    ];
+    for (name, kind, help, sample) in families {
+        let _ = writeln!(
+            out,
+            "# HELP corvid_{name} {help}\n# TYPE corvid_{name} {kind}"
+        );
+        for report in reports {
+            if let Some(value) = sample(report) {
+                let _ = writeln!(out, "corvid_{name}{{job=\"{}\"}} {value}", report.name);
+            }
+        }
     }
     out
 }

@@ -24,6 +24,7 @@ use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
 use crate::ingest::files::SegmentFiles;
 use crate::ingest::segment_cache::CachedSegments;
 use crate::ingest::{Ingest, IngestConfig, IngestError, ShardStats};
+use crate::jobs::{Job, JobReport, JobScope, Jobs};
 use crate::kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use crate::kernel::histogram::HistogramSnapshot;
 use crate::kernel::pg::Pg;
@@ -97,6 +98,19 @@ pub struct EngineSettings {
     pub flags: FlagsSettings,
     /// A MaxMind city database for `/flags` GeoIP.
     pub geoip: Option<PathBuf>,
+    pub jobs: JobSettings,
+}
+
+/// How often the engine's periodic jobs run ([`crate::jobs`]).
+#[derive(Debug, Clone)]
+pub struct JobSettings {
+    /// Usage counts held in memory written to storage (on every node: the counts are its own).
+    pub usage_flush: Duration,
+    /// Expired OAuth codes, tokens and sessions deleted (on one node of a cluster).
+    pub oauth_prune: Duration,
+    /// Surveys stopped at their response limits and moved to their next iteration (on one
+    /// node of a cluster).
+    pub survey_upkeep: Duration,
 }
 
 impl EngineError {
@@ -176,6 +190,7 @@ pub struct Engine {
     pub surveys: Surveys,
     pub experiments: Experiments,
     compactor_stop: Arc<AtomicBool>,
+    jobs: Jobs,
     /// What a cluster node checks before it reports ready.
     readiness: Option<Readiness>,
 }
@@ -472,9 +487,17 @@ impl Engine {
             geoip,
             settings.flags,
         );
+        let persons = Persons::new(persons);
+        let jobs = Jobs::default();
+        start_jobs(
+            &jobs,
+            &settings.jobs,
+            &backing.lease(&node_id, Duration::ZERO),
+            (&persons, &oauth, &surveys),
+        );
         Ok(Engine {
             tenancy,
-            persons: Persons::new(persons),
+            persons,
             ingest,
             flags,
             query,
@@ -485,8 +508,14 @@ impl Engine {
             surveys,
             experiments,
             compactor_stop,
+            jobs,
             readiness,
         })
+    }
+
+    /// What each periodic job did on this node, for `/metrics`.
+    pub fn job_reports(&self) -> Vec<JobReport> {
+        self.jobs.reports()
     }
 
     /// Whether this node can reach the services it shares with others (a cluster's
@@ -550,6 +579,7 @@ impl Engine {
     /// Each step runs even when an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), EngineError> {
         self.compactor_stop.store(true, Ordering::SeqCst);
+        self.jobs.stop();
         let endpoints = Arc::clone(&self.endpoints);
         let logs_synced = tokio::task::spawn_blocking(move || endpoints.sync_logs())
             .await
@@ -570,4 +600,67 @@ impl Engine {
         usage?;
         Ok(stores?)
     }
+}
+
+/// Starts the periodic jobs (the compactor and the materializer run loops of their own).
+fn start_jobs(
+    jobs: &Jobs,
+    settings: &JobSettings,
+    lease: &JobLease,
+    (persons, oauth, surveys): (&Persons, &OAuth, &Surveys),
+) {
+    let persons = persons.clone();
+    jobs.spawn(
+        Job {
+            name: "usage_flush",
+            period: settings.usage_flush,
+            scope: JobScope::EveryNode,
+            run: Arc::new(move || {
+                let persons = persons.clone();
+                Box::pin(async move { persons.flush_usage().await.map_err(|e| e.to_string()) })
+            }),
+        },
+        lease,
+    );
+    let oauth = oauth.clone();
+    jobs.spawn(
+        Job {
+            name: "oauth_prune",
+            period: settings.oauth_prune,
+            scope: JobScope::OneNode,
+            run: Arc::new(move || {
+                let oauth = oauth.clone();
+                Box::pin(async move {
+                    let removed = oauth
+                        .prune(chrono::Utc::now())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if removed > 0 {
+                        tracing::info!(removed, "pruned expired OAuth records");
+                    }
+                    Ok(())
+                })
+            }),
+        },
+        lease,
+    );
+    let surveys = surveys.clone();
+    jobs.spawn(
+        Job {
+            name: "survey_upkeep",
+            period: settings.survey_upkeep,
+            scope: JobScope::OneNode,
+            run: Arc::new(move || {
+                let surveys = surveys.clone();
+                Box::pin(async move {
+                    surveys
+                        .maintain(chrono::Utc::now())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+            }),
+        },
+        lease,
+    );
 }

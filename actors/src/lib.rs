@@ -21,6 +21,7 @@ pub mod engine;
 pub mod experiments;
 pub mod flags;
 pub mod ingest;
+pub mod jobs;
 pub mod json;
 pub mod kernel;
 pub mod meta;

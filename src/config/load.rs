@@ -419,6 +419,11 @@ impl Config {
                 stored_read_deadline: self.flags.stored_read_deadline,
             },
             geoip: self.geoip.database_path.clone(),
+            jobs: JobSettings {
+                usage_flush: Duration::from_secs(1),
+                oauth_prune: Duration::from_secs(3600),
+                survey_upkeep: self.surveys.maintenance_interval,
+            },
         })
     }
 

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corvid_actors::endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
-use corvid_actors::engine::{ClusterSettings, EngineSettings, PgSettings, Storage, RESULTS_PREFIX};
+use corvid_actors::engine::{
+    ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
+};
 use corvid_actors::flags::FlagsSettings;
 use corvid_actors::ingest::{CompactionConfig, Durability, IngestConfig, Limits};
 use corvid_actors::meta::TenancySettings;

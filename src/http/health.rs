@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::auth::scope::ProjectRead;
 use crate::auth::Staff;
 use crate::error::ApiError;
-use crate::metrics::{render_bounds, render_engine, Bounds};
+use crate::metrics::{render_bounds, render_engine, render_jobs, Bounds};
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -61,6 +61,7 @@ async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRes
         Ok(stats) => body.push_str(&render_engine(&stats)),
         Err(err) => tracing::warn!(error = %err, "engine statistics unavailable for /metrics"),
     }
+    body.push_str(&render_jobs(&state.engine.job_reports()));
     body.push_str(&render_bounds(&Bounds {
         oauth_clients: state.engine.oauth.client_cache_usage(),
         decode_permits: state.decodes.available(),
