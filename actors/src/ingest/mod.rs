@@ -9,6 +9,7 @@
 
 pub(crate) mod catalog;
 pub(crate) mod columns;
+pub(crate) mod compaction;
 pub(crate) mod decode;
 #[cfg(test)]
 mod decode_tests;
@@ -26,7 +27,7 @@ mod shard;
 pub(crate) mod time;
 pub(crate) mod wal;
 
-pub use columns::CompactionConfig;
+pub use compaction::CompactionConfig;
 pub use decode::{
     decode, CaptureQuery, DecodeError, DecodedRequest, ErrorClass, Limits, Payload, RouteKind,
 };

@@ -13,7 +13,8 @@ use super::{QueryEngine, QueryError, QueryOutput, QuerySettings, Sources};
 use crate::ingest::catalog::{
     write_committed, DirCatalog, SegmentCatalog, SegmentName, SegmentRef,
 };
-use crate::ingest::columns::{CompactionConfig, Compactor, PropertyColumns};
+use crate::ingest::columns::PropertyColumns;
+use crate::ingest::compaction::{CompactionConfig, Compactor};
 use crate::ingest::files::SegmentFiles;
 use crate::ingest::read::Tail;
 use crate::ingest::segment::StoredEvent;
