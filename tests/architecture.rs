@@ -1,6 +1,7 @@
 //! The layering rules, checked on the source itself: the service reaches the engine only
 //! through each domain's root (its facade and the facade's command, result and error types),
-//! and no two files of `src/` or `actors/src/` import each other, directly or through others.
+//! and no two files of one crate (`src/`, `actors/src/`, `actors/kernel/src/`) import each other,
+//! directly or through others.
 //!
 //! A "file imports another" when it names a path (`use crate::…`, `super::…`, inline
 //! `crate::…`) that resolves to the other file's module. A parent module naming its own
@@ -243,9 +244,9 @@ fn cycles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Strin
 #[test]
 fn no_file_of_the_engine_or_the_service_imports_itself_through_others() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for dir in ["actors/src", "src"] {
+    for dir in ["actors/kernel/src", "actors/src", "src"] {
         let graph = import_graph(&root.join(dir));
-        assert!(graph.len() > 20, "{dir}: the scan found the modules");
+        assert!(graph.len() > 10, "{dir}: the scan found the modules");
         let found = cycles(&graph);
         assert!(found.is_empty(), "import cycles in {dir}: {found:#?}");
     }

@@ -23,7 +23,8 @@ pub mod flags;
 pub mod ingest;
 pub mod jobs;
 pub mod json;
-pub mod kernel;
+/// The storage kernel, a crate of its own at the bottom of the engine's layers.
+pub use corvid_kernel as kernel;
 pub mod meta;
 pub mod oauth;
 pub mod persons;

@@ -62,7 +62,7 @@ impl LocalClaims {
 }
 
 /// `now + lease`, saturating.
-pub(crate) fn lease_end(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
+pub fn lease_end(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(lease)
         .ok()
         .and_then(|d| now.checked_add_signed(d))
@@ -98,7 +98,7 @@ impl JobClaims for LocalClaims {
 
 /// The behaviour every [`JobClaims`] must show, written against the trait.
 #[cfg(test)]
-pub(crate) mod contract {
+pub mod contract {
     use std::sync::Arc;
 
     use super::*;

@@ -13,7 +13,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::kernel::StoreError;
+use crate::StoreError;
 
 /// A connection's messages (notifications), whatever its transport.
 pub(super) type Messages = BoxStream<'static, Result<AsyncMessage, tokio_postgres::Error>>;

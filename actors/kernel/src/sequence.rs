@@ -4,7 +4,7 @@ use super::StoreError;
 
 /// The next value (1, 2, …) of the counter under `key` in `tree`, unique across restarts once
 /// the tree is flushed (every caller flushes the record it numbers).
-pub(crate) fn next(tree: &sled::Tree, key: &str) -> Result<u64, StoreError> {
+pub fn next(tree: &sled::Tree, key: &str) -> Result<u64, StoreError> {
     let mut corrupt = false;
     let next = tree.update_and_fetch(key.as_bytes(), |old| {
         let current = match old.map(<[u8; 8]>::try_from) {

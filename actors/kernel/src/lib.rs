@@ -1,26 +1,30 @@
-//! The storage kernel, at the bottom of the crate's layers: the one value encoding of stored
+//! The storage kernel, at the bottom of the engine's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
 //! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]),
 //! checked time arithmetic ([`time`]), containing a background job's failing item ([`contain`]),
 //! and the helper that keeps blocking storage work off async threads. It depends on no domain.
 
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead.
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
 pub mod bucket;
-pub(crate) mod claims;
+pub mod claims;
 mod claims_pg;
-pub(crate) mod codec;
+pub mod codec;
 pub mod contain;
 pub mod disk;
 mod error;
-pub(crate) mod histogram;
+pub mod histogram;
 pub mod pg;
 pub mod pool;
-pub(crate) mod records;
+pub mod records;
 mod records_pg;
-pub(crate) mod runtime;
-pub(crate) mod secrets;
-pub(crate) mod sequence;
-pub(crate) mod start_over;
+pub mod runtime;
+pub mod secrets;
+pub mod sequence;
+pub mod start_over;
 pub mod time;
 
 pub use claims::{JobClaims, JobLease, LocalClaims};
@@ -35,7 +39,7 @@ pub use records_pg::PgRecords;
 pub use time::parse_timestamp;
 
 /// Runs blocking storage work off the async runtime's threads.
-pub(crate) async fn blocking<T, E, F>(work: F) -> Result<T, E>
+pub async fn blocking<T, E, F>(work: F) -> Result<T, E>
 where
     F: FnOnce() -> Result<T, E> + Send + 'static,
     T: Send + 'static,

@@ -61,9 +61,9 @@ impl JobClaims for PgClaims {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::claims::contract;
-    use crate::kernel::pg::migrations::migrate;
-    use crate::kernel::pg::testing::TestPostgres;
+    use crate::claims::contract;
+    use crate::pg::migrations::migrate;
+    use crate::pg::testing::TestPostgres;
 
     #[test]
     fn postgres_claims_pass_the_contract_across_three_nodes() {

@@ -53,7 +53,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn invalid(detail: impl Into<String>, attr: &'static str) -> Self {
+    pub fn invalid(detail: impl Into<String>, attr: &'static str) -> Self {
         StoreError::Invalid {
             detail: detail.into(),
             attr: Some(attr),

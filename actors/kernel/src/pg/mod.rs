@@ -5,7 +5,7 @@
 //! the client is async; [`Pg::run`] runs a statement's future on the pool's own runtime and
 //! waits for it, like segment-file reads do.
 
-pub(crate) mod migrations;
+pub mod migrations;
 mod notify;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

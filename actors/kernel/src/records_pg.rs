@@ -123,9 +123,9 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgReco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::pg::migrations::migrate;
-    use crate::kernel::pg::testing::TestPostgres;
-    use crate::kernel::records::contract;
+    use crate::pg::migrations::migrate;
+    use crate::pg::testing::TestPostgres;
+    use crate::records::contract;
 
     #[test]
     fn postgres_records_pass_the_contract_and_stores_stay_apart() {

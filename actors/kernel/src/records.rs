@@ -108,7 +108,7 @@ impl<T: Serialize + DeserializeOwned> RecordStore<T> for SledRecords<T> {
 
 /// The behaviour every [`RecordStore`] implementation must show, written against the trait.
 #[cfg(test)]
-pub(crate) mod contract {
+pub mod contract {
     use serde::{Deserialize, Serialize};
 
     use super::RecordStore;

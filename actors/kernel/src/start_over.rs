@@ -66,7 +66,7 @@ where
 
     /// Entries now held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.map().len()
     }
 }

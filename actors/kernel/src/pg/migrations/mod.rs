@@ -5,7 +5,7 @@
 //! schema newer than the migrations it knows ([`StoreError::SchemaTooNew`]).
 
 use super::Pg;
-use crate::kernel::StoreError;
+use crate::StoreError;
 
 /// `(version, name, SQL)`, in order. Never edit a released entry: add the next one.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -92,7 +92,7 @@ fn refuse_newer(current: i32) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::pg::testing::TestPostgres;
+    use crate::pg::testing::TestPostgres;
 
     #[test]
     fn migrations_apply_once_even_from_nodes_starting_together_and_newer_schemas_are_refused() {
