@@ -33,4 +33,5 @@ pub mod query;
 pub mod remote_config;
 pub mod surface;
 pub mod surveys;
-pub mod wire;
+/// The public routes' body decoding, in the kernel crate.
+pub use corvid_kernel::wire;

@@ -3,7 +3,8 @@
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
 //! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]),
 //! checked time arithmetic ([`time`]), containing a background job's failing item ([`contain`]),
-//! and the helper that keeps blocking storage work off async threads. It depends on no domain.
+//! the helper that keeps blocking storage work off async threads, and the public routes' body
+//! decoding within limits ([`wire`]). It depends on no domain.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead.
@@ -26,6 +27,7 @@ pub mod secrets;
 pub mod sequence;
 pub mod start_over;
 pub mod time;
+pub mod wire;
 
 pub use claims::{JobClaims, JobLease, LocalClaims};
 pub use claims_pg::PgClaims;
