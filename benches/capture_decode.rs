@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::io::Write;
 
 use chrono::Utc;
-use corvid_actors::ingest::{
+use corvid_events::{
     decode, normalize_all, CaptureContext as Context, CaptureQuery, Limits, Payload, RouteKind,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

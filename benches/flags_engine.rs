@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 
-use corvid_actors::bench::{evaluate_all, CohortDefinition, MatchContext, Subject};
-use corvid_actors::flags::FlagDefinition;
+use corvid_flags::{evaluate_all, CohortDefinition, FlagDefinition, MatchContext, Subject};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
 

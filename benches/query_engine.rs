@@ -14,13 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use corvid_actors::bench::{
-    prepare_user_sql, run_insight, write_committed, Bindings, DirCatalog, PropertyColumns,
-    SegmentCatalog, SegmentFiles, SegmentName, SegmentRef,
+use corvid_events::{
+    write_committed, DirCatalog, PropertyColumns, SegmentCatalog, SegmentFiles, SegmentName,
+    SegmentRef, StoredEvent, Tail,
 };
-use corvid_actors::ingest::{StoredEvent, Tail};
-use corvid_actors::persons::PersonStore;
-use corvid_actors::query::{QueryEngine, QueryKind, QuerySettings, Sources};
+use corvid_persons::PersonStore;
+use corvid_query::{prepare_user_sql, Bindings, QueryEngine, QueryKind, QuerySettings, Sources};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -213,13 +212,7 @@ fn bench(c: &mut Criterion) {
         }))
         .expect("query");
         black_box(
-            rt.block_on(run_insight(
-                &engine,
-                1,
-                chrono_tz::Tz::UTC,
-                query,
-                &Default::default(),
-            ))
+            rt.block_on(engine.insight(1, chrono_tz::Tz::UTC, query, &Default::default()))
             .expect("runs"),
         )
     };

@@ -11,8 +11,8 @@ use actix_web::dev::ServerHandle;
 use actix_web::middleware::{from_fn, NormalizePath, TrailingSlash};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use corvid_actors::engine::Engine;
-use corvid_actors::meta::MintKey;
+use corvid_engine::Engine;
+use corvid_tenancy::MintKey;
 
 use crate::bootstrap::{self, Credentials};
 use crate::config::{ClusterMode, Config};
@@ -121,7 +121,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 /// Starts the engine, retrying while the cluster's metastore cannot be reached, for at most
 /// `timeout`; the last failure is returned when it runs out.
 async fn start_when_reachable(
-    settings: corvid_actors::engine::EngineSettings,
+    settings: corvid_engine::EngineSettings,
     timeout: Duration,
 ) -> anyhow::Result<Engine> {
     let deadline = tokio::time::Instant::now() + timeout;

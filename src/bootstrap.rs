@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use corvid_actors::meta::Bootstrapped;
+use corvid_tenancy::Bootstrapped;
 use serde::Serialize;
 
 /// What `corvid bootstrap --json` prints and `credentials.json` holds.

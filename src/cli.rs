@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use corvid_actors::engine::{migrate_metastore, Engine};
-use corvid_actors::meta::MintKey;
+use corvid_engine::{migrate_metastore, Engine};
+use corvid_tenancy::MintKey;
 
 use crate::bootstrap;
 use crate::config::{Config, LogFormat, Overrides};

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use corvid_actors::endpoints::EndpointError;
-use corvid_actors::ingest::IngestError;
-use corvid_actors::ingest::NormalizeError;
-use corvid_actors::ingest::{DecodeError, ErrorClass};
-use corvid_actors::meta::StoreError;
-use corvid_actors::oauth::OAuthError;
-use corvid_actors::query::QueryError;
-use corvid_actors::surface::RecordError;
+use corvid_endpoints::EndpointError;
+use corvid_events::IngestError;
+use corvid_events::NormalizeError;
+use corvid_events::{DecodeError, ErrorClass};
+use corvid_tenancy::StoreError;
+use corvid_oauth::OAuthError;
+use corvid_query::QueryError;
+use corvid_surfaces::RecordError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]

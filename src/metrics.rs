@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use corvid_actors::engine::EngineStats;
-use corvid_actors::jobs::JobReport;
+use corvid_engine::EngineStats;
+use corvid_engine::JobReport;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };

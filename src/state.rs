@@ -3,8 +3,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use corvid_actors::engine::Engine;
-use corvid_actors::oauth::VerifyingKey;
+use corvid_engine::Engine;
+use corvid_oauth::VerifyingKey;
 use tokio::sync::Notify;
 
 use crate::config::Config;

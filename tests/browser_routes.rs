@@ -7,7 +7,7 @@ use std::io::Write;
 
 use base64::Engine;
 use common::{error_body, TestServer};
-use corvid_actors::wire::uri_component;
+use corvid_kernel::wire::uri_component;
 use reqwest::Method;
 use serde_json::{json, Value};
 

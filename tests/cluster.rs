@@ -16,7 +16,7 @@ use common::oauth::{approve, authorize_query, pkce, post_token, Browser, CimdSer
 use common::process::{spawn_corvid, S3Server};
 use common::{wait_until, TestServer};
 use corvid::config::{ClusterMode, ClusterObjectStore, Config};
-use corvid_actors::kernel::pg::testing::TestPostgres;
+use corvid_kernel::pg::testing::TestPostgres;
 use serde_json::{json, Value};
 
 fn corvid(args: &[&str]) -> Output {

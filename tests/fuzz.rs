@@ -18,8 +18,8 @@ use std::io::Write;
 
 use base64::Engine;
 use common::{peak_rss, TestServer};
-use corvid_actors::flags::PROPERTY_OPERATORS;
-use corvid_actors::wire::lz64::bomb;
+use corvid_flags::PROPERTY_OPERATORS;
+use corvid_kernel::wire::lz64::bomb;
 use proptest::prelude::*;
 use proptest::test_runner::{
     Config as RunnerConfig, RngAlgorithm, TestCaseError, TestRng, TestRunner,

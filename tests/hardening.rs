@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::oauth::{approve, authorize_query, pkce, post_token, Browser, CimdServer};
 use common::{error_body, fresh, peak_rss, wait_until, TestServer};
-use corvid_actors::wire::lz64::bomb;
+use corvid_kernel::wire::lz64::bomb;
 use serde_json::{json, Value};
 
 #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{fresh, wait_until, TestServer};
 use corvid::config::Config;
-use corvid_actors::kernel::PowerCutDisk;
+use corvid_kernel::PowerCutDisk;
 use serde_json::{json, Value};
 
 /// Copies what the model does not cover (sled, credentials) from `from` into `to`.

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
-use corvid_actors::meta::{Credential, Project};
+use corvid_tenancy::{Credential, Project};
 use futures_util::future::LocalBoxFuture;
 
 use super::bearer::{app_state, require_scope};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use actix_web::dev::Payload;
 use actix_web::web::Bytes;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
-use corvid_actors::meta::Project;
+use corvid_tenancy::Project;
 use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
 
@@ -105,7 +105,7 @@ pub async fn resolve_project_token(
 #[cfg(test)]
 mod tests {
     use actix_web::{test, web, App, HttpResponse};
-    use corvid_actors::meta::MintKey;
+    use corvid_tenancy::MintKey;
 
     use super::*;
 

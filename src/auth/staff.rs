@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest};
-use corvid_actors::meta::Credential;
+use corvid_tenancy::Credential;
 use futures_util::future::LocalBoxFuture;
 
 use super::scope::RequiredScope;
@@ -43,7 +43,7 @@ impl<S: RequiredScope + 'static> FromRequest for Staff<S> {
 #[cfg(test)]
 mod tests {
     use actix_web::{test, web, App, HttpResponse};
-    use corvid_actors::meta::{CredentialSource, MintKey, NewPersonalApiKey, ScopeSet};
+    use corvid_tenancy::{CredentialSource, MintKey, NewPersonalApiKey, ScopeSet};
 
     use super::*;
     use crate::auth::scope::OrganizationRead;

@@ -221,12 +221,12 @@ impl Config {
 
     /// What durable event files are written through: the real disk, unless a test put its
     /// model of a power cut in `disk_override`.
-    fn disk(&self) -> std::sync::Arc<dyn corvid_actors::kernel::Disk> {
+    fn disk(&self) -> std::sync::Arc<dyn corvid_kernel::Disk> {
         #[cfg(any(test, feature = "test-support"))]
         if let Some(disk) = &self.disk_override {
             return std::sync::Arc::clone(disk);
         }
-        corvid_actors::kernel::real_disk()
+        corvid_kernel::real_disk()
     }
 
     /// The property-column compactor's settings.

@@ -9,15 +9,15 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use corvid_actors::endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
-use corvid_actors::engine::{
+use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
+use corvid_engine::{
     ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
 };
-use corvid_actors::flags::FlagsSettings;
-use corvid_actors::ingest::{CompactionConfig, Durability, IngestConfig, Limits};
-use corvid_actors::meta::TenancySettings;
-use corvid_actors::oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
-use corvid_actors::query::QuerySettings;
+use corvid_flags::FlagsSettings;
+use corvid_events::{CompactionConfig, Durability, IngestConfig, Limits};
+use corvid_tenancy::TenancySettings;
+use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
+use corvid_query::QuerySettings;
 use serde::Deserialize;
 
 /// The embedded defaults; also the documentation of every key.
@@ -67,7 +67,7 @@ pub struct Config {
     /// Tests only: the disk the WAL and segment files are written through.
     #[cfg(any(test, feature = "test-support"))]
     #[serde(skip)]
-    pub disk_override: Option<std::sync::Arc<dyn corvid_actors::kernel::Disk>>,
+    pub disk_override: Option<std::sync::Arc<dyn corvid_kernel::Disk>>,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
 }

@@ -7,11 +7,11 @@ use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::ingest::{
+use corvid_events::{
     decode, normalize_all, CaptureContext, CaptureQuery, DecodeError, Limits, Payload, RouteKind,
     WalBatch,
 };
-use corvid_actors::wire::WireError;
+use corvid_kernel::wire::WireError;
 use serde_json::json;
 
 use crate::auth::resolve_project_token;

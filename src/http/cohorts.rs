@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::flags::CohortChanges;
-use corvid_actors::flags::CohortRecord;
+use corvid_flags::CohortChanges;
+use corvid_flags::CohortRecord;
 use serde_json::{json, Value};
 
 use super::project_route;

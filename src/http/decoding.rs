@@ -6,7 +6,7 @@
 //! `limits.max_concurrent_decodes` at once on this node; past that the request gets 503 with
 //! `Retry-After`, so a burst of large or hostile payloads cannot hold more memory than
 //! `max_concurrent_decodes × limit`. The decoders stop at the first byte past whichever limit
-//! they are given (`corvid_actors::wire`).
+//! they are given (`corvid_kernel::wire`).
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::early_access::{FeatureChanges, Stage};
+use corvid_surfaces::early_access::{FeatureChanges, Stage};
 use serde_json::{json, Value};
 
 use super::{cors, project_route, uuid_path};

@@ -1,11 +1,11 @@
 //! `/api/{projects|environments}/{id}/endpoints/…`: endpoint CRUD by name, versions, runs,
 //! the per-endpoint OpenAPI document and execution logs. Handlers decode and authorize; the
-//! rules live in `corvid_actors::endpoints`.
+//! rules live in `corvid_endpoints`.
 
 use std::collections::HashMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::endpoints::{
+use corvid_endpoints::{
     endpoint_json, materialization_json, parse_version, pick_version, version_json, Caller,
     LogQuery, UpdateOutcome,
 };

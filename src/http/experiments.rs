@@ -3,7 +3,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::experiments::{Action, ExperimentChanges, HoldoutChanges, ListFilter, Status};
+use corvid_surfaces::experiments::{Action, ExperimentChanges, HoldoutChanges, ListFilter, Status};
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
-use corvid_actors::endpoints::{InsightVariable, VariableChanges, VariableType};
+use corvid_endpoints::{InsightVariable, VariableChanges, VariableType};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;

@@ -109,7 +109,7 @@ pub fn id_path(raw: &str, what: &'static str) -> Result<u64, ApiError> {
 }
 
 /// The user summary shown as `created_by`.
-pub fn user_summary(user: &corvid_actors::meta::User) -> serde_json::Value {
+pub fn user_summary(user: &corvid_tenancy::User) -> serde_json::Value {
     serde_json::json!({
         "id": user.id,
         "uuid": user.uuid,

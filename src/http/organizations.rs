@@ -2,7 +2,7 @@
 //! monthly feature-flag request quota that administrators set.
 
 use actix_web::{web, HttpResponse};
-use corvid_actors::meta::{Organization, OrganizationUpdate};
+use corvid_tenancy::{Organization, OrganizationUpdate};
 use serde::Deserialize;
 use serde_json::{json, Value};
 

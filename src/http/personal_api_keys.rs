@@ -2,7 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use corvid_actors::meta::{NewPersonalApiKey, PersonalApiKey};
+use corvid_tenancy::{NewPersonalApiKey, PersonalApiKey};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 

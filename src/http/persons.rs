@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
-use corvid_actors::ingest::{EventFilter, StoredEvent};
-use corvid_actors::kernel::parse_timestamp;
-use corvid_actors::persons::{Group, Person};
+use corvid_events::{EventFilter, StoredEvent};
+use corvid_kernel::parse_timestamp;
+use corvid_persons::{Group, Person};
 use serde_json::{json, Value};
 
 use super::project_route;

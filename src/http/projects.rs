@@ -2,7 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use corvid_actors::meta::{NewProject, Project, ProjectSettings, ProjectUpdate};
+use corvid_tenancy::{NewProject, Project, ProjectSettings, ProjectUpdate};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 

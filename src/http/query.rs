@@ -1,13 +1,13 @@
 //! `POST /api/projects/{id}/query/` (and `/api/environments/{id}/query/`): HogQL SQL, trends
 //! and retention. The handler decodes the request and hands it to the query engine, which runs
-//! it on its own runtime; shaping lives in `corvid_actors::query`.
+//! it on its own runtime; shaping lives in `corvid_query`.
 
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
 use chrono_tz::Tz;
-use corvid_actors::query::QueryKind;
+use corvid_query::QueryKind;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

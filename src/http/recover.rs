@@ -32,7 +32,7 @@ pub async fn catch_panics<B: MessageBody + 'static>(
                 %request_id,
                 %method,
                 path,
-                panic = %corvid_actors::kernel::panic_message(&*panic),
+                panic = %corvid_kernel::panic_message(&*panic),
                 "request handler panicked"
             );
             Err(ApiError::Panicked { request_id }.into())

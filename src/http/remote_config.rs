@@ -5,7 +5,7 @@
 use actix_web::http::{header, Method};
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::remote_config::check_token;
+use corvid_surfaces::remote_config::check_token;
 
 use super::cors;
 use crate::error::ApiError;
@@ -36,7 +36,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn remote_config(
     state: &AppState,
     token: &str,
-) -> Result<corvid_actors::remote_config::ConfigDoc, ApiError> {
+) -> Result<corvid_surfaces::remote_config::ConfigDoc, ApiError> {
     check_token(token)?;
     let project = match crate::auth::resolve_project_token(state, token).await {
         Ok(project) => project,

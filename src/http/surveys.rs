@@ -4,8 +4,8 @@
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_actors::kernel::parse_timestamp;
-use corvid_actors::surveys::{Period, SurveyChanges};
+use corvid_kernel::parse_timestamp;
+use corvid_surfaces::surveys::{Period, SurveyChanges};
 use serde_json::{json, Value};
 
 use super::{cors, project_route, user_summary, uuid_path};

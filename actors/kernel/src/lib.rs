@@ -4,7 +4,8 @@
 //! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]),
 //! checked time arithmetic ([`time`]), containing a background job's failing item ([`contain`]),
 //! the helper that keeps blocking storage work off async threads, and the public routes' body
-//! decoding within limits ([`wire`]). It depends on no domain.
+//! decoding within limits ([`wire`]) and the JSON scanner that reads stored properties
+//! without parsing whole documents ([`json`]). It depends on no domain.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead.
@@ -18,6 +19,7 @@ pub mod contain;
 pub mod disk;
 mod error;
 pub mod histogram;
+pub mod json;
 pub mod pg;
 pub mod pool;
 pub mod records;

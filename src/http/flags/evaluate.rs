@@ -4,9 +4,9 @@
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::flags::FlagRequestError;
-use corvid_actors::flags::{Caller, Flags, Served};
-use corvid_actors::wire::WireInput;
+use corvid_flags::FlagRequestError;
+use corvid_flags::{Caller, Flags, Served};
+use corvid_kernel::wire::WireInput;
 use serde_json::json;
 
 use super::shapes::{add_config, decide_list_body, decide_map_body, legacy_body, v2_response};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
-use corvid_actors::flags::LocalEvaluation;
+use corvid_flags::LocalEvaluation;
 
 use crate::auth::scope::FeatureFlagRead;
 use crate::auth::{resolve_project_token, Authed};

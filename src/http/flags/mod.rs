@@ -9,8 +9,8 @@ mod v2;
 use actix_web::http::Method;
 use actix_web::middleware::from_fn;
 use actix_web::{web, HttpResponse};
-use corvid_actors::flags::FlagChanges;
-use corvid_actors::flags::FlagRecord;
+use corvid_flags::FlagChanges;
+use corvid_flags::FlagRecord;
 use serde_json::{json, Value};
 
 use super::{cors, project_route};

@@ -4,7 +4,7 @@
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use chrono::Utc;
-use corvid_actors::flags::FlagsOutcome;
+use corvid_flags::FlagsOutcome;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;

@@ -7,7 +7,7 @@
 //! reason codes and descriptions (plain ASCII by construction) are copied without escaping.
 
 use chrono::Utc;
-use corvid_actors::flags::FlagsOutcome;
+use corvid_flags::FlagsOutcome;
 
 /// The response body. `config`: what `config=true` adds (the members of a JSON object without
 /// its braces, as remote config renders them).
@@ -96,9 +96,9 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use corvid_actors::flags::FlagDefinition;
-    use corvid_actors::flags::ProjectFlags;
-    use corvid_actors::flags::{Evaluation, Reason};
+    use corvid_flags::FlagDefinition;
+    use corvid_flags::ProjectFlags;
+    use corvid_flags::{Evaluation, Reason};
     use serde_json::{json, Value};
 
     use super::*;

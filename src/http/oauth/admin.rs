@@ -3,7 +3,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::Utc;
-use corvid_actors::oauth::OAuthError;
+use corvid_oauth::OAuthError;
 use serde::Deserialize;
 
 use crate::auth::scope::{OrganizationRead, OrganizationWrite};

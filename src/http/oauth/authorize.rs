@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::oauth::{
+use corvid_oauth::{
     display_host, is_loopback_uri, Approval, AuthorizationProblem, ClientProblem,
 };
 

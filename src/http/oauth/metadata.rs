@@ -4,7 +4,7 @@
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
-use corvid_actors::oauth::supported_scopes;
+use corvid_oauth::supported_scopes;
 use serde_json::json;
 
 use crate::state::AppState;

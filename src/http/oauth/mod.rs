@@ -1,6 +1,6 @@
 //! The OAuth 2.0 authorization server's HTTP surface: discovery documents, sign-in, consent,
 //! token / revoke / introspect, the verified-clients admin API and secret scanning. The rules
-//! live in `corvid_actors::oauth`; these handlers parse, render and map errors.
+//! live in `corvid_oauth`; these handlers parse, render and map errors.
 
 mod admin;
 mod authorize;

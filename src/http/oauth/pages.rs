@@ -172,7 +172,7 @@ pub fn consent(c: &Consent<'_>) -> String {
         .map(|s| {
             format!(
                 "<li>{} <span class=\"muted\">({})</span></li>",
-                esc(&corvid_actors::oauth::describe_scope(s)),
+                esc(&corvid_oauth::describe_scope(s)),
                 esc(s)
             )
         })

@@ -8,8 +8,8 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::oauth::verify_report_signature;
-use corvid_actors::oauth::Report;
+use corvid_oauth::verify_report_signature;
+use corvid_oauth::Report;
 use serde_json::json;
 
 use crate::error::ApiError;

@@ -5,7 +5,7 @@
 use actix_web::http::header;
 use actix_web::HttpRequest;
 use chrono::Utc;
-pub use corvid_actors::oauth::Session;
+pub use corvid_oauth::Session;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_actors::oauth::{Introspection, Issued, OAuthError, TokenKind};
+use corvid_oauth::{Introspection, Issued, OAuthError, TokenKind};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;

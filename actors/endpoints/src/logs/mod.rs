@@ -1,0 +1,277 @@
+//! Execution logs: one entry per endpoint run (success INFO, failure ERROR), written off the
+//! request path ([`writer`]) into an [`ExecutionLogStore`] ([`SledExecutionLog`] in the
+//! embedded default; every implementation passes [`contract::suite`]) and searched by endpoint,
+//! level, text, time and instance.
+
+mod pg_store;
+mod sled_store;
+mod writer;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::materialize::table::parse_time_text;
+use super::EndpointError;
+use corvid_kernel::StoreError;
+
+pub use pg_store::PgExecutionLog;
+pub use sled_store::SledExecutionLog;
+pub use writer::LogStats;
+pub(crate) use writer::{ExecutionLogHandle, GetLogStats};
+
+/// Where execution logs live. Appends are durable when they return.
+pub trait ExecutionLogStore: Send + Sync {
+    /// Appends entries of any endpoints.
+    fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError>;
+    /// Entries of one endpoint that match `query`, newest first, at most `query.limit`.
+    fn search(
+        &self,
+        project_id: u64,
+        endpoint_id: Uuid,
+        query: &LogQuery,
+    ) -> Result<Vec<LogEntry>, StoreError>;
+    /// Deletes every entry older than `cutoff`. How many storage units were removed or
+    /// rewritten.
+    fn prune(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Level {
+    Info,
+    Error,
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "INFO" => Some(Level::Info),
+            "ERROR" => Some(Level::Error),
+            _ => None,
+        }
+    }
+}
+
+/// One execution's log line.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogEntry {
+    pub project_id: u64,
+    #[serde(rename = "log_source_id")]
+    pub endpoint_id: Uuid,
+    pub instance_id: Uuid,
+    pub timestamp: DateTime<Utc>,
+    pub level: Level,
+    pub message: String,
+}
+
+impl LogEntry {
+    fn micros(&self) -> i64 {
+        self.timestamp.timestamp_micros()
+    }
+}
+
+/// What `GET …/logs/` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery {
+    pub levels: Vec<Level>,
+    /// Case-insensitive substring of the message.
+    pub search: Option<String>,
+    pub limit: usize,
+    /// Exclusive bounds.
+    pub after: Option<DateTime<Utc>>,
+    pub before: Option<DateTime<Utc>>,
+    pub instance_id: Option<Uuid>,
+}
+
+impl LogQuery {
+    /// The query a `GET …/logs/` URL asks for: `level` (comma-separated INFO/ERROR),
+    /// `search`, `limit` (1–500, default 50), `after`/`before` (exclusive) and `instance_id`.
+    pub fn from_params(pairs: &[(String, String)]) -> Result<LogQuery, EndpointError> {
+        let mut q = LogQuery {
+            limit: 50,
+            ..LogQuery::default()
+        };
+        let time = |name: &str, v: &str| {
+            parse_time_text(v).map(|t| t.and_utc()).ok_or_else(|| {
+                EndpointError::invalid(name, format!("Invalid datetime for {name}: {v}"))
+            })
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "level" => {
+                    for part in v.split(',').filter(|p| !p.trim().is_empty()) {
+                        let level = Level::parse(part).ok_or_else(|| {
+                            EndpointError::invalid(
+                                "level",
+                                format!("Unknown level '{part}': use INFO or ERROR."),
+                            )
+                        })?;
+                        q.levels.push(level);
+                    }
+                }
+                "search" => q.search = Some(v.clone()).filter(|s| !s.is_empty()),
+                "limit" => {
+                    q.limit = v
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=500).contains(n))
+                        .ok_or_else(|| {
+                            EndpointError::invalid("limit", "limit must be between 1 and 500.")
+                        })?
+                }
+                "after" => q.after = Some(time("after", v)?),
+                "before" => q.before = Some(time("before", v)?),
+                "instance_id" => {
+                    q.instance_id = Some(Uuid::parse_str(v).map_err(|_| {
+                        EndpointError::invalid("instance_id", "instance_id must be a UUID.")
+                    })?)
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// The behaviour every [`ExecutionLogStore`] must show, written against the trait.
+#[cfg(test)]
+pub(crate) mod contract {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    pub fn entry(endpoint: Uuid, secs: i64, level: Level, message: &str) -> LogEntry {
+        LogEntry {
+            project_id: 1,
+            endpoint_id: endpoint,
+            instance_id: Uuid::new_v4(),
+            timestamp: Utc
+                .timestamp_opt(1_700_000_000 + secs, 0)
+                .single()
+                .expect("time"),
+            level,
+            message: message.into(),
+        }
+    }
+
+    fn query(f: impl FnOnce(&mut LogQuery)) -> LogQuery {
+        let mut q = LogQuery {
+            limit: 50,
+            ..LogQuery::default()
+        };
+        f(&mut q);
+        q
+    }
+
+    /// Runs every check; `open` gives an empty store each time.
+    pub fn suite(open: &dyn Fn() -> Box<dyn ExecutionLogStore>) {
+        search_filters_by_level_text_time_and_instance_newest_first(open().as_ref());
+        many_entries_page_newest_first(open().as_ref());
+        pruning_drops_entries_past_the_cutoff(open().as_ref());
+    }
+
+    fn search_filters_by_level_text_time_and_instance_newest_first(store: &dyn ExecutionLogStore) {
+        let ep = Uuid::new_v4();
+        let other = Uuid::new_v4();
+        let entries = vec![
+            entry(
+                ep,
+                1,
+                Level::Info,
+                "Endpoint executed · path=inline cache=miss",
+            ),
+            entry(
+                ep,
+                2,
+                Level::Error,
+                "Endpoint execution failed · path=inline error=Timeout",
+            ),
+            entry(
+                ep,
+                3,
+                Level::Info,
+                "Endpoint executed · path=materialized cache=miss",
+            ),
+            entry(
+                other,
+                4,
+                Level::Info,
+                "Endpoint executed · path=inline cache=hit",
+            ),
+        ];
+        store.append(entries.clone()).expect("append");
+        let search = |q: LogQuery| store.search(1, ep, &q).expect("search");
+        let all = search(query(|_| {}));
+        assert_eq!(all.len(), 3, "another endpoint's entries are not listed");
+        assert!(all[0].timestamp > all[1].timestamp && all[1].timestamp > all[2].timestamp);
+        assert_eq!(search(query(|q| q.levels = vec![Level::Error])).len(), 1);
+        assert_eq!(
+            search(query(|q| q.search = Some("PATH=MATERIALIZED".into()))).len(),
+            1
+        );
+        assert_eq!(
+            search(query(|q| q.limit = 1))[0].message,
+            entries[2].message
+        );
+        let t2 = entries[1].timestamp;
+        assert_eq!(
+            search(query(|q| q.after = Some(t2))).len(),
+            1,
+            "after is exclusive"
+        );
+        assert_eq!(
+            search(query(|q| q.before = Some(t2))).len(),
+            1,
+            "before is exclusive"
+        );
+        let one = search(query(|q| q.instance_id = Some(entries[1].instance_id)));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].level, Level::Error);
+        assert!(
+            store
+                .search(2, ep, &query(|_| {}))
+                .expect("search")
+                .is_empty(),
+            "other project"
+        );
+    }
+
+    fn many_entries_page_newest_first(store: &dyn ExecutionLogStore) {
+        let ep = Uuid::new_v4();
+        for i in 0..1100i64 {
+            store
+                .append(vec![entry(ep, i, Level::Info, &format!("run {i}"))])
+                .expect("append");
+        }
+        let all = store
+            .search(1, ep, &query(|q| q.limit = 10_000))
+            .expect("search");
+        assert_eq!(all.len(), 1100);
+        assert_eq!(all[0].message, "run 1099", "newest first");
+        let page = store
+            .search(1, ep, &query(|q| q.limit = 5))
+            .expect("search");
+        let messages: Vec<&str> = page.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            vec!["run 1099", "run 1098", "run 1097", "run 1096", "run 1095"]
+        );
+    }
+
+    fn pruning_drops_entries_past_the_cutoff(store: &dyn ExecutionLogStore) {
+        let ep = Uuid::new_v4();
+        let mut fresh = entry(ep, 0, Level::Info, "fresh");
+        fresh.timestamp = Utc::now();
+        store
+            .append(vec![entry(ep, 0, Level::Info, "old")])
+            .expect("append");
+        store.append(vec![fresh]).expect("append");
+        store
+            .prune(Utc::now() - chrono::Duration::days(1))
+            .expect("prune");
+        let left = store.search(1, ep, &query(|_| {})).expect("search");
+        let messages: Vec<&str> = left.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(messages, vec!["fresh"]);
+    }
+}

@@ -1,0 +1,496 @@
+//! Capture request decoding: bytes on the wire → validated raw events.
+//!
+//! One pure module, so it can be property-tested: no I/O, no clock. The bytes become JSON text
+//! in [`corvid_kernel::wire`] (shared with `/flags`); here come PostHog's capture shapes: an array of
+//! events, a batch object, a single event, or (on `/engage`) a person update that becomes
+//! `$identify`.
+//!
+//! Validation is all-or-nothing: one bad event rejects the whole request.
+
+use chrono::{DateTime, Datelike, TimeZone, Utc};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use corvid_kernel::wire::{decode_text, WireError, WireInput};
+
+/// Which family of route received the request; it changes decoding slightly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// `/batch`, `/i/v0/e`: the modern routes.
+    Analytics,
+    /// `/e`, `/capture`, `/track`: legacy routes. They decode exactly like `Analytics` (the
+    /// base64-inside-gzip pass PostHog limits to them is applied everywhere); the variant names
+    /// the route family.
+    Legacy,
+    /// `/engage`: legacy person updates; an object without `event` becomes `$identify`.
+    Engage,
+}
+
+/// The query-string parameters capture understands.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaptureQuery {
+    pub compression: Option<String>,
+    pub data: Option<String>,
+    /// `sent_at` or `_`: epoch milliseconds.
+    pub sent_at_ms: Option<i64>,
+    /// `beacon=1`: answer 204 with no body.
+    pub beacon: bool,
+}
+
+impl CaptureQuery {
+    /// Builds the query from already URL-decoded pairs; unknown keys are ignored.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> CaptureQuery {
+        let mut q = CaptureQuery::default();
+        for (k, v) in pairs {
+            match k {
+                "compression" => q.compression = Some(v.to_string()),
+                "data" if !v.is_empty() => q.data = Some(v.to_string()),
+                "sent_at" | "_" => q.sent_at_ms = v.trim().parse().ok(),
+                "beacon" => q.beacon = v == "1" || v.eq_ignore_ascii_case("true"),
+                _ => {}
+            }
+        }
+        q
+    }
+}
+
+/// Everything the decoder looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Payload<'a> {
+    pub route: RouteKind,
+    pub body: &'a [u8],
+    pub query: &'a CaptureQuery,
+    pub content_type: Option<&'a str>,
+    pub content_encoding: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload after decompression (100 MiB by default).
+    pub max_decompressed_bytes: usize,
+    /// Largest single event, as JSON text (1 MiB by default).
+    pub max_event_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_decompressed_bytes: 100 * 1024 * 1024,
+            max_event_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// One event as the client sent it, after shape checks; not yet normalized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    /// Position in the request, for error messages.
+    pub index: usize,
+    pub event: String,
+    pub distinct_id: String,
+    pub uuid: Option<Uuid>,
+    pub properties: Map<String, Value>,
+    pub timestamp: Option<String>,
+    /// Milliseconds before the server's receive time.
+    pub offset: Option<i64>,
+    pub set: Option<Map<String, Value>>,
+    pub set_once: Option<Map<String, Value>>,
+}
+
+/// A decoded request: one project token and its events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedRequest {
+    pub token: String,
+    pub events: Vec<RawEvent>,
+    pub historical_migration: bool,
+    /// The client's send time: the batch's `sent_at`, else the query's `_`/`sent_at`.
+    pub sent_at: Option<DateTime<Utc>>,
+}
+
+/// Why a capture request was rejected. Each variant says which HTTP class it belongs to via
+/// [`DecodeError::class`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// The bytes could not be turned into text (the wire decoder shared with `/flags`).
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// One event is over the per-event limit.
+    #[error(
+        "maximum event size exceeded: event {index} is over the per-event limit of {limit} bytes"
+    )]
+    EventTooLarge { limit: usize, index: usize },
+    #[error("failed to parse request: {0}")]
+    InvalidJson(String),
+    #[error(
+        "failed to parse request: expected an event object, an array of events or a batch object"
+    )]
+    WrongShape,
+    #[error("request holds no event")]
+    NoEvents,
+    #[error("event {index}: must be a JSON object")]
+    EventNotObject { index: usize },
+    #[error("event {index}: missing event name (`event`)")]
+    MissingEventName { index: usize },
+    #[error("event {index}: submitted with an empty event name")]
+    EmptyEventName { index: usize },
+    #[error("event {index}: submitted without a distinct_id")]
+    MissingDistinctId { index: usize },
+    #[error("event {index}: `uuid` is not a valid UUID")]
+    InvalidUuid { index: usize },
+    #[error("event {index}: `{field}` must be {expected}")]
+    InvalidField {
+        index: usize,
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("batch field `{field}` must be {expected}")]
+    InvalidBatchField {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("event submitted without an api_key (project token)")]
+    NoToken,
+    #[error("batch submitted with inconsistent api_key values")]
+    MultipleTokens,
+    #[error("API key is not valid: {reason}")]
+    InvalidToken { reason: &'static str },
+}
+
+/// The HTTP class of a decode error; the service maps these to status codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    BadRequest,
+    Unauthorized,
+    TooLarge,
+}
+
+impl DecodeError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            DecodeError::Wire(WireError::TooLarge { .. }) | DecodeError::EventTooLarge { .. } => {
+                ErrorClass::TooLarge
+            }
+            DecodeError::NoToken
+            | DecodeError::MultipleTokens
+            | DecodeError::InvalidToken { .. } => ErrorClass::Unauthorized,
+            DecodeError::Wire(_)
+            | DecodeError::InvalidJson(_)
+            | DecodeError::WrongShape
+            | DecodeError::NoEvents
+            | DecodeError::EventNotObject { .. }
+            | DecodeError::MissingEventName { .. }
+            | DecodeError::EmptyEventName { .. }
+            | DecodeError::MissingDistinctId { .. }
+            | DecodeError::InvalidUuid { .. }
+            | DecodeError::InvalidField { .. }
+            | DecodeError::InvalidBatchField { .. } => ErrorClass::BadRequest,
+        }
+    }
+
+    /// The index of the offending event, when one is to blame.
+    pub fn event_index(&self) -> Option<usize> {
+        match self {
+            DecodeError::EventNotObject { index }
+            | DecodeError::MissingEventName { index }
+            | DecodeError::EmptyEventName { index }
+            | DecodeError::MissingDistinctId { index }
+            | DecodeError::InvalidUuid { index }
+            | DecodeError::InvalidField { index, .. }
+            | DecodeError::EventTooLarge { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+}
+
+/// Events that PostHog drops silently at capture.
+const DROPPED_EVENTS: [&str; 1] = ["$performance_event"];
+const MAX_TOKEN_LEN: usize = 64;
+pub const MAX_DISTINCT_ID_CHARS: usize = 200;
+
+/// Decodes a capture request into its token and events.
+pub fn decode(payload: Payload<'_>, limits: Limits) -> Result<DecodedRequest, DecodeError> {
+    let text = decode_text(
+        WireInput {
+            body: payload.body,
+            query_data: payload.query.data.as_deref(),
+            query_compression: payload.query.compression.as_deref(),
+            content_type: payload.content_type,
+            content_encoding: payload.content_encoding,
+        },
+        limits.max_decompressed_bytes,
+    )?;
+    parse_events(&text, payload.route, payload.query, limits)
+}
+
+#[derive(serde::Deserialize)]
+struct BatchProbe<'a> {
+    #[serde(borrow, default)]
+    batch: Option<Vec<&'a RawValue>>,
+    #[serde(default)]
+    api_key: Option<Value>,
+    #[serde(default)]
+    token: Option<Value>,
+    #[serde(default)]
+    historical_migration: Option<Value>,
+    #[serde(default)]
+    sent_at: Option<Value>,
+}
+
+/// Step 7: the JSON shapes, token resolution and per-event validation.
+fn parse_events(
+    text: &str,
+    route: RouteKind,
+    query: &CaptureQuery,
+    limits: Limits,
+) -> Result<DecodedRequest, DecodeError> {
+    let trimmed = text.trim_start();
+    let mut batch_token = None;
+    let mut historical_migration = false;
+    let mut sent_at = None;
+    let raw_events: Vec<&RawValue> = match trimmed.as_bytes().first() {
+        Some(b'[') => serde_json::from_str(trimmed).map_err(json_error)?,
+        Some(b'{') => {
+            let probe: BatchProbe<'_> = serde_json::from_str(trimmed).map_err(json_error)?;
+            match probe.batch {
+                Some(batch) => {
+                    batch_token = match probe.api_key.or(probe.token) {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(s)) => Some(s),
+                        Some(_) => {
+                            return Err(DecodeError::InvalidBatchField {
+                                field: "api_key",
+                                expected: "a string",
+                            })
+                        }
+                    };
+                    historical_migration = match probe.historical_migration {
+                        None | Some(Value::Null) => false,
+                        Some(Value::Bool(b)) => b,
+                        Some(_) => {
+                            return Err(DecodeError::InvalidBatchField {
+                                field: "historical_migration",
+                                expected: "a boolean",
+                            })
+                        }
+                    };
+                    sent_at = match probe.sent_at {
+                        Some(Value::String(s)) => crate::time::parse_timestamp(&s),
+                        _ => None,
+                    };
+                    batch
+                }
+                None => vec![serde_json::from_str::<&RawValue>(trimmed).map_err(json_error)?],
+            }
+        }
+        _ => {
+            return Err(if trimmed.is_empty() {
+                DecodeError::Wire(WireError::EmptyPayload)
+            } else {
+                serde_json::from_str::<Value>(trimmed)
+                    .map(|_| DecodeError::WrongShape)
+                    .unwrap_or_else(json_error)
+            })
+        }
+    };
+    if raw_events.is_empty() {
+        return Err(DecodeError::NoEvents);
+    }
+    let sent_at = sent_at.or_else(|| query.sent_at_ms.and_then(sent_at_from_millis));
+
+    let mut events = Vec::with_capacity(raw_events.len());
+    let mut event_tokens: Vec<String> = Vec::new();
+    for (index, raw) in raw_events.into_iter().enumerate() {
+        if raw.get().len() > limits.max_event_bytes {
+            return Err(DecodeError::EventTooLarge {
+                limit: limits.max_event_bytes,
+                index,
+            });
+        }
+        let (event, token) = parse_event(index, raw, route)?;
+        if let Some(token) = token {
+            if batch_token.is_none() && !event_tokens.contains(&token) {
+                event_tokens.push(token);
+            }
+        }
+        if !DROPPED_EVENTS.contains(&event.event.as_str()) {
+            events.push(event);
+        }
+    }
+    let token = match batch_token {
+        Some(token) => token,
+        None => match event_tokens.len() {
+            0 => return Err(DecodeError::NoToken),
+            1 => event_tokens.remove(0),
+            _ => return Err(DecodeError::MultipleTokens),
+        },
+    };
+    let token = validate_token(&token)?;
+    Ok(DecodedRequest {
+        token,
+        events,
+        historical_migration,
+        sent_at,
+    })
+}
+
+fn json_error(err: serde_json::Error) -> DecodeError {
+    DecodeError::InvalidJson(err.to_string())
+}
+
+/// `_`/`sent_at` in the query are epoch milliseconds; values whose year is not after 2020 are
+/// ignored (they were sent in seconds).
+fn sent_at_from_millis(ms: i64) -> Option<DateTime<Utc>> {
+    let t = Utc.timestamp_millis_opt(ms).single()?;
+    (t.year() > 2020).then_some(t)
+}
+
+fn validate_token(token: &str) -> Result<String, DecodeError> {
+    let token = token.trim();
+    let reason = if token.is_empty() {
+        "empty"
+    } else if token.len() > MAX_TOKEN_LEN {
+        "too_long"
+    } else if !token.is_ascii() {
+        "not_ascii"
+    } else if token.starts_with("phx_") {
+        "personal_api_key"
+    } else if token.contains('\0') {
+        "null_byte"
+    } else {
+        return Ok(token.to_string());
+    };
+    Err(DecodeError::InvalidToken { reason })
+}
+
+fn string_token(v: Option<&Value>) -> Option<String> {
+    match v {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn parse_event(
+    index: usize,
+    raw: &RawValue,
+    route: RouteKind,
+) -> Result<(RawEvent, Option<String>), DecodeError> {
+    let Ok(mut obj) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
+        return Err(DecodeError::EventNotObject { index });
+    };
+    let mut properties = match obj.remove("properties") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            return Err(DecodeError::InvalidField {
+                index,
+                field: "properties",
+                expected: "an object",
+            })
+        }
+    };
+    let token = string_token(obj.get("token"))
+        .or_else(|| string_token(obj.get("api_key")))
+        .or_else(|| string_token(obj.get("$token")))
+        .or_else(|| string_token(properties.get("token")));
+    let event = match obj.remove("event") {
+        Some(Value::String(name)) if name.is_empty() => {
+            return Err(DecodeError::EmptyEventName { index })
+        }
+        Some(Value::String(name)) => name,
+        None | Some(Value::Null) if route == RouteKind::Engage => "$identify".to_string(),
+        None | Some(Value::Null) => return Err(DecodeError::MissingEventName { index }),
+        Some(_) => {
+            return Err(DecodeError::InvalidField {
+                index,
+                field: "event",
+                expected: "a string",
+            })
+        }
+    };
+    let distinct_id = [obj.remove("distinct_id"), obj.remove("$distinct_id")]
+        .into_iter()
+        .flatten()
+        .find(|v| !v.is_null())
+        .or_else(|| {
+            properties
+                .get("distinct_id")
+                .filter(|v| !v.is_null())
+                .cloned()
+        })
+        .and_then(stringify_distinct_id)
+        .ok_or(DecodeError::MissingDistinctId { index })?;
+    let uuid = match obj.remove("uuid") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => {
+            Some(Uuid::parse_str(&s).map_err(|_| DecodeError::InvalidUuid { index })?)
+        }
+        Some(_) => return Err(DecodeError::InvalidUuid { index }),
+    };
+    let timestamp = match obj.remove("timestamp") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            return Err(DecodeError::InvalidField {
+                index,
+                field: "timestamp",
+                expected: "an ISO 8601 string",
+            })
+        }
+    };
+    let offset = match obj.remove("offset") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(_) => {
+            return Err(DecodeError::InvalidField {
+                index,
+                field: "offset",
+                expected: "an integer (milliseconds)",
+            })
+        }
+    };
+    let mut object_field = |name: &'static str| match obj.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(_) => Err(DecodeError::InvalidField {
+            index,
+            field: name,
+            expected: "an object",
+        }),
+    };
+    let set = object_field("$set")?;
+    let set_once = object_field("$set_once")?;
+    if route == RouteKind::Engage {
+        // Mixpanel-style engage bodies carry the token only at the top level.
+        properties.remove("token");
+    }
+    Ok((
+        RawEvent {
+            index,
+            event,
+            distinct_id,
+            uuid,
+            properties,
+            timestamp,
+            offset,
+            set,
+            set_once,
+        },
+        token,
+    ))
+}
+
+/// Strings are kept, other values become their JSON text; NUL becomes U+FFFD; empty is
+/// missing; longer than 200 characters is truncated.
+fn stringify_distinct_id(value: Value) -> Option<String> {
+    let text = match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    let text = text.replace('\0', "\u{FFFD}");
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(text.chars().take(MAX_DISTINCT_ID_CHARS).collect())
+}

@@ -1,0 +1,173 @@
+//! The pipeline with a person store that can be made to fail: an event whose person update
+//! fails is not acknowledged, and its retry is processed and stored once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::*;
+use crate::catalog::DirCatalog;
+use corvid_kernel::StoreError;
+use corvid_persons::{Group, Person, PersonRecords, SledPersons, UsageKind, UsageRow};
+
+/// Sled's records, whose person writes fail while `failing` is set.
+struct Flaky {
+    inner: SledPersons,
+    failing: AtomicBool,
+}
+
+impl PersonRecords for Flaky {
+    fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
+        self.inner.person(project_id, id)
+    }
+    fn person_id_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Uuid>, StoreError> {
+        self.inner.person_id_by_distinct_id(project_id, distinct_id)
+    }
+    fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the disk is away".into()));
+        }
+        self.inner.put_person(project_id, person)
+    }
+    fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
+        self.inner.delete_person(project_id, id)
+    }
+    fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
+        self.inner.persons(project_id)
+    }
+    fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
+        self.inner.group_types(project_id)
+    }
+    fn ensure_group_type(
+        &self,
+        project_id: u64,
+        group_type: &str,
+        max: u8,
+    ) -> Result<Option<u8>, StoreError> {
+        self.inner.ensure_group_type(project_id, group_type, max)
+    }
+    fn group(&self, project_id: u64, index: u8, key: &str) -> Result<Option<Group>, StoreError> {
+        self.inner.group(project_id, index, key)
+    }
+    fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
+        self.inner.groups(project_id, index)
+    }
+    fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
+        self.inner.put_group(project_id, group)
+    }
+    fn add_usage(
+        &self,
+        project_id: u64,
+        at: DateTime<Utc>,
+        kind: UsageKind,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.add_usage(project_id, at, kind, n)
+    }
+    fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
+        self.inner.usage(project_id)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush()
+    }
+}
+
+fn identify(uuid: Uuid) -> WalBatch {
+    let mut properties = Map::new();
+    properties.insert("$set".into(), json!({"plan": "pro"}));
+    WalBatch {
+        project_id: 1,
+        historical: false,
+        events: vec![CapturedEvent {
+            uuid,
+            event: "$identify".into(),
+            distinct_id: "ann".into(),
+            properties,
+            properties_json: None,
+            timestamp: Utc::now(),
+            created_at: Utc::now(),
+        }],
+    }
+}
+
+#[test]
+fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new()
+        .path(dir.path().join("meta"))
+        .open()
+        .expect("sled");
+    let flaky = Arc::new(Flaky {
+        inner: SledPersons::open(&db).expect("persons"),
+        failing: AtomicBool::new(true),
+    });
+    let persons = Arc::new(PersonStore::new(
+        Arc::clone(&flaky) as Arc<dyn PersonRecords>
+    ));
+    let columns = Arc::new(PropertyColumns::open(&db, Vec::new()).expect("columns"));
+    let events_dir = dir.path().join("events");
+    let catalog: Arc<dyn SegmentCatalog> =
+        Arc::new(DirCatalog::open(events_dir.clone()).expect("catalog"));
+    let files = Arc::new(SegmentFiles::local(&events_dir).expect("files"));
+    let config = IngestConfig {
+        data_dir: dir.path().to_path_buf(),
+        durability: Durability::Fsync,
+        shards: 1,
+        flush_max_rows: 1000,
+        flush_max_bytes: 1 << 20,
+        flush_interval: std::time::Duration::from_secs(60),
+        max_buffered_events: 1000,
+        max_queued_requests: 100,
+        wal_segment_bytes: 1 << 20,
+        dedup_window: 1000,
+        disk: corvid_kernel::real_disk(),
+    };
+    actix::System::new().block_on(async move {
+        let ingest = Ingest::start(config, Arc::clone(&persons), columns, catalog, files)
+            .await
+            .expect("ingest starts");
+        let uuid = Uuid::now_v7();
+        let refused = ingest.submit(identify(uuid)).await;
+        assert!(matches!(refused, Err(IngestError::Store(_))), "{refused:?}");
+        let stats = ingest.stats().await.expect("stats");
+        assert_eq!(
+            stats[0].events_stored, 0,
+            "nothing stored without its person"
+        );
+        assert_eq!(stats[0].person_failures, 1);
+        assert_eq!(
+            ingest.pending_events(),
+            0,
+            "the refused event holds no buffer space"
+        );
+
+        // The SDK retries the same event once the store is back: it is processed, once.
+        flaky.failing.store(false, Ordering::SeqCst);
+        ingest
+            .submit(identify(uuid))
+            .await
+            .expect("the retry is acknowledged");
+        let stats = ingest.stats().await.expect("stats");
+        assert_eq!(stats[0].events_stored, 1);
+        assert_eq!(stats[0].duplicates_skipped, 0);
+        let ann = persons
+            .person_by_distinct_id(1, "ann")
+            .expect("read")
+            .expect("the person was created");
+        assert_eq!(ann.properties.get("plan"), Some(&Value::from("pro")));
+        ingest.flush().await.expect("flush");
+        assert_eq!(
+            ingest.pending_events(),
+            0,
+            "every accepted event was released once"
+        );
+        ingest.shutdown().await.expect("shutdown");
+    });
+}

@@ -1,0 +1,458 @@
+//! The stored event row, its Arrow schema, and Parquet segment files.
+//!
+//! Where segments live, how they are named and when they become visible is the catalog's
+//! business (`catalog.rs`); this module writes and reads one file.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, StringBuilder, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::file::reader::ChunkReader;
+use parquet::schema::types::ColumnPath;
+use uuid::Uuid;
+
+use corvid_kernel::disk::{create_dirs, Disk, DiskFile};
+use corvid_kernel::json::{property_text, top_level_values};
+
+/// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub uuid: Uuid,
+    pub event: String,
+    pub distinct_id: String,
+    pub person_id: Uuid,
+    /// JSON text.
+    pub properties: String,
+    /// JSON text: the person's properties when the event was ingested.
+    pub person_properties: String,
+    pub timestamp: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub project_id: u64,
+    /// `$group_0` … `$group_4`: group keys by group type index.
+    pub groups: [Option<String>; 5],
+    pub session_id: Option<String>,
+    pub window_id: Option<String>,
+}
+
+impl StoredEvent {
+    /// Approximate in-memory size, for flush-by-bytes.
+    pub fn approx_bytes(&self) -> usize {
+        self.event.len()
+            + self.distinct_id.len()
+            + self.properties.len()
+            + self.person_properties.len()
+            + 160
+    }
+
+    pub fn day(&self) -> NaiveDate {
+        self.timestamp.date_naive()
+    }
+}
+
+pub const GROUP_COLUMNS: [&str; 5] = ["$group_0", "$group_1", "$group_2", "$group_3", "$group_4"];
+
+/// The Arrow schema of the `events` table.
+pub fn schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+            let mut fields = vec![
+                Field::new("uuid", DataType::Utf8, false),
+                Field::new("event", DataType::Utf8, false),
+                Field::new("distinct_id", DataType::Utf8, false),
+                Field::new("person_id", DataType::Utf8, false),
+                Field::new("properties", DataType::Utf8, false),
+                Field::new("person_properties", DataType::Utf8, false),
+                Field::new("timestamp", ts.clone(), false),
+                Field::new("created_at", ts, false),
+                Field::new("project_id", DataType::Int64, false),
+            ];
+            fields.extend(
+                GROUP_COLUMNS
+                    .iter()
+                    .map(|c| Field::new(*c, DataType::Utf8, true)),
+            );
+            fields.push(Field::new("$session_id", DataType::Utf8, true));
+            fields.push(Field::new("$window_id", DataType::Utf8, true));
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+fn micros(t: &DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// The column holding property `key` (materialized at write time).
+pub fn materialized_column(key: &str) -> String {
+    format!("properties.{key}")
+}
+
+/// The schema of a segment that also materializes `keys`: the `events` columns, then one
+/// nullable string column per key holding exactly what HogQL's `properties.<key>` reads.
+pub fn schema_with(keys: &[String]) -> SchemaRef {
+    if keys.is_empty() {
+        return schema();
+    }
+    let mut fields: Vec<Field> = schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.extend(
+        keys.iter()
+            .map(|k| Field::new(materialized_column(k), DataType::Utf8, true)),
+    );
+    Arc::new(Schema::new(fields))
+}
+
+/// Rows → one record batch with materialized property columns for `keys`.
+pub fn to_record_batch_with(
+    events: &[&StoredEvent],
+    keys: &[String],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let base = to_record_batch(events)?;
+    if keys.is_empty() {
+        return Ok(base);
+    }
+    let mut columns = base.columns().to_vec();
+    // One scan of each row's JSON fills all of its property columns.
+    let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut builders: Vec<StringBuilder> = keys
+        .iter()
+        .map(|_| StringBuilder::with_capacity(events.len(), events.len() * 8))
+        .collect();
+    for e in events {
+        let values = top_level_values(&e.properties, &wanted);
+        for (b, raw) in builders.iter_mut().zip(values) {
+            b.append_option(raw.and_then(property_text));
+        }
+    }
+    columns.extend(
+        builders
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef),
+    );
+    RecordBatch::try_new(schema_with(keys), columns)
+}
+
+/// Rows → one Arrow record batch.
+pub fn to_record_batch(events: &[&StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let mut columns: Vec<ArrayRef> = vec![
+        uuid_column(events, |e| &e.uuid),
+        string_column(events, |e| Some(&e.event)),
+        string_column(events, |e| Some(&e.distinct_id)),
+        uuid_column(events, |e| &e.person_id),
+        string_column(events, |e| Some(&e.properties)),
+        string_column(events, |e| Some(&e.person_properties)),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                events.iter().map(|e| micros(&e.timestamp)),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                events.iter().map(|e| micros(&e.created_at)),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(Int64Array::from_iter_values(
+            events.iter().map(|e| e.project_id as i64),
+        )),
+    ];
+    for i in 0..5 {
+        columns.push(string_column(events, |e| e.groups[i].as_deref()));
+    }
+    columns.push(string_column(events, |e| e.session_id.as_deref()));
+    columns.push(string_column(events, |e| e.window_id.as_deref()));
+    RecordBatch::try_new(schema(), columns)
+}
+
+/// A string column allocated at its exact size. Growing it by doubling (arrow's
+/// `from_iter_values`) reallocated and copied the properties column several times per batch,
+/// and each new buffer was fresh memory to fault in.
+fn string_column<'a>(
+    events: &[&'a StoredEvent],
+    value: impl Fn(&'a StoredEvent) -> Option<&'a str>,
+) -> ArrayRef {
+    let bytes = events.iter().map(|e| value(e).map_or(0, str::len)).sum();
+    let mut column = StringBuilder::with_capacity(events.len(), bytes);
+    for e in events {
+        column.append_option(value(e));
+    }
+    Arc::new(column.finish())
+}
+
+/// A column of hyphenated UUIDs, formatted straight into the column's buffer.
+fn uuid_column(events: &[&StoredEvent], value: impl Fn(&StoredEvent) -> &Uuid) -> ArrayRef {
+    let mut column = StringBuilder::with_capacity(events.len(), events.len() * 36);
+    let mut text = [0u8; 36];
+    for e in events {
+        column.append_value(value(e).as_hyphenated().encode_lower(&mut text));
+    }
+    Arc::new(column.finish())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    #[error("segment I/O failed")]
+    Io(#[from] std::io::Error),
+    #[error("segment store failed")]
+    Store(#[from] object_store::Error),
+    #[error("parquet encoding failed")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow conversion failed")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("segment {0} has an unexpected column layout")]
+    Layout(String),
+}
+
+/// Rows per data page: small enough that the page index of a sorted `event` column lets a
+/// reader skip the pages (of every column) holding other events.
+const PAGE_ROWS: usize = 8 * 1024;
+
+/// Writes rows to `path` as Parquet with zstd through `disk`, and syncs it (its directory is
+/// the caller's: a staged file becomes durable when its flush is recorded).
+///
+/// Rows are sorted by `(event, timestamp)`, as PostHog's ClickHouse table orders each day:
+/// most queries name an event, and with each event's rows together the `event` column's page
+/// statistics let the reader skip every page of the other events (and the column is a few
+/// runs). Timestamps, increasing within each event, are delta-encoded: a few bits per row
+/// instead of eight bytes for zstd to decompress.
+pub fn write_segment(
+    disk: &dyn Disk,
+    path: &Path,
+    events: &mut [&StoredEvent],
+    materialized: &[String],
+) -> Result<(), SegmentError> {
+    events.sort_by(|a, b| a.event.cmp(&b.event).then(a.timestamp.cmp(&b.timestamp)));
+    if let Some(parent) = path.parent() {
+        create_dirs(disk, parent)?;
+    }
+    let file = disk.create(path)?;
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+        .set_max_row_group_row_count(Some(128 * 1024))
+        .set_data_page_row_count_limit(PAGE_ROWS);
+    for name in ["timestamp", "created_at"] {
+        let column = ColumnPath::from(name);
+        props = props
+            .set_column_dictionary_enabled(column.clone(), false)
+            .set_column_encoding(column, Encoding::DELTA_BINARY_PACKED);
+    }
+    let props = props.build();
+    let paced = PacedFile { file, unsynced: 0 };
+    let mut writer = ArrowWriter::try_new(paced, schema_with(materialized), Some(props))?;
+    for chunk in events.chunks(64 * 1024) {
+        writer.write(&to_record_batch_with(chunk, materialized)?)?;
+    }
+    let mut paced = writer.into_inner()?;
+    paced.file.flush()?;
+    paced.file.sync_all()?;
+    Ok(())
+}
+
+/// Bytes a segment writer hands the disk between syncs.
+const SYNC_STEP: usize = 4 << 20;
+
+/// A file written to stable storage every [`SYNC_STEP`] bytes instead of all at the end. On a
+/// virtual disk a cache flush carries every byte written since the previous one, so a WAL
+/// fsync issued just after a whole segment reached the device waited for all of it (10–20 ms
+/// for one segment); in steps, it waits for at most one step.
+struct PacedFile {
+    file: Box<dyn DiskFile>,
+    unsynced: usize,
+}
+
+impl Write for PacedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n;
+        if self.unsynced >= SYNC_STEP {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Reads every row of a segment (its bytes, or an open file); `source` names it in errors.
+pub fn read_segment(
+    file: impl ChunkReader + 'static,
+    source: &str,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?.build()?;
+    let mut out = Vec::new();
+    for batch in reader {
+        out.extend(from_record_batch(&batch?, source)?);
+    }
+    Ok(out)
+}
+
+/// Row conditions pushed into the Parquet reader.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentFilter {
+    pub event: Option<String>,
+    pub distinct_id: Option<String>,
+    /// Exclusive bounds on `timestamp`.
+    pub after: Option<DateTime<Utc>>,
+    pub before: Option<DateTime<Utc>>,
+}
+
+/// Reads the rows of a segment that can match `filter`: row groups whose `timestamp`
+/// statistics lie outside the bounds are skipped, and `event`/`distinct_id` equality is
+/// evaluated on those columns alone before any other column is decoded.
+pub fn read_segment_filtered(
+    file: impl ChunkReader + 'static,
+    source: &str,
+    filter: &SegmentFilter,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter};
+    use parquet::arrow::ProjectionMask;
+    use parquet::file::statistics::Statistics;
+
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let metadata = builder.metadata().clone();
+    let ts_index = schema().index_of("timestamp")?;
+    let row_groups: Vec<usize> = (0..metadata.num_row_groups())
+        .filter(|&i| {
+            let stats = metadata.row_group(i).column(ts_index).statistics();
+            match stats {
+                Some(Statistics::Int64(s)) => {
+                    let max_ok = match (filter.after, s.max_opt()) {
+                        (Some(after), Some(max)) => *max > after.timestamp_micros(),
+                        _ => true,
+                    };
+                    let min_ok = match (filter.before, s.min_opt()) {
+                        (Some(before), Some(min)) => *min < before.timestamp_micros(),
+                        _ => true,
+                    };
+                    max_ok && min_ok
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    if row_groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut predicates: Vec<Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>> = Vec::new();
+    let descr = metadata.file_metadata().schema_descr_ptr();
+    for (name, wanted) in [
+        ("event", &filter.event),
+        ("distinct_id", &filter.distinct_id),
+    ] {
+        let Some(wanted) = wanted.clone() else {
+            continue;
+        };
+        let index = schema().index_of(name)?;
+        let mask = ProjectionMask::roots(&descr, [index]);
+        predicates.push(Box::new(ArrowPredicateFn::new(
+            mask,
+            move |batch: RecordBatch| {
+                let column = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| {
+                        arrow::error::ArrowError::SchemaError(format!(
+                            "{name} is not a string column"
+                        ))
+                    })?;
+                Ok(column
+                    .iter()
+                    .map(|v| Some(v == Some(wanted.as_str())))
+                    .collect())
+            },
+        )));
+    }
+    let mut builder = builder.with_row_groups(row_groups);
+    if !predicates.is_empty() {
+        builder = builder.with_row_filter(RowFilter::new(predicates));
+    }
+    let mut out = Vec::new();
+    for batch in builder.build()? {
+        out.extend(from_record_batch(&batch?, source)?);
+    }
+    Ok(out)
+}
+
+fn column<'a, T: 'static>(
+    batch: &'a RecordBatch,
+    name: &str,
+    source: &str,
+) -> Result<&'a T, SegmentError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| SegmentError::Layout(format!("{source} (column {name})")))
+}
+
+/// Record batch → rows (the inverse of [`to_record_batch`]).
+pub fn from_record_batch(
+    batch: &RecordBatch,
+    source: &str,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    let s = |name| column::<StringArray>(batch, name, source);
+    let (uuid, event, distinct_id, person_id) =
+        (s("uuid")?, s("event")?, s("distinct_id")?, s("person_id")?);
+    let (properties, person_properties) = (s("properties")?, s("person_properties")?);
+    let timestamp = column::<TimestampMicrosecondArray>(batch, "timestamp", source)?;
+    let created_at = column::<TimestampMicrosecondArray>(batch, "created_at", source)?;
+    let project_id = column::<Int64Array>(batch, "project_id", source)?;
+    let groups: Vec<&StringArray> = GROUP_COLUMNS
+        .iter()
+        .map(|c| s(c))
+        .collect::<Result<_, _>>()?;
+    let (session, window) = (s("$session_id")?, s("$window_id")?);
+    let opt = |a: &StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
+    let at = |a: &TimestampMicrosecondArray, i: usize| {
+        Utc.timestamp_micros(a.value(i))
+            .single()
+            .unwrap_or_default()
+    };
+    Ok((0..batch.num_rows())
+        .map(|i| StoredEvent {
+            uuid: Uuid::parse_str(uuid.value(i)).unwrap_or_default(),
+            event: event.value(i).to_string(),
+            distinct_id: distinct_id.value(i).to_string(),
+            person_id: Uuid::parse_str(person_id.value(i)).unwrap_or_default(),
+            properties: properties.value(i).to_string(),
+            person_properties: person_properties.value(i).to_string(),
+            timestamp: at(timestamp, i),
+            created_at: at(created_at, i),
+            project_id: project_id.value(i) as u64,
+            groups: std::array::from_fn(|g| opt(groups[g], i)),
+            session_id: opt(session, i),
+            window_id: opt(window, i),
+        })
+        .collect())
+}
+
+/// Column names of a segment (its bytes, or an open file), from its footer.
+pub fn column_names(
+    file: impl ChunkReader + 'static,
+) -> Result<std::collections::BTreeSet<String>, SegmentError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    Ok(builder
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect())
+}

@@ -1,0 +1,108 @@
+//! Feature flags: definitions and cohorts in sled with per-project in-memory snapshots
+//! (`store`), request decoding (`request`), the pure evaluation engine (`engine`: hashing,
+//! property matching, cohorts, dependencies) and its orchestration (`evaluate`, `serve`).
+//!
+//! [`Flags`] is the one door: serving `/flags` ([`Flags::serve`]), the definitions API
+//! ([`admin`]) and the local-evaluation definitions ([`local_eval`]).
+
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
+mod admin;
+mod coverage;
+mod engine;
+#[cfg(test)]
+mod engine_tests;
+mod evaluate;
+mod geoip;
+mod hash;
+mod local_eval;
+mod model;
+mod owned;
+mod pg_records;
+mod properties;
+mod records;
+mod request;
+mod serve;
+mod store;
+mod validate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use admin::{CohortChanges, FlagChanges};
+// The pure evaluation engine, for callers that hold definitions and a subject themselves
+// (the in-process benchmarks measure it alone).
+pub use engine::{evaluate_all, Evaluation, Reason, Subject};
+pub use evaluate::FlagsOutcome;
+pub use local_eval::LocalEvaluation;
+pub use geoip::{GeoIp, GeoIpError};
+pub use model::{CohortDefinition, Condition, FlagDefinition, FlagFilters, Holdout, Multivariate, Variant};
+pub use owned::OwnedFlags;
+pub use pg_records::PgFlags;
+pub use properties::{MatchContext, PropertyFilter, PROPERTY_OPERATORS};
+pub use records::{FlagRecords, SledFlags};
+pub use request::FlagRequestError;
+pub use serve::{Caller, Served};
+pub use store::{CohortRecord, FlagRecord, FlagStore, ProjectFlags};
+
+use corvid_kernel::wire::WireInput;
+use corvid_persons::PersonStore;
+use corvid_tenancy::Tenancy;
+use request::{decode_body, parse_request, FlagRequest};
+
+/// Keys of the flags surveys own start with this (PostHog's `SURVEY_TARGETING_FLAG_PREFIX`):
+/// `/flags?only_evaluate_survey_feature_flags=true` evaluates only these, and requests that
+/// evaluate nothing else are not billed.
+pub const SURVEY_FLAG_PREFIX: &str = "survey-targeting-";
+
+/// How `/flags` treats slow storage.
+#[derive(Debug, Clone, Copy)]
+pub struct FlagsSettings {
+    /// How long a request waits for stored person and group properties before it is answered
+    /// without them (the flags that needed them come back failed).
+    pub stored_read_deadline: Duration,
+}
+
+/// The flags facade. Cheap to clone.
+#[derive(Clone)]
+pub struct Flags {
+    store: Arc<FlagStore>,
+    persons: Arc<PersonStore>,
+    tenancy: Tenancy,
+    geoip: Option<Arc<GeoIp>>,
+    settings: FlagsSettings,
+}
+
+impl Flags {
+    /// `(project, snapshot version)` of every project whose flags are in memory: the version
+    /// goes up by one each time an edit rebuilds the project's snapshot.
+    pub fn snapshot_versions(&self) -> Vec<(u64, u64)> {
+        self.store.snapshot_versions()
+    }
+
+    pub fn new(
+        store: Arc<FlagStore>,
+        persons: Arc<PersonStore>,
+        tenancy: Tenancy,
+        geoip: Option<Arc<GeoIp>>,
+        settings: FlagsSettings,
+    ) -> Flags {
+        Flags {
+            store,
+            persons,
+            tenancy,
+            geoip,
+            settings,
+        }
+    }
+
+    /// Decodes a `/flags` body (any encoding the SDKs send) into a request.
+    pub fn decode_request(
+        input: WireInput<'_>,
+        max_decompressed: usize,
+    ) -> Result<FlagRequest, FlagRequestError> {
+        parse_request(&decode_body(input, max_decompressed)?)
+    }
+}

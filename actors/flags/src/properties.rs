@@ -1,0 +1,635 @@
+//! Property matching for flag conditions, with the server's semantics
+//! (`PostHog/posthog:rust/feature-flags/src/properties/property_matching.rs`): non-partial mode, where a missing property is decided by
+//! the operator and any matcher error means "no match".
+
+use chrono::{DateTime, Duration, Months, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One filter of a condition, in PostHog's shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PropertyFilter {
+    pub key: String,
+    #[serde(default)]
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub negation: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_type_index: Option<i64>,
+}
+
+/// Every operator Corvid evaluates on person and group properties.
+pub const PROPERTY_OPERATORS: &[&str] = &[
+    "exact",
+    "is_not",
+    "icontains",
+    "not_icontains",
+    "icontains_multi",
+    "not_icontains_multi",
+    "starts_with",
+    "not_starts_with",
+    "ends_with",
+    "not_ends_with",
+    "regex",
+    "not_regex",
+    "gt",
+    "gte",
+    "lt",
+    "lte",
+    "between",
+    "not_between",
+    "semver_eq",
+    "semver_neq",
+    "semver_gt",
+    "semver_gte",
+    "semver_lt",
+    "semver_lte",
+    "semver_tilde",
+    "semver_caret",
+    "semver_wildcard",
+    "is_set",
+    "is_not_set",
+    "is_date_before",
+    "is_date_after",
+    "is_date_exact",
+];
+
+/// What relative dates and naive dates are anchored to.
+#[derive(Debug, Clone, Copy)]
+pub struct MatchContext {
+    pub now: DateTime<Utc>,
+    pub timezone: Tz,
+}
+
+/// Compiled regexes are bounded so a hostile pattern cannot exhaust memory; the `regex` crate
+/// matches in linear time, so there is no catastrophic backtracking either.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiled patterns, shared by all evaluations; bounded (cleared when full) so user-supplied
+/// patterns cannot grow it without limit. Invalid patterns are cached as `None`.
+fn compiled_regex(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
+    use std::sync::{Arc, OnceLock};
+    static CACHE: OnceLock<dashmap::DashMap<String, Option<Arc<regex::Regex>>>> = OnceLock::new();
+    const MAX_PATTERNS: usize = 10_000;
+    let cache = CACHE.get_or_init(dashmap::DashMap::new);
+    if let Some(hit) = cache.get(pattern) {
+        return hit.clone();
+    }
+    let compiled = regex::RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .ok()
+        .map(Arc::new);
+    if cache.len() >= MAX_PATTERNS {
+        cache.clear();
+    }
+    cache.insert(pattern.to_string(), compiled.clone());
+    compiled
+}
+
+/// Whether `filter` matches `properties` (server semantics).
+pub fn match_property(
+    filter: &PropertyFilter,
+    properties: &Map<String, Value>,
+    ctx: &MatchContext,
+) -> bool {
+    let operator = filter.operator.as_deref().unwrap_or("exact");
+    let Some(value) = properties.get(&filter.key) else {
+        return matches!(
+            operator,
+            "is_not"
+                | "not_icontains"
+                | "not_icontains_multi"
+                | "not_starts_with"
+                | "not_ends_with"
+                | "not_regex"
+                | "not_between"
+                | "is_not_set"
+        );
+    };
+    match_value(operator, &filter.value, value, ctx).unwrap_or(false)
+}
+
+/// The text form the server compares: strings as they are, other values as JSON text.
+pub fn to_text(value: &Value) -> std::borrow::Cow<'_, str> {
+    match value {
+        Value::String(s) => std::borrow::Cow::Borrowed(s),
+        other => std::borrow::Cow::Owned(other.to_string()),
+    }
+}
+
+/// Unicode-lowercase equality without allocating.
+fn eq_lowercase(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    a.chars()
+        .flat_map(char::to_lowercase)
+        .eq(b.chars().flat_map(char::to_lowercase))
+}
+
+/// `hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())` without allocating
+/// (the server lowercases ASCII only).
+fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    needle.is_empty()
+        || hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+fn match_value(
+    operator: &str,
+    expected: &Value,
+    actual: &Value,
+    ctx: &MatchContext,
+) -> Option<bool> {
+    let text = || to_text(actual);
+    let lower = |s: &str| s.to_ascii_lowercase();
+    Some(match operator {
+        "exact" => exact(expected, actual),
+        "is_not" => !exact(expected, actual),
+        "icontains" => contains_ignore_ascii_case(&text(), &to_text(expected)),
+        "not_icontains" => !contains_ignore_ascii_case(&text(), &to_text(expected)),
+        "icontains_multi" | "not_icontains_multi" => {
+            let hay = text();
+            let any = as_list(expected)
+                .iter()
+                .any(|v| contains_ignore_ascii_case(&hay, &to_text(v)));
+            any == (operator == "icontains_multi")
+        }
+        "starts_with" => lower(&text()).starts_with(&lower(&to_text(expected))),
+        "not_starts_with" => !lower(&text()).starts_with(&lower(&to_text(expected))),
+        "ends_with" => lower(&text()).ends_with(&lower(&to_text(expected))),
+        "not_ends_with" => !lower(&text()).ends_with(&lower(&to_text(expected))),
+        "regex" | "not_regex" => {
+            let Some(re) = compiled_regex(&to_text(expected)) else {
+                return Some(false); // an invalid pattern matches under neither operator
+            };
+            re.is_match(&text()) == (operator == "regex")
+        }
+        "gt" | "gte" | "lt" | "lte" => {
+            let (a, b) = (number(actual)?, number(expected)?);
+            match operator {
+                "gt" => a > b,
+                "gte" => a >= b,
+                "lt" => a < b,
+                _ => a <= b,
+            }
+        }
+        "between" | "not_between" => {
+            let bounds = as_list(expected);
+            let (lo, hi) = (number(bounds.first()?)?, number(bounds.get(1)?)?);
+            if bounds.len() != 2 || lo > hi {
+                return None;
+            }
+            let a = number(actual)?;
+            if a.is_nan() {
+                return Some(false);
+            }
+            ((lo..=hi).contains(&a)) == (operator == "between")
+        }
+        "semver_eq" | "semver_neq" | "semver_gt" | "semver_gte" | "semver_lt" | "semver_lte" => {
+            let a = semver(&text())?;
+            let b = semver(&to_text(expected))?;
+            match operator {
+                "semver_eq" => a == b,
+                "semver_neq" => a != b,
+                "semver_gt" => a > b,
+                "semver_gte" => a >= b,
+                "semver_lt" => a < b,
+                _ => a <= b,
+            }
+        }
+        "semver_tilde" | "semver_caret" => {
+            let a = semver(&text())?;
+            let base = semver(&to_text(expected))?;
+            let sign = if operator == "semver_tilde" { '~' } else { '^' };
+            semver::VersionReq::parse(&format!("{sign}{base}"))
+                .ok()?
+                .matches(&a)
+        }
+        "semver_wildcard" => {
+            let a = semver(&text())?;
+            wildcard(&to_text(expected))?.matches(&a)
+        }
+        "is_set" => true,
+        "is_not_set" => false,
+        "is_date_before" | "is_date_after" | "is_date_exact" => {
+            let a = property_date(actual, ctx)?;
+            let b = filter_date(expected.as_str()?, ctx)?;
+            match operator {
+                "is_date_before" => a < b,
+                "is_date_after" => a > b,
+                _ => a == b,
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn as_list(value: &Value) -> Vec<Value> {
+    match value {
+        Value::Array(items) => items.clone(),
+        other => vec![other.clone()],
+    }
+}
+
+fn is_truthy_token(value: &Value) -> bool {
+    match value {
+        Value::Bool(_) => true,
+        Value::String(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
+        _ => false,
+    }
+}
+
+fn truthiness(value: &Value) -> bool {
+    match value {
+        Value::Bool(b) => *b,
+        Value::String(s) => s.eq_ignore_ascii_case("true"),
+        _ => false,
+    }
+}
+
+/// `exact`: booleans (or "true"/"false" strings) compare by truthiness; lists match any
+/// element; everything else is case-insensitive text equality.
+fn exact(expected: &Value, actual: &Value) -> bool {
+    let boolean_filter = match expected {
+        Value::Array(items) => !items.is_empty() && items.iter().all(is_truthy_token),
+        other => is_truthy_token(other),
+    };
+    if boolean_filter {
+        let actual = truthiness(actual);
+        return as_list(expected).iter().any(|v| truthiness(v) == actual);
+    }
+    let actual = to_text(actual);
+    match expected {
+        Value::Array(items) => items.iter().any(|v| eq_lowercase(&to_text(v), &actual)),
+        other => eq_lowercase(&to_text(other), &actual),
+    }
+}
+
+fn number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Canonical semver: leading `v` stripped, missing minor/patch padded with 0, leading zeros of
+/// numeric parts removed; pre-release and build suffixes kept.
+pub fn semver(text: &str) -> Option<semver::Version> {
+    let text = text.trim();
+    let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
+    let (core, suffix) = match text.find(['-', '+']) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let mut parts: Vec<String> = core
+        .split('.')
+        .map(|p| {
+            let trimmed = p.trim_start_matches('0');
+            if trimmed.is_empty() {
+                "0".to_string()
+            } else {
+                trimmed.to_string()
+            }
+        })
+        .collect();
+    if parts.is_empty()
+        || parts.len() > 3
+        || parts.iter().any(|p| !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    while parts.len() < 3 {
+        parts.push("0".into());
+    }
+    semver::Version::parse(&format!("{}{suffix}", parts.join("."))).ok()
+}
+
+/// `1.*`, `1.2.*`, `1.*.*`, `*` → a version requirement; `1.*.3` is invalid.
+fn wildcard(pattern: &str) -> Option<semver::VersionReq> {
+    let parts: Vec<&str> = pattern.trim().split('.').collect();
+    let first_star = parts
+        .iter()
+        .position(|p| *p == "*" || *p == "x" || *p == "X");
+    if let Some(i) = first_star {
+        if parts[i..].iter().any(|p| !matches!(*p, "*" | "x" | "X")) {
+            return None;
+        }
+        let fixed = &parts[..i];
+        if fixed.is_empty() {
+            return semver::VersionReq::parse("*").ok();
+        }
+        return semver::VersionReq::parse(&format!("={}", fixed.join("."))).ok();
+    }
+    semver::VersionReq::parse(&format!("={}", pattern.trim())).ok()
+}
+
+/// Relative dates (`-3d`, `1m`, …): always "ago"; months and years are calendar-based with the
+/// day clamped to the month's end.
+pub fn relative_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    let text = text.trim();
+    let body = text.strip_prefix('-').unwrap_or(text);
+    let mut chars = body.chars();
+    let unit = chars.next_back()?;
+    let digits = chars.as_str();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = digits.parse().ok()?;
+    if n >= 10_000 {
+        return None;
+    }
+    let ago = |span: Option<Duration>| span.and_then(|d| ctx.now.checked_sub_signed(d));
+    let local = ctx.now.with_timezone(&ctx.timezone);
+    let shifted = match unit {
+        'h' => return ago(Duration::try_hours(i64::from(n))),
+        'd' => return ago(Duration::try_days(i64::from(n))),
+        'w' => return ago(Duration::try_weeks(i64::from(n))),
+        'm' => local.checked_sub_months(Months::new(n))?,
+        'y' => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
+        _ => return None,
+    };
+    Some(shifted.with_timezone(&Utc))
+}
+
+fn local_to_utc(naive: NaiveDateTime, tz: Tz) -> Option<DateTime<Utc>> {
+    // A DST gap has no such local time (no match); an overlap takes the earlier instant.
+    tz.from_local_datetime(&naive)
+        .earliest()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The filter side of a date comparison.
+pub fn filter_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    if let Some(t) = relative_date(text, ctx) {
+        return Some(t);
+    }
+    absolute_date(text, ctx)
+}
+
+fn absolute_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    let text = text.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return local_to_utc(d.and_hms_opt(0, 0, 0)?, ctx.timezone);
+    }
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
+            return local_to_utc(t, ctx.timezone);
+        }
+    }
+    corvid_kernel::parse_timestamp(text)
+}
+
+/// The property side: numbers (and numeric strings) are epoch seconds.
+fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    let seconds = match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => return None,
+    };
+    if let Some(s) = seconds {
+        return Utc.timestamp_micros((s * 1_000_000.0) as i64).single();
+    }
+    absolute_date(value.as_str()?, ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> MatchContext {
+        MatchContext {
+            now: "2020-01-01T12:01:20.134Z".parse().expect("now"),
+            timezone: chrono_tz::UTC,
+        }
+    }
+
+    fn filter(key: &str, operator: &str, value: Value) -> PropertyFilter {
+        PropertyFilter {
+            key: key.into(),
+            value,
+            operator: Some(operator.into()),
+            kind: Some("person".into()),
+            negation: None,
+            group_type_index: None,
+        }
+    }
+
+    fn matches(operator: &str, expected: Value, actual: Value) -> bool {
+        let props = json!({"key": actual}).as_object().cloned().expect("object");
+        match_property(&filter("key", operator, expected), &props, &ctx())
+    }
+
+    #[test]
+    fn exact_and_is_not_vectors() {
+        for v in ["us", "Us", "US", "ca", "uk", "UK"] {
+            assert!(matches("exact", json!(["US", "CA", "Uk"]), json!(v)), "{v}");
+        }
+        assert!(!matches("exact", json!(["US", "CA", "Uk"]), json!("de")));
+        assert!(!matches("exact", json!([]), json!("anything")));
+        for v in [json!("value2"), json!(""), Value::Null] {
+            assert!(!matches("exact", json!("value"), v.clone()), "{v}");
+            assert!(matches("is_not", json!("value"), v.clone()), "{v}");
+        }
+        assert!(matches("exact", json!(5), json!("5")));
+        assert!(!matches("exact", json!(5), json!(5.0)));
+        assert!(matches("exact", json!(true), json!("TRUE")));
+        assert!(matches("exact", json!(["true"]), json!(true)));
+        assert!(!matches("exact", json!("false"), json!(true)));
+    }
+
+    #[test]
+    fn contains_regex_and_numeric_vectors() {
+        assert!(matches("icontains", json!("valUe"), json!("343tfvalue5")));
+        assert!(!matches("icontains", json!("valUe"), json!("Alakazam")));
+        assert!(!matches("icontains", json!("valUe"), json!(123)));
+        assert!(matches("icontains", json!("3"), json!(323)));
+        assert!(!matches("icontains", json!("3"), json!("three")));
+        assert!(matches("regex", json!(r"^\d+@x\.com$"), json!("42@x.com")));
+        assert!(matches("not_regex", json!("^a"), json!("bca")));
+        assert!(!matches("regex", json!("(unclosed"), json!("x")));
+        assert!(
+            !matches("not_regex", json!("(unclosed"), json!("x")),
+            "invalid: false for both"
+        );
+        assert!(
+            matches("gt", json!(5), json!("10")),
+            "strings compare numerically"
+        );
+        assert!(!matches("gt", json!("ten"), json!(11)));
+        assert!(matches("lte", json!("2.5"), json!(2.5)));
+        assert!(matches("between", json!([1, 3]), json!(3)));
+        assert!(!matches("between", json!([3, 1]), json!(2)));
+    }
+
+    #[test]
+    fn missing_keys_follow_the_operator() {
+        let empty = Map::new();
+        let check = |op: &str| match_property(&filter("gone", op, json!("x")), &empty, &ctx());
+        assert!(!check("exact"));
+        assert!(check("is_not"));
+        assert!(!check("is_set"));
+        assert!(check("is_not_set"));
+        assert!(check("not_icontains"));
+        assert!(check("not_regex"));
+        assert!(!check("gt"));
+        let set = json!({"k": null}).as_object().cloned().expect("obj");
+        assert!(
+            match_property(&filter("k", "is_set", json!("")), &set, &ctx()),
+            "null counts as set"
+        );
+    }
+
+    #[test]
+    fn semver_vectors() {
+        assert_eq!(semver("v1.2.3"), semver::Version::parse("1.2.3").ok());
+        assert_eq!(semver("3.10"), semver::Version::parse("3.10.0").ok());
+        assert_eq!(semver("3.08"), semver::Version::parse("3.8.0").ok());
+        assert_eq!(semver("3"), semver::Version::parse("3.0.0").ok());
+        assert!(matches("semver_gt", json!("1.2.3"), json!("1.10.0")));
+        assert!(matches("semver_lt", json!("1.0.0"), json!("1.0.0-beta")));
+        assert!(matches("semver_tilde", json!("1.2.3"), json!("1.2.9")));
+        assert!(!matches("semver_tilde", json!("1.2.3"), json!("1.3.0")));
+        assert!(matches("semver_caret", json!("0.2.3"), json!("0.2.9")));
+        assert!(!matches("semver_caret", json!("0.2.3"), json!("0.3.0")));
+        assert!(matches("semver_wildcard", json!("1.2.*"), json!("1.2.7")));
+        assert!(!matches("semver_wildcard", json!("1.2.*"), json!("1.3.0")));
+        assert!(!matches("semver_wildcard", json!("1.*.3"), json!("1.2.3")));
+        assert!(!matches(
+            "semver_eq",
+            json!("1.0.0"),
+            json!("not.a.version")
+        ));
+    }
+
+    #[test]
+    fn relative_date_vectors() {
+        let c = ctx();
+        let at = |s: &str| s.parse::<DateTime<Utc>>().expect("time");
+        assert_eq!(
+            relative_date("1h", &c),
+            Some(at("2020-01-01T11:01:20.134Z"))
+        );
+        assert_eq!(relative_date("24h", &c), relative_date("1d", &c));
+        assert_eq!(
+            relative_date("1d", &c),
+            Some(at("2019-12-31T12:01:20.134Z"))
+        );
+        assert_eq!(relative_date("7d", &c), relative_date("1w", &c));
+        assert_eq!(
+            relative_date("1w", &c),
+            Some(at("2019-12-25T12:01:20.134Z"))
+        );
+        assert_eq!(
+            relative_date("30d", &c),
+            Some(at("2019-12-02T12:01:20.134Z"))
+        );
+        assert_eq!(
+            relative_date("1m", &c),
+            Some(at("2019-12-01T12:01:20.134Z"))
+        );
+        assert_eq!(
+            relative_date("8m", &c),
+            Some(at("2019-05-01T12:01:20.134Z"))
+        );
+        assert_eq!(relative_date("1y", &c), relative_date("12m", &c));
+        assert_eq!(
+            relative_date("1y", &c),
+            Some(at("2019-01-01T12:01:20.134Z"))
+        );
+        let april = MatchContext {
+            now: at("2020-04-03T00:00:00Z"),
+            ..c
+        };
+        assert_eq!(
+            relative_date("2m", &april),
+            Some(at("2020-02-03T00:00:00Z"))
+        );
+        assert_eq!(
+            relative_date("4m", &april),
+            Some(at("2019-12-03T00:00:00Z"))
+        );
+        for ok in ["-3d", "3d", "000h", "1000h"] {
+            assert!(relative_date(ok, &c).is_some(), "{ok}");
+        }
+        for bad in ["1", "1x", "1.2y", "1s", "bazinga", "100000d", "1000000h"] {
+            assert!(relative_date(bad, &c).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn date_operators_compare_instants() {
+        assert!(matches(
+            "is_date_before",
+            json!("2020-01-01"),
+            json!("2019-12-31")
+        ));
+        assert!(
+            matches("is_date_after", json!("-7d"), json!(1_577_836_800)),
+            "epoch seconds"
+        );
+        assert!(matches("is_date_after", json!("-7d"), json!("1577836800")));
+        assert!(!matches(
+            "is_date_after",
+            json!("garbage"),
+            json!("2020-01-01")
+        ));
+        assert!(matches(
+            "is_date_exact",
+            json!("2019-06-01T00:00:00Z"),
+            json!("2019-06-01T00:00:00+00:00")
+        ));
+        let paris = MatchContext {
+            timezone: chrono_tz::Europe::Paris,
+            ..ctx()
+        };
+        let props = json!({"d": "2019-12-31T23:30:00Z"})
+            .as_object()
+            .cloned()
+            .expect("obj");
+        // Midnight of 2020-01-01 in Paris is 23:00 UTC on 2019-12-31.
+        assert!(match_property(
+            &filter("d", "is_date_after", json!("2020-01-01")),
+            &props,
+            &paris
+        ));
+        assert!(!match_property(
+            &filter("d", "is_date_after", json!("2020-01-01")),
+            &props,
+            &ctx()
+        ));
+    }
+
+    proptest::proptest! {
+        // The allocation-free search agrees with lowercasing both sides (ASCII only, as the
+        // server does), for any text including non-ASCII and empty needles.
+        #[test]
+        fn ascii_case_insensitive_contains_agrees_with_lowercasing(
+            hay in "[a-cA-C\u{e9}\u{c9} ]{0,12}",
+            needle in "[a-cA-C\u{e9}\u{c9} ]{0,4}",
+        ) {
+            proptest::prop_assert_eq!(
+                contains_ignore_ascii_case(&hay, &needle),
+                hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
+            );
+        }
+    }
+}

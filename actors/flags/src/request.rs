@@ -1,0 +1,312 @@
+//! `/flags` request decoding and parsing (`PostHog/posthog:rust/feature-flags/src/flags/flag_request.rs`), and the runtime and
+//! evaluation-context filters (§7.1–7.2).
+
+use serde_json::{Map, Value};
+
+use super::model::FlagDefinition;
+use corvid_kernel::wire::{decode_text, WireError, WireInput};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FlagRequestError {
+    #[error("Failed to decode request: {0}")]
+    Decoding(String),
+    #[error("Failed to parse request: {0}")]
+    Parsing(String),
+    #[error("Request body is over the limit of {0} bytes once decompressed")]
+    TooLarge(usize),
+    #[error("The request has no distinct_id")]
+    MissingDistinctId,
+}
+
+/// The parsed body of a `/flags` request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlagRequest {
+    pub token: Option<String>,
+    pub distinct_id: Option<String>,
+    pub groups: Map<String, Value>,
+    pub person_properties: Map<String, Value>,
+    pub group_properties: Map<String, Value>,
+    pub anon_distinct_id: Option<String>,
+    pub device_id: Option<String>,
+    pub flag_keys: Option<Vec<String>>,
+    pub evaluation_contexts: Vec<String>,
+    pub evaluation_runtime: Option<Runtime>,
+    pub geoip_disable: bool,
+    pub disable_flags: bool,
+    /// Evaluate only survey flags (`only_evaluate_survey_feature_flags=true` in the query).
+    pub only_survey_flags: bool,
+}
+
+/// Decodes a `/flags` body with the wire decoder capture uses, then parses its JSON.
+pub fn decode_body(input: WireInput<'_>, limit: usize) -> Result<Value, FlagRequestError> {
+    let text = decode_text(input, limit).map_err(|err| match err {
+        WireError::TooLarge { limit } => FlagRequestError::TooLarge(limit),
+        other => FlagRequestError::Decoding(other.to_string()),
+    })?;
+    serde_json::from_str(&text).map_err(|e| FlagRequestError::Parsing(e.to_string()))
+}
+
+fn first<'a>(obj: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    names
+        .iter()
+        .find_map(|n| obj.get(*n).filter(|v| !v.is_null()))
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn object(v: Option<&Value>) -> Map<String, Value> {
+    v.and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+/// Reads the fields of a decoded body, accepting PostHog's aliases.
+pub fn parse_request(value: &Value) -> Result<FlagRequest, FlagRequestError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| FlagRequestError::Parsing("expected a JSON object".into()))?;
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(text).collect())
+            .unwrap_or_default()
+    };
+    let request = FlagRequest {
+        token: first(obj, &["token", "api_key", "$token"]).and_then(text),
+        distinct_id: first(obj, &["distinct_id", "$distinct_id"])
+            .and_then(text)
+            .map(|d| d.chars().take(200).collect()),
+        groups: object(first(obj, &["groups", "$groups"])),
+        person_properties: object(first(obj, &["person_properties", "$properties"])),
+        group_properties: object(first(obj, &["group_properties", "$group_properties"])),
+        anon_distinct_id: first(obj, &["anon_distinct_id", "$anon_distinct_id"]).and_then(text),
+        device_id: first(obj, &["device_id", "$device_id"]).and_then(text),
+        flag_keys: first(obj, &["flag_keys_to_evaluate", "flag_keys"]).map(|v| strings(Some(v))),
+        evaluation_contexts: strings(first(
+            obj,
+            &["evaluation_contexts", "evaluation_environments"],
+        )),
+        evaluation_runtime: first(obj, &["evaluation_runtime"])
+            .and_then(Value::as_str)
+            .map(Runtime::parse),
+        geoip_disable: matches!(obj.get("geoip_disable"), Some(Value::Bool(true))),
+        disable_flags: matches!(obj.get("disable_flags"), Some(Value::Bool(true))),
+        only_survey_flags: false,
+    };
+    if request.distinct_id.is_none() && !request.disable_flags {
+        return Err(FlagRequestError::MissingDistinctId);
+    }
+    Ok(request)
+}
+
+/// Where the flags will be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    Client,
+    Server,
+    All,
+}
+
+impl Runtime {
+    pub fn parse(text: &str) -> Runtime {
+        match text.to_ascii_lowercase().as_str() {
+            "client" => Runtime::Client,
+            "server" => Runtime::Server,
+            _ => Runtime::All,
+        }
+    }
+}
+
+/// The runtime a request comes from, from its headers (spec §4.4); `None` when unknown.
+pub fn detect_runtime(user_agent: Option<&str>, has_browser_headers: bool) -> Option<Runtime> {
+    if let Some(ua) = user_agent {
+        if ["Mozilla/", "Chrome/", "Safari/", "Firefox/", "Edge/"]
+            .iter()
+            .any(|m| ua.contains(m))
+        {
+            return Some(Runtime::Client);
+        }
+        let server_sdks = [
+            "python", "ruby", "php", "java", "go", "node", "dotnet", "elixir",
+        ];
+        if server_sdks
+            .iter()
+            .any(|s| ua.starts_with(&format!("posthog-{s}/")))
+            || ua.contains("python-requests/")
+            || ua.contains("curl/")
+        {
+            return Some(Runtime::Server);
+        }
+        let mobile_sdks = ["android", "ios", "react-native", "flutter"];
+        if mobile_sdks
+            .iter()
+            .any(|s| ua.starts_with(&format!("posthog-{s}/")))
+        {
+            return Some(Runtime::Client);
+        }
+    }
+    has_browser_headers.then_some(Runtime::Client)
+}
+
+/// Runtime filter then evaluation-context filter.
+pub fn is_selected(flag: &FlagDefinition, runtime: Option<Runtime>, contexts: &[String]) -> bool {
+    let flag_runtime = flag.evaluation_runtime.as_deref().map(Runtime::parse);
+    let runtime_ok = match (runtime, flag_runtime) {
+        (_, None) | (_, Some(Runtime::All)) | (Some(Runtime::All), _) => true,
+        (Some(r), Some(f)) => r == f,
+        (None, Some(_)) => false,
+    };
+    let context_ok = contexts.is_empty()
+        || flag.evaluation_contexts.is_empty()
+        || flag
+            .evaluation_contexts
+            .iter()
+            .any(|t| contexts.contains(t));
+    runtime_ok && context_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn aliases_numbers_and_truncation() {
+        let r = parse_request(&json!({"$token": "phc_x", "$distinct_id": 8675309, "evaluation_environments": ["web"], "flag_keys_to_evaluate": ["a"]})).expect("ok");
+        assert_eq!(r.token.as_deref(), Some("phc_x"));
+        assert_eq!(r.distinct_id.as_deref(), Some("8675309"));
+        assert_eq!(r.evaluation_contexts, vec!["web"]);
+        assert_eq!(r.flag_keys, Some(vec!["a".to_string()]));
+        let r = parse_request(&json!({"token": "t", "distinct_id": 123.45})).expect("ok");
+        assert_eq!(r.distinct_id.as_deref(), Some("123.45"));
+        let r = parse_request(&json!({"token": "t", "distinct_id": "a".repeat(210)})).expect("ok");
+        assert_eq!(r.distinct_id.map(|d| d.len()), Some(200));
+        assert_eq!(
+            parse_request(&json!({"token": "t"})),
+            Err(FlagRequestError::MissingDistinctId)
+        );
+    }
+
+    #[test]
+    fn bodies_in_every_encoding() {
+        let decode = |body: &[u8], compression: Option<&str>, ct: Option<&str>| {
+            decode_body(
+                WireInput {
+                    body,
+                    query_compression: compression,
+                    content_type: ct,
+                    ..WireInput::default()
+                },
+                1 << 20,
+            )
+        };
+        let v = decode(
+            b"eyJ0b2tlbiI6ICJ0ZXN0IiwgImRpc3RpbmN0X2lkIjogInVzZXIifQo%3D",
+            Some("base64"),
+            None,
+        )
+        .expect("base64");
+        assert_eq!(v, json!({"token": "test", "distinct_id": "user"}));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, br#"{"token":"t","distinct_id":"d"}"#).expect("gz");
+        let gz = gz.finish().expect("gz");
+        assert_eq!(
+            decode(&gz, None, None).expect("magic bytes")["distinct_id"],
+            "d"
+        );
+        let form = format!(
+            "data={}",
+            base64::engine::general_purpose::STANDARD
+                .encode(br#"{"token":"t","distinct_id":"f"}"#)
+                .replace('=', "%3D")
+        );
+        let v = decode(
+            form.as_bytes(),
+            None,
+            Some("application/x-www-form-urlencoded"),
+        )
+        .expect("form");
+        assert_eq!(v["distinct_id"], "f");
+        let lz = format!(
+            "data={}",
+            lz_str::compress_to_base64(r#"{"token":"t","distinct_id":"lz"}"#).replace('+', "%2B")
+        );
+        let v = decode(
+            lz.as_bytes(),
+            Some("lz64"),
+            Some("application/x-www-form-urlencoded"),
+        )
+        .expect("lz64");
+        assert_eq!(v["distinct_id"], "lz");
+        assert!(matches!(
+            decode(b"{nope", None, None),
+            Err(FlagRequestError::Parsing(_))
+        ));
+    }
+
+    #[test]
+    fn runtime_detection_and_filters() {
+        assert_eq!(
+            detect_runtime(Some("Mozilla/5.0 (X11)"), false),
+            Some(Runtime::Client)
+        );
+        assert_eq!(
+            detect_runtime(Some("posthog-python/7.0"), false),
+            Some(Runtime::Server)
+        );
+        assert_eq!(
+            detect_runtime(Some("posthog-node/5.0"), true),
+            Some(Runtime::Server)
+        );
+        assert_eq!(detect_runtime(Some("curl/8"), false), Some(Runtime::Server));
+        assert_eq!(
+            detect_runtime(Some("posthog-ios/3"), false),
+            Some(Runtime::Client)
+        );
+        assert_eq!(
+            detect_runtime(Some("custom/1"), true),
+            Some(Runtime::Client)
+        );
+        assert_eq!(detect_runtime(None, false), None);
+        let f = |runtime: Option<&str>, tags: &[&str]| FlagDefinition {
+            id: 1,
+            key: "k".into(),
+            name: String::new(),
+            filters: Default::default(),
+            active: true,
+            deleted: false,
+            ensure_experience_continuity: false,
+            version: 1,
+            evaluation_runtime: runtime.map(str::to_string),
+            evaluation_contexts: tags.iter().map(|t| t.to_string()).collect(),
+            bucketing_identifier: None,
+        };
+        let flags = [
+            f(None, &[]),
+            f(Some("client"), &[]),
+            f(Some("server"), &[]),
+            f(Some("all"), &[]),
+        ];
+        let kept = |r: Option<Runtime>| -> Vec<usize> {
+            (0..4).filter(|i| is_selected(&flags[*i], r, &[])).collect()
+        };
+        assert_eq!(kept(None), vec![0, 3]);
+        assert_eq!(kept(Some(Runtime::Client)), vec![0, 1, 3]);
+        assert_eq!(kept(Some(Runtime::Server)), vec![0, 2, 3]);
+        assert_eq!(kept(Some(Runtime::All)), vec![0, 1, 2, 3]);
+        assert!(
+            is_selected(&f(Some("weird"), &[]), None, &[]),
+            "unknown runtime behaves as all"
+        );
+        let tagged = f(None, &["web", "docs"]);
+        assert!(is_selected(&tagged, None, &[]));
+        assert!(is_selected(&tagged, None, &["docs".into()]));
+        assert!(!is_selected(&tagged, None, &["mobile".into()]));
+        assert!(is_selected(&f(None, &[]), None, &["mobile".into()]));
+    }
+}

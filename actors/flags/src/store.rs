@@ -1,0 +1,318 @@
+//! Flag and cohort definitions in sled, and the per-project in-memory snapshots evaluation
+//! reads. Writes go through [`FlagStore`], which rebuilds the project's snapshot, so a change
+//! reaches `/flags` as soon as the write returns.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use chrono::Utc;
+use dashmap::DashMap;
+
+use super::coverage::ReadKeys;
+use super::engine::EvaluationPlan;
+use super::model::{CohortDefinition, FlagDefinition};
+use super::records::{FlagRecords, SledFlags};
+use corvid_kernel::StoreError;
+
+pub use super::records::{CohortRecord, FlagRecord};
+
+/// What evaluation reads for one project: immutable, swapped whole on every change. Built
+/// only by [`ProjectFlags::new`], so the derived parts always match `flags`.
+#[derive(Debug)]
+pub struct ProjectFlags {
+    /// Active, non-deleted flags, in id order.
+    pub flags: Vec<FlagDefinition>,
+    pub cohorts: HashMap<i64, CohortDefinition>,
+    /// distinct id → static cohorts containing it.
+    pub static_members: HashMap<String, Vec<i64>>,
+    /// Dependency order of `flags`, computed once per snapshot.
+    pub plan: EvaluationPlan,
+    /// Indexes of `flags` sorted by key: the order responses list flags in.
+    pub by_key: Vec<usize>,
+    /// Per flag (same index as `flags`), the fixed JSON around its `/flags?v=2` entry, so the
+    /// hot path copies it instead of escaping and formatting it on every request.
+    pub v2_fragments: Vec<V2Fragments>,
+    /// The person and group property keys the flags read, when a request that sends them all
+    /// needs no stored person or group (see [`super::coverage`]).
+    pub read_keys: Option<ReadKeys>,
+}
+
+/// The parts of a flag's `v=2` entry that depend only on its definition.
+#[derive(Debug, Default)]
+pub struct V2Fragments {
+    /// `"<key>":{"key":"<key>","enabled":` (key JSON-escaped).
+    pub head: Box<str>,
+    /// `,"metadata":{"id":<id>,"version":<version>,"description":null,"payload":`.
+    pub metadata: Box<str>,
+}
+
+impl V2Fragments {
+    fn new(flag: &FlagDefinition) -> V2Fragments {
+        let key = serde_json::to_string(&flag.key).unwrap_or_else(|_| "\"\"".into());
+        V2Fragments {
+            head: format!("{key}:{{\"key\":{key},\"enabled\":").into(),
+            metadata: format!(
+                ",\"metadata\":{{\"id\":{},\"version\":{},\"description\":null,\"payload\":",
+                flag.id, flag.version
+            )
+            .into(),
+        }
+    }
+}
+
+impl ProjectFlags {
+    /// Compiles a snapshot: dependency plan, response order and response fragments.
+    pub fn new(
+        flags: Vec<FlagDefinition>,
+        cohorts: HashMap<i64, CohortDefinition>,
+        static_members: HashMap<String, Vec<i64>>,
+    ) -> ProjectFlags {
+        let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
+        let mut by_key: Vec<usize> = (0..flags.len()).collect();
+        by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
+        let v2_fragments = flags.iter().map(V2Fragments::new).collect();
+        let read_keys = super::coverage::read_keys(&flags, &cohorts, &static_members);
+        ProjectFlags {
+            read_keys,
+            flags,
+            cohorts,
+            static_members,
+            plan,
+            by_key,
+            v2_fragments,
+        }
+    }
+}
+
+/// Flag and cohort definitions with their rules (versions count every write), and the
+/// per-project in-memory snapshots evaluation reads. Records live behind [`FlagRecords`],
+/// which keeps live keys unique and makes each update exclusive, for writers on every node.
+pub struct FlagStore {
+    records: Arc<dyn FlagRecords>,
+    snapshots: Arc<DashMap<u64, Arc<ProjectFlags>>>,
+    /// Counts changes announced by other nodes: a refresh that read the records before one
+    /// does not keep its (possibly stale) snapshot.
+    remote_changes: Arc<AtomicU64>,
+    /// How many times each project's snapshot was built: 1 on first use, +1 per change.
+    snapshot_versions: DashMap<u64, u64>,
+}
+
+impl FlagStore {
+    pub fn new(records: Arc<dyn FlagRecords>) -> FlagStore {
+        let snapshots: Arc<DashMap<u64, Arc<ProjectFlags>>> = Arc::new(DashMap::new());
+        let remote_changes = Arc::new(AtomicU64::new(0));
+        let (dropped, changes) = (Arc::clone(&snapshots), Arc::clone(&remote_changes));
+        records.watch(Arc::new(move |project| {
+            changes.fetch_add(1, Ordering::SeqCst);
+            match project {
+                Some(p) => {
+                    dropped.remove(&p);
+                }
+                None => dropped.clear(),
+            }
+        }));
+        FlagStore {
+            records,
+            snapshots,
+            remote_changes,
+            snapshot_versions: DashMap::new(),
+        }
+    }
+
+    /// Over the embedded records in `db`.
+    pub fn open(db: &sled::Db) -> Result<FlagStore, StoreError> {
+        Ok(FlagStore::new(Arc::new(SledFlags::open(db)?)))
+    }
+
+    /// All flags of a project, deleted ones included.
+    pub fn flags(&self, project_id: u64) -> Result<Vec<FlagRecord>, StoreError> {
+        self.records.flags(project_id)
+    }
+
+    pub fn flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
+        self.records.flag(project_id, id)
+    }
+    /// The live (not deleted) flag with this key.
+    pub fn live_flag_by_key(
+        &self,
+        project_id: u64,
+        flag_key: &str,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        Ok(self
+            .flags(project_id)?
+            .into_iter()
+            .find(|f| !f.definition.deleted && f.definition.key == flag_key))
+    }
+
+    /// The live flag with this id.
+    pub fn live_flag(&self, project_id: u64, id: i64) -> Result<Option<FlagRecord>, StoreError> {
+        Ok(self.flag(project_id, id)?.filter(|f| !f.definition.deleted))
+    }
+
+    /// Applies `change` to a live flag and stores it (a new version) when `check` accepts the
+    /// result. `None` when the flag is gone; the change is skipped (no new version) when it
+    /// leaves the definition as it was.
+    pub fn modify_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        change: impl FnOnce(&mut FlagDefinition),
+        check: impl Fn(&FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let mut change = Some(change);
+        self.rewrite(project_id, id, true, &mut |definition| {
+            if let Some(change) = change.take() {
+                change(definition);
+            }
+            check(definition)
+        })
+    }
+
+    /// An update of a live flag (PostHog's PATCH): `change` edits the stored definition (an
+    /// error aborts), and the result is stored with the next version even when nothing
+    /// changed. Exclusive against every other writer on any node, so concurrent updates each
+    /// count. `None` when the flag is gone (or deleted).
+    pub fn update_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        mut change: impl FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        self.rewrite(project_id, id, false, &mut change)
+    }
+
+    /// Read-modify-write of a live flag through the records' exclusive update; with
+    /// `skip_unchanged`, a definition `change` left as it was is not written.
+    fn rewrite(
+        &self,
+        project_id: u64,
+        id: i64,
+        skip_unchanged: bool,
+        change: &mut dyn FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let mut live = true;
+        let record = self.records.update_flag(project_id, id, &mut |record| {
+            if record.definition.deleted {
+                live = false;
+                return Ok(false);
+            }
+            let mut definition = record.definition.clone();
+            change(&mut definition)?;
+            definition.id = record.definition.id;
+            if skip_unchanged && definition == record.definition {
+                return Ok(false);
+            }
+            definition.version = record.definition.version.saturating_add(1);
+            record.definition = definition;
+            record.updated_at = Utc::now();
+            Ok(true)
+        })?;
+        if record.is_some() && live {
+            self.refresh(project_id)?;
+        }
+        Ok(record.filter(|_| live))
+    }
+
+    /// Inserts a new flag, assigning its id and version 1. A live flag of the project with
+    /// the same key makes it fail with [`key_taken`](super::records::key_taken), checked by
+    /// the store for every writer on every node.
+    pub fn create_flag(
+        &self,
+        project_id: u64,
+        mut definition: FlagDefinition,
+    ) -> Result<FlagRecord, StoreError> {
+        let now = Utc::now();
+        definition.id = self.records.next_flag_id()?;
+        definition.version = 1;
+        let record = FlagRecord {
+            definition,
+            project_id,
+            created_at: now,
+            updated_at: now,
+        };
+        self.records.create_flag(&record)?;
+        self.refresh(project_id)?;
+        Ok(record)
+    }
+
+    pub fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError> {
+        self.records.cohorts(project_id)
+    }
+
+    pub fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError> {
+        self.records.cohort(project_id, id)
+    }
+
+    /// Inserts (id 0) or replaces a cohort.
+    pub fn save_cohort(
+        &self,
+        project_id: u64,
+        mut record: CohortRecord,
+    ) -> Result<CohortRecord, StoreError> {
+        if record.definition.id == 0 {
+            record.definition.id = self.records.next_cohort_id()?;
+        }
+        record.project_id = project_id;
+        self.records.put_cohort(&record)?;
+        self.refresh(project_id)?;
+        Ok(record)
+    }
+
+    /// The project's snapshot when it is already in memory (no sled read; safe on the event
+    /// loop). `None`: call [`FlagStore::snapshot`] off the event loop.
+    pub fn cached_snapshot(&self, project_id: u64) -> Option<Arc<ProjectFlags>> {
+        self.snapshots.get(&project_id).map(|s| Arc::clone(&s))
+    }
+
+    /// The project's evaluation snapshot (built on first use).
+    pub fn snapshot(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
+        if let Some(s) = self.snapshots.get(&project_id) {
+            return Ok(Arc::clone(&s));
+        }
+        self.refresh(project_id)
+    }
+
+    /// Rebuilds and swaps in the project's snapshot.
+    pub fn refresh(&self, project_id: u64) -> Result<Arc<ProjectFlags>, StoreError> {
+        let seen = self.remote_changes.load(Ordering::SeqCst);
+        let mut flags: Vec<FlagDefinition> = self
+            .flags(project_id)?
+            .into_iter()
+            .map(|r| r.definition)
+            .filter(|f| !f.deleted)
+            .collect();
+        flags.sort_by_key(|f| f.id);
+        let mut cohorts = HashMap::new();
+        let mut static_members: HashMap<String, Vec<i64>> = HashMap::new();
+        for c in self.cohorts(project_id)?.into_iter().filter(|c| !c.deleted) {
+            for did in &c.static_distinct_ids {
+                static_members
+                    .entry(did.clone())
+                    .or_default()
+                    .push(c.definition.id);
+            }
+            cohorts.insert(c.definition.id, c.definition);
+        }
+        let snapshot = Arc::new(ProjectFlags::new(flags, cohorts, static_members));
+        self.snapshots.insert(project_id, Arc::clone(&snapshot));
+        if self.remote_changes.load(Ordering::SeqCst) != seen {
+            // Another node changed something while this one read: serve what was read this
+            // once, but rebuild on the next request.
+            self.snapshots.remove(&project_id);
+        }
+        *self.snapshot_versions.entry(project_id).or_insert(0) += 1;
+        Ok(snapshot)
+    }
+
+    /// `(project, snapshot version)` of every project whose flags are in memory.
+    pub fn snapshot_versions(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = self
+            .snapshot_versions
+            .iter()
+            .map(|e| (*e.key(), *e.value()))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}

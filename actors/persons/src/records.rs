@@ -1,0 +1,268 @@
+//! Where persons, distinct ids, groups, group types and usage counters live.
+//!
+//! [`PersonRecords`] is the storage trait ([`SledPersons`] in the embedded default; every
+//! implementation passes [`contract::suite`]). Read-modify-write cycles are serialized by the
+//! domain's writer ([`super::PersonStore`]); an implementation shared by several processes
+//! must make [`PersonRecords::put_person`] and [`PersonRecords::ensure_group_type`] safe
+//! against concurrent writers itself.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::model::{Group, Person, UsageKind, UsageRow};
+use corvid_kernel::StoreError;
+
+/// What another node wrote, for this node's read cache to drop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonChange {
+    /// The person of these distinct ids was written.
+    Persons {
+        project: u64,
+        distinct_ids: Vec<String>,
+    },
+    /// A group was written.
+    Group {
+        project: u64,
+        index: u8,
+        key: String,
+    },
+    /// Anything of the project may have changed (a person deleted, a group type added).
+    Project { project: u64 },
+}
+
+/// Called with each change another node announced; `None` when changes may have been missed.
+pub type OnPersonChange = Arc<dyn Fn(Option<PersonChange>) + Send + Sync>;
+
+pub trait PersonRecords: Send + Sync {
+    /// Runs `work` while no other node sharing these records runs a read-modify-write of
+    /// `project_id`'s persons or groups (this process's callers are serialized by the
+    /// domain's writer lock). A store one process owns just runs it.
+    fn exclusively(
+        &self,
+        project_id: u64,
+        work: &mut dyn FnMut() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let _ = project_id;
+        work()
+    }
+
+    /// Whether other processes write these records too. Then this process's read cache may
+    /// lag their writes, and a read-modify-write reads the records themselves.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Announces other nodes' writes to `on_change`. A store only this process writes never
+    /// calls it: its writes go through the cache.
+    fn watch(&self, on_change: OnPersonChange) {
+        let _ = on_change;
+    }
+
+    fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError>;
+    fn person_id_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Uuid>, StoreError>;
+    /// Writes a person and points all its distinct ids at it.
+    fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError>;
+    /// Deletes a person record (its distinct ids must already point elsewhere).
+    fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError>;
+    /// All persons of a project.
+    fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError>;
+
+    /// Group types of a project as `(name, index)`, by index.
+    fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError>;
+    /// The index of `group_type`, assigning the next one when the project has fewer than
+    /// `max` types; `None` when it is full.
+    fn ensure_group_type(
+        &self,
+        project_id: u64,
+        group_type: &str,
+        max: u8,
+    ) -> Result<Option<u8>, StoreError>;
+    fn group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Result<Option<Group>, StoreError>;
+    /// Groups of a project, optionally of one type.
+    fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError>;
+    fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError>;
+
+    /// Adds `n` to a usage counter of the month containing `at`, atomically.
+    fn add_usage(
+        &self,
+        project_id: u64,
+        at: DateTime<Utc>,
+        kind: UsageKind,
+        n: u64,
+    ) -> Result<(), StoreError>;
+    /// Stored usage by month, oldest first.
+    fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError>;
+
+    /// Makes every write so far durable.
+    fn flush(&self) -> Result<(), StoreError>;
+}
+
+/// The behaviour every [`PersonRecords`] must show, written against the trait.
+#[cfg(test)]
+pub(crate) mod contract {
+    use serde_json::json;
+
+    use super::*;
+
+    fn person(distinct_ids: &[&str]) -> Person {
+        Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: json!({"plan": "pro"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            is_identified: false,
+            version: 0,
+            distinct_ids: distinct_ids.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    /// Runs every check against an empty store.
+    pub fn suite(records: &dyn PersonRecords) {
+        persons_are_found_by_every_distinct_id(records);
+        a_merge_moves_distinct_ids_and_deletes_the_loser(records);
+        group_types_are_numbered_up_to_the_limit(records);
+        groups_are_kept_per_type(records);
+        usage_adds_up_per_month_and_kind(records);
+    }
+
+    fn persons_are_found_by_every_distinct_id(records: &dyn PersonRecords) {
+        let p = person(&["a", "b"]);
+        records.put_person(1, &p).expect("put");
+        for did in ["a", "b"] {
+            assert_eq!(
+                records.person_id_by_distinct_id(1, did).expect("read"),
+                Some(p.id)
+            );
+        }
+        assert_eq!(
+            records.person_id_by_distinct_id(2, "a").expect("read"),
+            None,
+            "per project"
+        );
+        assert_eq!(records.person(1, p.id).expect("read"), Some(p.clone()));
+        assert_eq!(records.persons(1).expect("list"), vec![p]);
+        records.flush().expect("flush");
+    }
+
+    fn a_merge_moves_distinct_ids_and_deletes_the_loser(records: &dyn PersonRecords) {
+        let winner = person(&["w"]);
+        let loser = person(&["l"]);
+        records.put_person(3, &winner).expect("put");
+        records.put_person(3, &loser).expect("put");
+        let mut merged = winner.clone();
+        merged.distinct_ids.push("l".into());
+        merged.version += 1;
+        records.put_person(3, &merged).expect("put");
+        records.delete_person(3, loser.id).expect("delete");
+        assert_eq!(
+            records.person_id_by_distinct_id(3, "l").expect("read"),
+            Some(winner.id)
+        );
+        assert_eq!(records.person(3, loser.id).expect("read"), None);
+        assert_eq!(records.persons(3).expect("list"), vec![merged]);
+    }
+
+    fn group_types_are_numbered_up_to_the_limit(records: &dyn PersonRecords) {
+        assert_eq!(
+            records.ensure_group_type(4, "company", 2).expect("ensure"),
+            Some(0)
+        );
+        assert_eq!(
+            records.ensure_group_type(4, "team", 2).expect("ensure"),
+            Some(1)
+        );
+        assert_eq!(
+            records.ensure_group_type(4, "company", 2).expect("again"),
+            Some(0)
+        );
+        assert_eq!(
+            records.ensure_group_type(4, "region", 2).expect("full"),
+            None
+        );
+        assert_eq!(
+            records.group_types(4).expect("list"),
+            vec![("company".to_string(), 0), ("team".to_string(), 1)]
+        );
+        assert!(records.group_types(5).expect("list").is_empty());
+    }
+
+    fn groups_are_kept_per_type(records: &dyn PersonRecords) {
+        let group = |index: u8, key: &str| Group {
+            group_type_index: index,
+            group_type: format!("t{index}"),
+            group_key: key.into(),
+            properties: Default::default(),
+            created_at: Utc::now(),
+        };
+        records.put_group(6, &group(0, "acme")).expect("put");
+        records.put_group(6, &group(1, "acme")).expect("put");
+        records.put_group(6, &group(1, "globex")).expect("put");
+        assert_eq!(
+            records.group(6, 1, "acme").expect("read"),
+            Some(group(1, "acme")).map(|mut g| {
+                g.created_at = records
+                    .group(6, 1, "acme")
+                    .expect("read")
+                    .expect("found")
+                    .created_at;
+                g
+            })
+        );
+        assert!(records.group(6, 2, "acme").expect("read").is_none());
+        assert_eq!(records.groups(6, Some(1)).expect("list").len(), 2);
+        assert_eq!(records.groups(6, None).expect("list").len(), 3);
+    }
+
+    fn usage_adds_up_per_month_and_kind(records: &dyn PersonRecords) {
+        let jan = "2026-01-15T00:00:00Z".parse().expect("time");
+        let feb = "2026-02-01T00:00:00Z".parse().expect("time");
+        records
+            .add_usage(7, jan, UsageKind::BillableEvents, 3)
+            .expect("add");
+        records
+            .add_usage(7, jan, UsageKind::BillableEvents, 4)
+            .expect("add");
+        records
+            .add_usage(7, jan, UsageKind::FlagRequests, 2)
+            .expect("add");
+        records
+            .add_usage(7, feb, UsageKind::HistoricalEvents, 5)
+            .expect("add");
+        records
+            .add_usage(8, feb, UsageKind::HistoricalEvents, 9)
+            .expect("other project");
+        let rows = records.usage(7).expect("usage");
+        assert_eq!(
+            rows,
+            vec![
+                UsageRow {
+                    month: "2026-01".into(),
+                    billable_events: 7,
+                    historical_events: 0,
+                    flag_requests: 2
+                },
+                UsageRow {
+                    month: "2026-02".into(),
+                    billable_events: 0,
+                    historical_events: 5,
+                    flag_requests: 0
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,509 @@
+//! The persons domain's store: the records ([`PersonRecords`]), a bounded read cache for flag
+//! evaluation and ingestion, in-memory usage counts, and the writer lock that serializes
+//! read-modify-write cycles.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
+use super::records::{PersonChange, PersonRecords};
+use super::sled_store::SledPersons;
+use corvid_kernel::start_over::StartOverMap;
+use corvid_kernel::StoreError;
+
+/// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
+/// common `/flags` request needs no storage read. Every write through [`PersonStore`] updates
+/// it under the writer lock, so it is never stale because of this process; writes of other
+/// nodes (records shared in a cluster) drop what they changed when announced. When full it
+/// starts over.
+struct ReadCache {
+    persons: StartOverMap<(u64, String), Option<Arc<Person>>>,
+    groups: StartOverMap<(u64, u8, String), Option<Arc<Group>>>,
+    group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
+    /// Counts other nodes' announced changes: a fill that read before one is not kept.
+    remote_changes: AtomicU64,
+}
+
+impl ReadCache {
+    /// Drops what another node changed (`None`: everything).
+    fn forget(&self, change: Option<PersonChange>) {
+        self.remote_changes.fetch_add(1, Ordering::SeqCst);
+        match change {
+            Some(PersonChange::Persons {
+                project,
+                distinct_ids,
+            }) => {
+                for did in distinct_ids {
+                    self.persons.remove(&(project, did));
+                }
+            }
+            Some(PersonChange::Group {
+                project,
+                index,
+                key,
+            }) => {
+                self.groups.remove(&(project, index, key));
+            }
+            Some(PersonChange::Project { project }) => {
+                self.persons.retain(|(p, _), _| *p != project);
+                self.groups.retain(|(p, _, _), _| *p != project);
+                self.group_types.remove(&project);
+            }
+            None => {
+                self.persons.start_over();
+                self.groups.start_over();
+                self.group_types.clear();
+            }
+        }
+    }
+
+    fn new() -> ReadCache {
+        ReadCache {
+            persons: StartOverMap::new(READ_CACHE_ENTRIES),
+            groups: StartOverMap::new(READ_CACHE_ENTRIES),
+            group_types: dashmap::DashMap::new(),
+            remote_changes: AtomicU64::new(0),
+        }
+    }
+
+    /// The change count to compare against before keeping a fill.
+    fn epoch(&self) -> u64 {
+        self.remote_changes.load(Ordering::SeqCst)
+    }
+}
+
+/// Entries the read cache holds at most (persons and groups each).
+pub const READ_CACHE_ENTRIES: usize = 200_000;
+
+pub struct PersonStore {
+    records: Arc<dyn PersonRecords>,
+    cache: Arc<ReadCache>,
+    /// Usage counted in memory until the next flush: `(project, month, kind)` → count.
+    pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64>,
+    writer: Mutex<()>,
+}
+
+impl PersonStore {
+    pub fn new(records: Arc<dyn PersonRecords>) -> PersonStore {
+        let cache = Arc::new(ReadCache::new());
+        let changed = Arc::clone(&cache);
+        records.watch(Arc::new(move |change| changed.forget(change)));
+        PersonStore {
+            records,
+            cache,
+            pending_usage: dashmap::DashMap::new(),
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// Over the embedded records in `db`.
+    pub fn open(db: &sled::Db) -> Result<PersonStore, StoreError> {
+        Ok(PersonStore::new(Arc::new(SledPersons::open(db)?)))
+    }
+
+    /// The writer lock: hold it across a read-modify-write of persons or groups.
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a read-modify-write of `project_id`'s persons or groups while no other node
+    /// sharing the records runs one. Take [`PersonStore::lock`] first.
+    pub fn exclusively<T>(
+        &self,
+        project_id: u64,
+        work: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut work = Some(work);
+        let mut out = None;
+        self.records.exclusively(project_id, &mut || {
+            if let Some(work) = work.take() {
+                out = Some(work()?);
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| StoreError::TaskFailed("person write did not run".into()))
+    }
+
+    /// Makes every write so far durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.records.flush()
+    }
+
+    pub fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
+        self.records.person(project_id, id)
+    }
+
+    pub fn person_id_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Uuid>, StoreError> {
+        self.records
+            .person_id_by_distinct_id(project_id, distinct_id)
+    }
+
+    pub fn person_by_distinct_id(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Person>, StoreError> {
+        match self.person_id_by_distinct_id(project_id, distinct_id)? {
+            Some(id) => self.person(project_id, id),
+            None => Ok(None),
+        }
+    }
+
+    /// The person of a distinct id for a read-modify-write (caller holds the writer lock).
+    /// When only this process writes the records, every write went through the cache under
+    /// the same lock, so a cached answer (also "no person") is current and storage is not
+    /// read; records other nodes also write are always read.
+    pub fn person_for_update(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Person>, StoreError> {
+        if !self.records.shared() {
+            if let Some(cached) = self.cached_person(project_id, distinct_id) {
+                return Ok(cached.map(|person| Person::clone(&person)));
+            }
+        }
+        self.person_by_distinct_id(project_id, distinct_id)
+    }
+
+    /// Writes a person and points all its distinct ids at it; returns the copy the read cache
+    /// now holds. Caller holds the writer lock.
+    pub fn put_person(&self, project_id: u64, person: Person) -> Result<Arc<Person>, StoreError> {
+        self.records.put_person(project_id, &person)?;
+        let shared = Arc::new(person);
+        for did in &shared.distinct_ids {
+            self.cache_person(project_id, did, Some(Arc::clone(&shared)));
+        }
+        Ok(shared)
+    }
+
+    fn cache_person(&self, project_id: u64, distinct_id: &str, person: Option<Arc<Person>>) {
+        self.cache
+            .persons
+            .insert((project_id, distinct_id.to_string()), person);
+    }
+
+    /// The person of a distinct id from memory: `Some(None)` when known to have none, `None`
+    /// when not cached (call [`PersonStore::load_person`] off the event loop).
+    pub fn cached_person(&self, project_id: u64, distinct_id: &str) -> Option<Option<Arc<Person>>> {
+        self.cache
+            .persons
+            .get(&(project_id, distinct_id.to_string()))
+    }
+
+    /// Reads a person from storage and caches the answer (also "no person").
+    pub fn load_person(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Arc<Person>>, StoreError> {
+        // Under the writer lock, so a concurrent write cannot be overwritten by an older read.
+        let _writer = self.lock();
+        if let Some(cached) = self.cached_person(project_id, distinct_id) {
+            return Ok(cached);
+        }
+        let epoch = self.cache.epoch();
+        let person = self
+            .person_by_distinct_id(project_id, distinct_id)?
+            .map(Arc::new);
+        if self.cache.epoch() == epoch {
+            self.cache_person(project_id, distinct_id, person.clone());
+        }
+        Ok(person)
+    }
+
+    /// Group types from memory, if cached.
+    pub fn cached_group_types(&self, project_id: u64) -> Option<Arc<Vec<(String, u8)>>> {
+        self.cache
+            .group_types
+            .get(&project_id)
+            .map(|g| Arc::clone(&g))
+    }
+
+    /// Group types from storage, cached.
+    pub fn load_group_types(&self, project_id: u64) -> Result<Arc<Vec<(String, u8)>>, StoreError> {
+        let _writer = self.lock();
+        let epoch = self.cache.epoch();
+        let types = Arc::new(self.group_types(project_id)?);
+        if self.cache.epoch() == epoch {
+            self.cache
+                .group_types
+                .insert(project_id, Arc::clone(&types));
+        }
+        Ok(types)
+    }
+
+    /// A group from memory: `Some(None)` when known not to exist, `None` when not cached.
+    pub fn cached_group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Option<Option<Arc<Group>>> {
+        self.cache
+            .groups
+            .get(&(project_id, index, group_key.to_string()))
+    }
+
+    /// A group from storage, cached (also "no group").
+    pub fn load_group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Result<Option<Arc<Group>>, StoreError> {
+        let _writer = self.lock();
+        if let Some(cached) = self.cached_group(project_id, index, group_key) {
+            return Ok(cached);
+        }
+        let epoch = self.cache.epoch();
+        let group = self.group(project_id, index, group_key)?.map(Arc::new);
+        if self.cache.epoch() == epoch {
+            self.cache_group(project_id, index, group_key, group.clone());
+        }
+        Ok(group)
+    }
+
+    fn cache_group(&self, project_id: u64, index: u8, group_key: &str, group: Option<Arc<Group>>) {
+        self.cache
+            .groups
+            .insert((project_id, index, group_key.to_string()), group);
+    }
+
+    /// Deletes a person record (its distinct ids must already point elsewhere).
+    pub fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
+        self.records.delete_person(project_id, id)
+    }
+
+    /// All persons of a project (for queries and exports).
+    pub fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
+        self.records.persons(project_id)
+    }
+
+    /// Group types of a project as `(name, index)`, by index.
+    pub fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
+        self.records.group_types(project_id)
+    }
+
+    pub fn group_type_index(
+        &self,
+        project_id: u64,
+        group_type: &str,
+    ) -> Result<Option<u8>, StoreError> {
+        Ok(self
+            .group_types(project_id)?
+            .into_iter()
+            .find(|(name, _)| name == group_type)
+            .map(|(_, index)| index))
+    }
+
+    /// The index of `group_type`, creating it when the project has fewer than
+    /// [`MAX_GROUP_TYPES`] types. Caller holds the writer lock.
+    pub fn ensure_group_type(
+        &self,
+        project_id: u64,
+        group_type: &str,
+    ) -> Result<Option<u8>, StoreError> {
+        let index = self
+            .records
+            .ensure_group_type(project_id, group_type, MAX_GROUP_TYPES)?;
+        self.cache.group_types.remove(&project_id);
+        Ok(index)
+    }
+
+    pub fn group(
+        &self,
+        project_id: u64,
+        index: u8,
+        group_key: &str,
+    ) -> Result<Option<Group>, StoreError> {
+        self.records.group(project_id, index, group_key)
+    }
+
+    /// Groups of a project, optionally of one type.
+    pub fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
+        self.records.groups(project_id, index)
+    }
+
+    /// Writes a group. Caller holds the writer lock.
+    pub fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
+        self.records.put_group(project_id, group)?;
+        self.cache_group(
+            project_id,
+            group.group_type_index,
+            &group.group_key,
+            Some(Arc::new(group.clone())),
+        );
+        Ok(())
+    }
+
+    /// Adds `n` to a usage counter of the month containing `at`, in memory (no storage write
+    /// on the request or ingest path); [`PersonStore::flush_pending_usage`] writes it.
+    pub fn count_usage(&self, project_id: u64, at: DateTime<Utc>, kind: UsageKind, n: u64) {
+        if n == 0 {
+            return;
+        }
+        *self
+            .pending_usage
+            .entry((project_id, UsageMonth::of(at), kind))
+            .or_insert(0) += n;
+    }
+
+    /// Counts one `/flags` request in memory; see [`PersonStore::flush_pending_usage`].
+    pub fn count_flag_request(&self, project_id: u64, at: DateTime<Utc>) {
+        self.count_usage(project_id, at, UsageKind::FlagRequests, 1);
+    }
+
+    /// Writes the usage counted in memory to storage. Called every second, by each ingest
+    /// flush before its checkpoint moves (so the counts of events the WAL may forget are
+    /// stored), and on shutdown; a crash loses at most the flag requests since the last flush
+    /// (events are counted again when the WAL is replayed).
+    pub fn flush_pending_usage(&self) -> Result<(), StoreError> {
+        let keys: Vec<(u64, UsageMonth, UsageKind)> =
+            self.pending_usage.iter().map(|e| *e.key()).collect();
+        for key in keys {
+            let Some((_, count)) = self.pending_usage.remove(&key) else {
+                continue;
+            };
+            let (project_id, month, kind) = key;
+            if let Err(err) = self
+                .records
+                .add_usage(project_id, month.first_instant(), kind, count)
+            {
+                // Put the count back so the next flush retries it.
+                *self.pending_usage.entry(key).or_insert(0) += count;
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Usage by month, oldest first (including counts not yet flushed).
+    pub fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
+        let mut rows = self.records.usage(project_id)?;
+        for entry in self.pending_usage.iter() {
+            let (project, month, kind) = *entry.key();
+            if project != project_id {
+                continue;
+            }
+            let month = month.to_string();
+            let row = match rows.iter().position(|r| r.month == month) {
+                Some(i) => &mut rows[i],
+                None => {
+                    rows.push(UsageRow {
+                        month,
+                        ..UsageRow::default()
+                    });
+                    let last = rows.len() - 1;
+                    &mut rows[last]
+                }
+            };
+            *row.count_mut(kind) += *entry.value();
+        }
+        rows.sort_by(|a, b| a.month.cmp(&b.month));
+        Ok(rows)
+    }
+
+    /// The number of group types in use by the project (for flag validation).
+    pub fn group_type_count(&self, project_id: u64) -> Result<usize, StoreError> {
+        Ok(self.group_types(project_id)?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::Map;
+
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, sled::Db, PersonStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("sled");
+        let store = PersonStore::open(&db).expect("store");
+        (dir, db, store)
+    }
+
+    #[test]
+    fn usage_counted_in_memory_is_read_at_once_and_stored_by_a_flush() {
+        let (_dir, db, store) = store();
+        let jan = Utc.with_ymd_and_hms(2026, 1, 31, 23, 0, 0).unwrap();
+        let feb = Utc.with_ymd_and_hms(2026, 2, 1, 0, 30, 0).unwrap();
+        store.count_usage(7, jan, UsageKind::BillableEvents, 3);
+        store.count_usage(7, jan, UsageKind::BillableEvents, 2);
+        store.count_usage(7, feb, UsageKind::HistoricalEvents, 4);
+        store.count_flag_request(7, feb);
+        store.count_usage(8, jan, UsageKind::BillableEvents, 9);
+
+        let expected = vec![
+            UsageRow {
+                month: "2026-01".into(),
+                billable_events: 5,
+                ..UsageRow::default()
+            },
+            UsageRow {
+                month: "2026-02".into(),
+                historical_events: 4,
+                flag_requests: 1,
+                ..UsageRow::default()
+            },
+        ];
+        assert_eq!(store.usage(7).expect("usage"), expected);
+        let stored = SledPersons::open(&db).expect("records");
+        assert!(
+            stored.usage(7).expect("stored").is_empty(),
+            "nothing written yet"
+        );
+
+        store.flush_pending_usage().expect("flush");
+        assert_eq!(stored.usage(7).expect("stored"), expected);
+        assert_eq!(
+            store.usage(7).expect("usage"),
+            expected,
+            "not counted twice"
+        );
+
+        store.count_usage(7, jan, UsageKind::BillableEvents, 1);
+        assert_eq!(store.usage(7).expect("usage")[0].billable_events, 6);
+        assert_eq!(store.usage(8).expect("usage")[0].billable_events, 9);
+    }
+
+    #[test]
+    fn a_person_written_through_the_store_is_what_the_next_update_starts_from() {
+        let (_dir, db, store) = store();
+        let _writer = store.lock();
+        assert_eq!(store.person_for_update(1, "a").expect("read"), None);
+        let person = Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: Map::new(),
+            is_identified: false,
+            version: 1,
+            distinct_ids: vec!["a".into(), "b".into()],
+        };
+        let shared = store.put_person(1, person.clone()).expect("put");
+        assert_eq!(*shared, person);
+        for did in ["a", "b"] {
+            assert_eq!(
+                store.person_for_update(1, did).expect("read"),
+                Some(person.clone())
+            );
+        }
+        // A store opened later over the same records reads them from storage.
+        let reopened = PersonStore::open(&db).expect("store");
+        assert_eq!(
+            reopened.person_for_update(1, "b").expect("read"),
+            Some(person)
+        );
+        assert_eq!(store.person_for_update(2, "a").expect("read"), None);
+    }
+}

@@ -1,0 +1,284 @@
+//! The tables a query sees, all scoped to one project: `events` (Parquet segments plus the
+//! not-yet-flushed tail), `persons`, `person_distinct_ids` and `groups` (from the person store).
+//!
+//! Isolation is structural: each query gets a fresh session whose only tables are these, built
+//! from the project's own directory and rows. No table, function or URL in the session can
+//! reach another project's files.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::TimestampMicrosecondArray;
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Result as DfResult, ScalarValue};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
+};
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+use corvid_events::StoredEvent;
+use corvid_persons::{Group, Person};
+
+/// The `events` table of one project at one instant.
+pub struct EventsTable {
+    /// Committed segments: their day, and the URL the segment store knows them by.
+    files: Vec<(NaiveDate, String)>,
+    tail: Arc<MemTable>,
+    schema: SchemaRef,
+}
+
+impl fmt::Debug for EventsTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventsTable")
+            .field("files", &self.files.len())
+            .finish()
+    }
+}
+
+impl EventsTable {
+    /// `materialized`: property keys every file has as a column (the tail computes them).
+    pub fn new(
+        files: Vec<(NaiveDate, String)>,
+        tail: &[StoredEvent],
+        materialized: &[String],
+    ) -> DfResult<EventsTable> {
+        let rows: Vec<&StoredEvent> = tail.iter().collect();
+        let schema = string_views(&corvid_events::segment_schema_with(materialized));
+        let batch = corvid_events::segment_batch(&rows, materialized)?;
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        let tail = Arc::new(MemTable::try_new(Arc::clone(&schema), vec![vec![batch]])?);
+        Ok(EventsTable {
+            files,
+            tail,
+            schema,
+        })
+    }
+}
+
+/// `schema` with string columns as `Utf8View`: Parquet strings decode into views without
+/// copying, and DataFusion groups and compares views fastest.
+fn string_views(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 => f.as_ref().clone().with_data_type(DataType::Utf8View),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Inclusive day bounds implied by `timestamp` comparisons among the pushed-down filters.
+fn day_bounds(filters: &[Expr]) -> (Option<NaiveDate>, Option<NaiveDate>) {
+    let mut from: Option<NaiveDate> = None;
+    let mut to: Option<NaiveDate> = None;
+    let mut lower = |d: NaiveDate| from = Some(from.map_or(d, |f| f.max(d)));
+    let mut upper = |d: NaiveDate| to = Some(to.map_or(d, |t| t.min(d)));
+    for f in filters {
+        match f {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                let (col, lit, op) = match (timestamp_column(left), literal_day(right)) {
+                    (true, Some(d)) => (true, d, *op),
+                    _ => match (literal_day(left), timestamp_column(right)) {
+                        (Some(d), true) => (true, d, op.swap().unwrap_or(*op)),
+                        _ => (false, NaiveDate::MIN, *op),
+                    },
+                };
+                if !col {
+                    continue;
+                }
+                match op {
+                    Operator::Gt | Operator::GtEq => lower(lit),
+                    Operator::Lt | Operator::LtEq => upper(lit),
+                    Operator::Eq => {
+                        lower(lit);
+                        upper(lit);
+                    }
+                    _ => {}
+                }
+            }
+            Expr::Between(b) if !b.negated && timestamp_column(&b.expr) => {
+                if let Some(d) = literal_day(&b.low) {
+                    lower(d);
+                }
+                if let Some(d) = literal_day(&b.high) {
+                    upper(d);
+                }
+            }
+            _ => {}
+        }
+    }
+    (from, to)
+}
+
+fn timestamp_column(e: &Expr) -> bool {
+    matches!(e, Expr::Column(c) if c.name == "timestamp")
+}
+
+fn literal_day(e: &Expr) -> Option<NaiveDate> {
+    let Expr::Literal(value, _) = e else {
+        return None;
+    };
+    let micros = match value {
+        ScalarValue::TimestampMicrosecond(Some(v), _) => *v,
+        ScalarValue::TimestampNanosecond(Some(v), _) => v.div_euclid(1_000),
+        ScalarValue::TimestampMillisecond(Some(v), _) => v.saturating_mul(1_000),
+        ScalarValue::TimestampSecond(Some(v), _) => v.saturating_mul(1_000_000),
+        _ => return None,
+    };
+    DateTime::<Utc>::from_timestamp_micros(micros).map(|t| t.date_naive())
+}
+
+#[async_trait]
+impl TableProvider for EventsTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let (from, to) = day_bounds(filters);
+        let urls = self
+            .files
+            .iter()
+            .filter(|(day, _)| from.is_none_or(|f| *day >= f) && to.is_none_or(|t| *day <= t))
+            .map(|(_, url)| ListingTableUrl::parse(url))
+            .collect::<DfResult<Vec<_>>>()?;
+        let mut plans = vec![self.tail.scan(state, projection, filters, limit).await?];
+        if !urls.is_empty() {
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .with_schema(Arc::clone(&self.schema));
+            let files = ListingTable::try_new(config)?;
+            plans.push(files.scan(state, projection, filters, limit).await?);
+        }
+        UnionExec::try_new(plans)
+    }
+}
+
+fn timestamp_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn micros(values: impl Iterator<Item = DateTime<Utc>>) -> ArrayRef {
+    Arc::new(
+        TimestampMicrosecondArray::from_iter_values(values.map(|t| t.timestamp_micros()))
+            .with_timezone("UTC"),
+    )
+}
+
+fn strings<'a>(values: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(values))
+}
+
+fn table(schema: Schema, columns: Vec<ArrayRef>) -> DfResult<Arc<dyn TableProvider>> {
+    let schema = Arc::new(schema);
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+/// `persons(id, created_at, properties, is_identified)`.
+pub fn persons_table(persons: &[Person]) -> DfResult<Arc<dyn TableProvider>> {
+    let props: Vec<String> = persons
+        .iter()
+        .map(|p| serde_json::Value::Object(p.properties.clone()).to_string())
+        .collect();
+    let ids: Vec<String> = persons.iter().map(|p| p.id.to_string()).collect();
+    table(
+        Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("created_at", timestamp_type(), false),
+            Field::new("properties", DataType::Utf8, false),
+            Field::new("is_identified", DataType::Boolean, false),
+        ]),
+        vec![
+            strings(ids.iter().map(String::as_str)),
+            micros(persons.iter().map(|p| p.created_at)),
+            strings(props.iter().map(String::as_str)),
+            Arc::new(BooleanArray::from_iter(
+                persons.iter().map(|p| Some(p.is_identified)),
+            )),
+        ],
+    )
+}
+
+/// `person_distinct_ids(distinct_id, person_id)`.
+pub fn person_distinct_ids_table(persons: &[Person]) -> DfResult<Arc<dyn TableProvider>> {
+    let pairs: Vec<(&str, String)> = persons
+        .iter()
+        .flat_map(|p| {
+            let id = p.id.to_string();
+            p.distinct_ids.iter().map(move |d| (d.as_str(), id.clone()))
+        })
+        .collect();
+    table(
+        Schema::new(vec![
+            Field::new("distinct_id", DataType::Utf8, false),
+            Field::new("person_id", DataType::Utf8, false),
+        ]),
+        vec![
+            strings(pairs.iter().map(|(d, _)| *d)),
+            strings(pairs.iter().map(|(_, p)| p.as_str())),
+        ],
+    )
+}
+
+/// `groups(group_type_index, group_key, properties, created_at)`.
+pub fn groups_table(groups: &[Group]) -> DfResult<Arc<dyn TableProvider>> {
+    let props: Vec<String> = groups
+        .iter()
+        .map(|g| serde_json::Value::Object(g.properties.clone()).to_string())
+        .collect();
+    table(
+        Schema::new(vec![
+            Field::new("group_type_index", DataType::Int64, false),
+            Field::new("group_key", DataType::Utf8, false),
+            Field::new("properties", DataType::Utf8, false),
+            Field::new("created_at", timestamp_type(), false),
+        ]),
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                groups.iter().map(|g| i64::from(g.group_type_index)),
+            )),
+            strings(groups.iter().map(|g| g.group_key.as_str())),
+            strings(props.iter().map(String::as_str)),
+            micros(groups.iter().map(|g| g.created_at)),
+        ],
+    )
+}

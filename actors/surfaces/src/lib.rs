@@ -1,0 +1,16 @@
+//! The product surfaces that ride on feature flags: remote config, early access, surveys and
+//! experiments. Each is a small domain with its own facade (one public module per surface);
+//! they share one error enum ([`RecordError`]) and reach flags only through the flags crate's
+//! owned-flag commands.
+
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
+pub mod early_access;
+pub mod experiments;
+pub mod remote_config;
+mod surface;
+pub mod surveys;
+
+pub use surface::RecordError;

@@ -1,0 +1,34 @@
+//! Tenancy: organizations, projects, users, personal API keys and the credentials they grant.
+//!
+//! [`Tenancy`] is the one door: it holds the rules and the in-memory cache every request reads
+//! (credentials and projects, invalidated on write). Records live behind [`MetadataStore`]
+//! ([`SledMetadata`] in the embedded default).
+
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
+mod cache;
+mod credential;
+mod model;
+mod pg_store;
+pub(crate) mod scopes;
+mod sled_store;
+mod store;
+mod tenancy;
+
+pub use corvid_kernel::secrets::PERSONAL_API_KEY_PREFIX;
+pub use corvid_kernel::StoreError;
+pub use credential::{Credential, CredentialSource};
+pub use model::{
+    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
+    ProjectUpdate, User,
+};
+pub use pg_store::PgMetadata;
+pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
+pub use sled_store::{SledMetadata, SCHEMA_VERSION};
+pub use store::MetadataStore;
+pub use tenancy::{
+    Bootstrapped, MintKey, OrganizationUpdate, Tenancy, TenancySettings, ADMIN_EMAIL,
+    DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
+};
