@@ -213,7 +213,7 @@ fn bench(c: &mut Criterion) {
         .expect("query");
         black_box(
             rt.block_on(engine.insight(1, chrono_tz::Tz::UTC, query, &Default::default()))
-            .expect("runs"),
+                .expect("runs"),
         )
     };
     group.bench_function("trend_30d_by_browser", |b| b.iter(trend));

@@ -9,8 +9,8 @@ use std::hint::black_box;
 
 use chrono::{Duration, TimeZone, Utc};
 use corvid_events::write_segment;
-use corvid_kernel::RealDisk;
 use corvid_events::StoredEvent;
+use corvid_kernel::RealDisk;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use uuid::Uuid;

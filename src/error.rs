@@ -13,10 +13,10 @@ use corvid_endpoints::EndpointError;
 use corvid_events::IngestError;
 use corvid_events::NormalizeError;
 use corvid_events::{DecodeError, ErrorClass};
-use corvid_tenancy::StoreError;
 use corvid_oauth::OAuthError;
 use corvid_query::QueryError;
 use corvid_surfaces::RecordError;
+use corvid_tenancy::StoreError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
-//! The layering rules, checked on the source itself: the service reaches the engine only
-//! through each domain's root (its facade and the facade's command, result and error types),
-//! and no two files of one crate (`src/`, `actors/src/`, `actors/kernel/src/`) import each other,
-//! directly or through others.
+//! The layering rules, checked on the source itself: the engine's crates depend only on lower
+//! layers; no crate (an engine crate, the service, its tests or benchmarks) names another
+//! domain's inner module, only its root (its facade and the facade's command, result and error
+//! types); and no two files of one crate import each other, directly or through others.
 //!
 //! A "file imports another" when it names a path (`use crate::…`, `super::…`, inline
 //! `crate::…`) that resolves to the other file's module. A parent module naming its own
@@ -241,45 +241,205 @@ fn cycles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Strin
     state.found
 }
 
+/// The engine's crates bottom up (`actors/<dir>`, package `corvid-<dir>`): a crate may depend
+/// only on crates of lower layers.
+const LAYERS: &[&[&str]] = &[
+    &["kernel"],
+    &["tenancy", "persons"],
+    &["events", "flags", "oauth"],
+    &["query"],
+    &["endpoints", "surfaces"],
+    &["engine"],
+];
+
+/// Public modules that are doors of their own: the four product surfaces share one crate, and
+/// `testing` is the test-support fixture a crate lends other crates' tests. The kernel is not
+/// a domain: its modules are its interface.
+const DOOR_MODULES: &[(&str, &str)] = &[
+    ("surfaces", "early_access"),
+    ("surfaces", "experiments"),
+    ("surfaces", "remote_config"),
+    ("surfaces", "surveys"),
+    ("events", "testing"),
+    ("query", "testing"),
+];
+
+fn layer_of(name: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|layer| layer.contains(&name))
+        .unwrap_or_else(|| panic!("crate actors/{name} is in no layer"))
+}
+
+fn engine_crates() -> Vec<String> {
+    LAYERS
+        .iter()
+        .flat_map(|l| l.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+/// Every `corvid_<name>::…` path the code names (in `use` trees and inline).
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut out: Vec<String> = paths(code)
+        .into_iter()
+        .filter(|p| p.starts_with("corvid_"))
+        .collect();
+    let bytes = code.as_bytes();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("corvid_") {
+        let at = from + i;
+        from = at + 1;
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let len = code[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(code.len() - at);
+        let path = code[at..at + len].trim_end_matches(':');
+        if path.contains("::") {
+            out.push(path.to_string());
+        }
+    }
+    out
+}
+
+/// The inner (non-door) modules of engine crate `name`: every module below its root.
+fn inner_modules(root: &Path, name: &str) -> BTreeSet<String> {
+    let src = root.join("actors").join(name).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut out: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| module_of(&src, f).first().cloned())
+        .collect();
+    // Inline `mod x {` blocks of the root.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    for line in lib.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("mod ").or(line.strip_prefix("pub mod ")) {
+            out.insert(rest.trim_end_matches(['{', ';', ' ']).to_string());
+        }
+    }
+    out.retain(|m| !DOOR_MODULES.contains(&(name, m.as_str())));
+    out
+}
+
+/// Where a crate's sources are: the engine crates, the service, its tests and benchmarks.
+fn source_dirs(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<(String, PathBuf)> = engine_crates()
+        .into_iter()
+        .map(|c| (c.clone(), root.join("actors").join(&c).join("src")))
+        .collect();
+    for dir in ["src", "tests", "benches"] {
+        dirs.push(("corvid".to_string(), root.join(dir)));
+    }
+    dirs
+}
+
+/// Every `crate → crate::module` edge where a crate names another domain's inner module.
+fn deep_edges(root: &Path) -> BTreeSet<String> {
+    let inner: BTreeMap<String, BTreeSet<String>> = engine_crates()
+        .into_iter()
+        .filter(|c| c != "kernel")
+        .map(|c| {
+            let modules = inner_modules(root, &c);
+            (c, modules)
+        })
+        .collect();
+    let mut offenders = BTreeSet::new();
+    for (from, dir) in source_dirs(root) {
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        for file in &files {
+            let code = std::fs::read_to_string(file).expect("readable");
+            for path in crate_paths(&code) {
+                let mut segs = path.split("::");
+                let target = segs.next().unwrap_or("").trim_start_matches("corvid_");
+                let Some(modules) = inner.get(target) else {
+                    continue;
+                };
+                let first = segs.next().unwrap_or("");
+                // `corvid_x::name` is a root item even when a module shares its name.
+                let deeper = segs.next().is_some();
+                if target != from && deeper && modules.contains(first) {
+                    offenders.insert(format!(
+                        "{} (corvid-{from} → corvid-{target}::{first}): {path}",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+    offenders
+}
+
+/// The `corvid-*` packages crate `name` depends on (its `[dependencies]` table).
+fn engine_dependencies(root: &Path, name: &str) -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(root.join("actors").join(name).join("Cargo.toml")).expect("toml");
+    let mut in_deps = false;
+    let mut out = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps {
+            if let Some(dep) = line.strip_prefix("corvid-") {
+                out.push(dep.split(['.', ' ', '=']).next().unwrap_or("").to_string());
+            }
+        }
+    }
+    out
+}
+
 #[test]
-fn no_file_of_the_engine_or_the_service_imports_itself_through_others() {
+fn no_file_of_a_crate_imports_itself_through_others() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for dir in ["actors/kernel/src", "actors/src", "src"] {
-        let graph = import_graph(&root.join(dir));
-        assert!(graph.len() > 10, "{dir}: the scan found the modules");
+    for (name, dir) in source_dirs(root) {
+        if !dir.join("lib.rs").exists() && !dir.join("main.rs").exists() {
+            continue;
+        }
+        let graph = import_graph(&dir);
+        assert!(!graph.is_empty(), "{name}: the scan found the modules");
         let found = cycles(&graph);
-        assert!(found.is_empty(), "import cycles in {dir}: {found:#?}");
+        assert!(
+            found.is_empty(),
+            "import cycles in {}: {found:#?}",
+            dir.display()
+        );
     }
 }
 
 #[test]
-fn the_service_uses_only_domain_roots_of_the_engine() {
+fn no_crate_names_another_domains_inner_modules() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    assert!(
+        inner_modules(root, "flags").contains("store"),
+        "the scan sees modules"
+    );
+    let offenders = deep_edges(root);
+    assert!(
+        offenders.is_empty(),
+        "paths into another domain's inner modules (use its root): {offenders:#?}"
+    );
+}
+
+#[test]
+fn engine_crates_depend_only_on_lower_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut offenders = Vec::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).expect("readable");
-        for path in paths(&text.replace("corvid_actors::", "crate::__engine__::")) {
-            let Some(rest) = path.strip_prefix("crate::__engine__::") else {
-                continue;
-            };
-            let segs: Vec<&str> = rest.split("::").collect();
-            // `domain::Item` or `domain::function`; a third lower-case segment is a submodule.
-            let deep = segs.len() > 2
-                && segs[..segs.len() - 1]
-                    .iter()
-                    .skip(1)
-                    .any(|s| s.chars().next().is_some_and(|c| c.is_ascii_lowercase()));
-            if deep || segs.first() == Some(&"bench") {
-                offenders.push(format!("{}: corvid_actors::{rest}", file.display()));
+    for name in engine_crates() {
+        for dep in engine_dependencies(root, &name) {
+            if layer_of(&dep) >= layer_of(&name) {
+                offenders.push(format!("corvid-{name} → corvid-{dep}"));
             }
         }
     }
     assert!(
         offenders.is_empty(),
-        "engine internals used by the service: {offenders:#?}"
+        "dependencies running up or sideways: {offenders:#?}"
     );
+    assert!(engine_dependencies(root, "engine").contains(&"flags".to_string()));
 }
 
 #[test]

@@ -5,9 +5,9 @@ use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest};
 use chrono::Utc;
+use corvid_oauth::ACCESS_TOKEN_PREFIX;
 use corvid_tenancy::PERSONAL_API_KEY_PREFIX;
 use corvid_tenancy::{Credential, Scope};
-use corvid_oauth::ACCESS_TOKEN_PREFIX;
 use futures_util::future::LocalBoxFuture;
 
 use super::scope::RequiredScope;

@@ -13,11 +13,11 @@ use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
 use corvid_engine::{
     ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
 };
-use corvid_flags::FlagsSettings;
 use corvid_events::{CompactionConfig, Durability, IngestConfig, Limits};
-use corvid_tenancy::TenancySettings;
+use corvid_flags::FlagsSettings;
 use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
 use corvid_query::QuerySettings;
+use corvid_tenancy::TenancySettings;
 use serde::Deserialize;
 
 /// The embedded defaults; also the documentation of every key.

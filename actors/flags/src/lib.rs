@@ -36,9 +36,11 @@ pub use admin::{CohortChanges, FlagChanges};
 // (the in-process benchmarks measure it alone).
 pub use engine::{evaluate_all, Evaluation, Reason, Subject};
 pub use evaluate::FlagsOutcome;
-pub use local_eval::LocalEvaluation;
 pub use geoip::{GeoIp, GeoIpError};
-pub use model::{CohortDefinition, Condition, FlagDefinition, FlagFilters, Holdout, Multivariate, Variant};
+pub use local_eval::LocalEvaluation;
+pub use model::{
+    CohortDefinition, Condition, FlagDefinition, FlagFilters, Holdout, Multivariate, Variant,
+};
 pub use owned::OwnedFlags;
 pub use pg_records::PgFlags;
 pub use properties::{MatchContext, PropertyFilter, PROPERTY_OPERATORS};

@@ -83,11 +83,12 @@ impl OwnedFlags {
         change: impl FnOnce(&mut FlagDefinition),
     ) -> Result<Option<FlagRecord>, StoreError> {
         let group_types = self.persons.group_type_count(project_id)?;
-        self.store.modify_flag(project_id, id, change, |definition| {
-            if definition.deleted {
-                return Ok(());
-            }
-            validate_flag(definition, group_types)
-        })
+        self.store
+            .modify_flag(project_id, id, change, |definition| {
+                if definition.deleted {
+                    return Ok(());
+                }
+                validate_flag(definition, group_types)
+            })
     }
 }

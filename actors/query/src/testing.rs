@@ -173,11 +173,7 @@ impl Fixture {
 
 impl Fixture {
     /// Runs a query object (`{"kind": …}`) for project 1 in timezone `tz`.
-    pub fn query(
-        &self,
-        tz: &str,
-        query: Value,
-    ) -> Result<QueryAnswer, QueryError> {
+    pub fn query(&self, tz: &str, query: Value) -> Result<QueryAnswer, QueryError> {
         let kind: QueryKind =
             serde_json::from_value(query).map_err(|e| QueryError::InvalidInsight(e.to_string()))?;
         let tz: chrono_tz::Tz = tz.parse().expect("timezone");

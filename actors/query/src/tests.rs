@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 
 use super::hogql::Bindings;
 use super::{QueryEngine, QueryError, QuerySettings, Sources};
+use corvid_events::DirCatalog;
 use corvid_events::PropertyColumns;
 use corvid_events::SegmentFiles;
 use corvid_events::StoredEvent;
-use corvid_events::DirCatalog;
 use corvid_events::{CompactionConfig, Compactor};
 use corvid_persons::PersonStore;
 
@@ -664,7 +664,6 @@ fn types_use_clickhouse_names() {
         ]
     );
 }
-
 
 #[test]
 fn materialized_property_columns_answer_like_json() {

@@ -11,9 +11,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_oauth::{
-    display_host, is_loopback_uri, Approval, AuthorizationProblem, ClientProblem,
-};
+use corvid_oauth::{display_host, is_loopback_uri, Approval, AuthorizationProblem, ClientProblem};
 
 use super::pages::{self, Consent};
 use super::session::{self, Session};

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_tenancy::StoreError;
 use corvid_oauth::OAuth;
+use corvid_tenancy::StoreError;
 
 use super::pages;
 use super::session::{self, LOGIN_CSRF_COOKIE, SESSION_COOKIE};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::*;
-use corvid_flags::FlagStore;
 use crate::surface::testing::{detail, stored_flag};
+use corvid_flags::FlagStore;
 use corvid_kernel::SledRecords;
 
 struct Setup {

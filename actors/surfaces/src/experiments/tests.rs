@@ -6,10 +6,10 @@ use chrono::{Duration, Utc};
 use serde_json::{json, Value};
 
 use super::*;
-use corvid_flags::FlagStore;
 use crate::surface::testing::{detail, stored_flag};
 use corvid_events::testing::event;
 use corvid_events::StoredEvent;
+use corvid_flags::FlagStore;
 use corvid_kernel::SledRecords;
 use corvid_query::testing::Fixture;
 

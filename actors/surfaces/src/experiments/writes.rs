@@ -336,8 +336,7 @@ impl Inner {
                 if status != Status::Running {
                     return refuse("pause", "running");
                 }
-                self.flags
-                    .modify(project, flag, |f| f.active = false)?;
+                self.flags.modify(project, flag, |f| f.active = false)?;
                 e.paused = true;
             }
             Action::Resume => {

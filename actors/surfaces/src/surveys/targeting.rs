@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::model::Survey;
 use crate::surface::RecordError;
-use corvid_flags::{Condition, FlagDefinition, FlagFilters};
 use corvid_flags::PropertyFilter;
+use corvid_flags::{Condition, FlagDefinition, FlagFilters};
 
 /// Every survey flag key starts with this.
 pub use corvid_flags::SURVEY_FLAG_PREFIX as FLAG_PREFIX;
