@@ -1,5 +1,6 @@
 //! Corvid, the service: HTTP handlers, auth, config, CLI and wiring. Domain logic lives in the
-//! `corvid-actors` engine crate; handlers here validate input and call into it.
+//! engine's crates under `actors/` (one per domain, composed by `corvid-engine`); handlers here
+//! validate input and call each domain's door.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).

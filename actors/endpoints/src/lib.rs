@@ -1,6 +1,7 @@
 //! Endpoints: saved queries published as versioned HTTP APIs.
 //!
-//! - [`model`] and [`store`]: endpoints with immutable versions, and insight variables, in sled.
+//! - `model` and `store`: endpoints with immutable versions, and insight variables, behind
+//!   [`EndpointRecords`] ([`SledEndpoints`] embedded, [`PgEndpoints`] in a cluster).
 //! - [`validate`] and [`crud`]: save-time rules and update semantics (PostHog Gen-2).
 //! - [`request`]: the run request and its validation order.
 //! - [`Endpoints::run`]: cache → materialized result → direct query, with one execution-log
@@ -239,3 +240,11 @@ impl Endpoints {
             .map_err(EndpointError::from)
     }
 }
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 5,
+    name: "endpoints",
+    sql: include_str!("../migrations/0005_endpoints.sql"),
+}];

@@ -275,7 +275,11 @@ mod tests {
     fn a_change_announced_by_one_node_reaches_another() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let node1 = PgEndpoints::new(Arc::new(db.connect()));
         let node3 = PgEndpoints::new(Arc::new(db.connect()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -325,7 +329,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         super::super::store::contract::suite(&PgEndpoints::new(pg));
     }
 
@@ -333,7 +337,11 @@ mod tests {
     fn updates_from_several_nodes_at_once_are_all_kept() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let nodes: Vec<PgEndpoints> = (0..3)
             .map(|_| PgEndpoints::new(Arc::new(db.connect())))
             .collect();

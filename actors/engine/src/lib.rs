@@ -1,5 +1,6 @@
-//! The engine as one unit: opens every domain's storage, starts its actors and background
-//! threads, and hands the service one facade per domain. The service never sees storage.
+//! The engine as one unit: picks the implementation behind every storage trait (embedded or a
+//! cluster's), opens every domain's storage, starts its actors and every background job
+//! ([`jobs`]), and hands the service one facade per domain. The service never sees storage.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
@@ -42,6 +43,18 @@ use corvid_tenancy::{PgMetadata, SledMetadata, Tenancy, TenancySettings};
 
 pub use corvid_kernel::pg::PgSettings;
 pub use jobs::JobReport;
+
+/// Every crate's PostgreSQL schema, each beside the crate that owns its tables.
+pub const MIGRATIONS: &[&[corvid_kernel::Migration]] = &[
+    corvid_kernel::MIGRATIONS,
+    corvid_tenancy::MIGRATIONS,
+    corvid_oauth::MIGRATIONS,
+    corvid_persons::MIGRATIONS,
+    corvid_flags::MIGRATIONS,
+    corvid_endpoints::MIGRATIONS,
+    corvid_events::MIGRATIONS,
+    corvid_surfaces::MIGRATIONS,
+];
 use jobs::{Job, JobScope, Jobs};
 
 /// What [`migrate_metastore`] did.
@@ -57,7 +70,7 @@ pub struct Migrated {
 /// newer one. Safe to run from many nodes at once. Blocking.
 pub fn migrate_metastore(settings: &PgSettings) -> Result<Migrated, EngineError> {
     let pg = corvid_kernel::pg::Pg::connect(settings)?;
-    let applied = corvid_kernel::pg::migrations::migrate(&pg)?;
+    let applied = corvid_kernel::pg::migrations::migrate(&pg, MIGRATIONS)?;
     let version = corvid_kernel::pg::migrations::current(&pg)?;
     Ok(Migrated { applied, version })
 }
@@ -237,7 +250,7 @@ async fn cluster_metastore(cluster: &ClusterSettings) -> Result<Arc<Pg>, EngineE
     let settings = cluster.postgres.clone();
     blocking(move || {
         let pg = Pg::connect(&settings).map_err(EngineError::Metastore)?;
-        corvid_kernel::pg::migrations::migrate(&pg).map_err(EngineError::Metastore)?;
+        corvid_kernel::pg::migrations::migrate(&pg, MIGRATIONS).map_err(EngineError::Metastore)?;
         Ok(Arc::new(pg))
     })
     .await

@@ -63,3 +63,11 @@ pub use segment_cache::CachedSegments;
 /// Builders the tests of this crate and of the crates that read events share.
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 7,
+    name: "segments",
+    sql: include_str!("../migrations/0007_segments.sql"),
+}];

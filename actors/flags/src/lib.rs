@@ -1,9 +1,10 @@
-//! Feature flags: definitions and cohorts in sled with per-project in-memory snapshots
-//! (`store`), request decoding (`request`), the pure evaluation engine (`engine`: hashing,
+//! Feature flags: definitions and cohorts behind [`FlagRecords`] with per-project in-memory
+//! snapshots ([`FlagStore`]), request decoding (`request`), the pure evaluation engine (`engine`: hashing,
 //! property matching, cohorts, dependencies) and its orchestration (`evaluate`, `serve`).
 //!
-//! [`Flags`] is the one door: serving `/flags` ([`Flags::serve`]), the definitions API
-//! ([`admin`]) and the local-evaluation definitions ([`local_eval`]).
+//! [`Flags`] is the service's door: serving `/flags` ([`Flags::serve`]), the definitions API
+//! (`admin`) and the local-evaluation definitions (`local_eval`). [`OwnedFlags`] is the door of
+//! the domains that own flags (early access, surveys, experiments).
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
@@ -108,3 +109,18 @@ impl Flags {
         parse_request(&decode_body(input, max_decompressed)?)
     }
 }
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[
+    corvid_kernel::Migration {
+        version: 4,
+        name: "flags",
+        sql: include_str!("../migrations/0004_flags.sql"),
+    },
+    corvid_kernel::Migration {
+        version: 8,
+        name: "flag keys",
+        sql: include_str!("../migrations/0008_flag_keys.sql"),
+    },
+];

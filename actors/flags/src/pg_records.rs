@@ -225,7 +225,11 @@ mod tests {
         use crate::store::FlagStore;
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let node1 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         let node3 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         assert!(node3.snapshot(1).expect("snapshot").flags.is_empty());
@@ -260,7 +264,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         super::super::records::contract::suite(&PgFlags::new(Arc::clone(&pg)));
         let other = Arc::new(db.connect());
         super::super::records::contract::race(

@@ -69,7 +69,7 @@ mod tests {
     fn postgres_claims_pass_the_contract_across_three_nodes() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(&db.connect(), &[crate::MIGRATIONS]).expect("migrate");
         let nodes: Vec<Arc<dyn JobClaims>> = (0..3)
             .map(|_| Arc::new(PgClaims::new(Arc::new(db.connect()))) as Arc<dyn JobClaims>)
             .collect();

@@ -330,3 +330,11 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
 
 #[cfg(test)]
 mod tests;
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 2,
+    name: "oauth",
+    sql: include_str!("../migrations/0002_oauth.sql"),
+}];

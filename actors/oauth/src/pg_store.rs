@@ -347,7 +347,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         super::super::store::contract::suite(Arc::new(PgGrants::new(pg)));
     }
 
@@ -355,7 +355,11 @@ mod tests {
     fn a_code_redeemed_on_several_nodes_at_once_is_fresh_on_exactly_one() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let nodes: Vec<PgGrants> = (0..3)
             .map(|_| PgGrants::new(Arc::new(db.connect())))
             .collect();

@@ -1,6 +1,6 @@
 //! Persons, distinct ids, groups and usage counters.
 //!
-//! Writers are the ingest shards (person processing lives in `ingest::persons`, since it
+//! Writers are the ingest shards (person processing lives in the events crate, since it
 //! changes the event); every mutation takes the store's writer lock, so concurrent shards see
 //! consistent read-modify-write cycles (the lock is the "person actor": one writer at a time).
 //! Readers (APIs, flags) never take it. Records live behind [`PersonRecords`] ([`SledPersons`]
@@ -92,3 +92,11 @@ impl Persons {
         blocking(move || store.flush_pending_usage()).await
     }
 }
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 3,
+    name: "persons",
+    sql: include_str!("../migrations/0003_persons.sql"),
+}];

@@ -13,4 +13,15 @@ pub mod remote_config;
 mod surface;
 pub mod surveys;
 
+#[cfg(test)]
+mod pg_tests;
+
 pub use surface::RecordError;
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 8,
+    name: "experiment flags",
+    sql: include_str!("../migrations/0008_experiment_flags.sql"),
+}];

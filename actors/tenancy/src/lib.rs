@@ -32,3 +32,11 @@ pub use tenancy::{
     Bootstrapped, MintKey, OrganizationUpdate, Tenancy, TenancySettings, ADMIN_EMAIL,
     DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
 };
+
+/// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 1,
+    name: "metadata",
+    sql: include_str!("../migrations/0001_metadata.sql"),
+}];

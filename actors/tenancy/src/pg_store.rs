@@ -355,7 +355,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         super::super::store::contract::suite(&|| -> Box<dyn MetadataStore> {
             Box::new(PgMetadata::new(Arc::new(db.connect())))
         });
@@ -365,7 +365,11 @@ mod tests {
     fn two_nodes_racing_for_one_email_or_token_get_one_winner() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let nodes: Vec<PgMetadata> = (0..4)
             .map(|_| PgMetadata::new(Arc::new(db.connect())))
             .collect();
@@ -431,7 +435,11 @@ mod cluster_tests {
     async fn a_key_deleted_on_one_node_is_refused_by_another_within_a_second() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let node1 = node(&db);
         let node3 = node(&db);
         let boot = node1

@@ -141,7 +141,7 @@ mod tests {
         super::super::contract::suite(&|| -> Box<dyn ExecutionLogStore> {
             let db = server.database();
             let pg = Arc::new(db.connect());
-            migrate(&pg).expect("migrate");
+            migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
             Box::new(PgExecutionLog::new(pg))
         });
     }

@@ -432,7 +432,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         let dir = tempfile::tempdir().expect("tempdir");
         // A directory stands in for the bucket: the catalog only needs an object store.
         let files = Arc::new(SegmentFiles::local(&dir.path().join("bucket")).expect("files"));

@@ -1,11 +1,6 @@
--- Tenancy metadata: organizations, projects, users, personal API keys and id sequences.
+-- Tenancy metadata: organizations, projects, users and personal API keys.
 -- Each record is the JSON document the embedded store keeps; the columns beside it are the
 -- ones looked up or kept unique.
-CREATE TABLE id_sequences (
-    name  text PRIMARY KEY,
-    value bigint NOT NULL
-);
-
 CREATE TABLE organizations (
     id     uuid PRIMARY KEY,
     record jsonb NOT NULL
