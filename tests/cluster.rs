@@ -379,6 +379,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
     oauth_codes_and_refresh_tokens_are_single_use_across_nodes(&services, &node1, &node3);
     an_endpoint_is_materialized_once_and_served_by_every_node(&services, &node1, &node2, &node3);
     concurrent_writers_on_every_node_lose_nothing(&node1, &node2, &node3);
+    one_person_written_on_three_nodes_at_once_keeps_every_write(&node1, &node2, &node3);
     one_node_jobs_run_once_per_period_across_the_cluster(&node1, &node2, &node3);
 
     // SIGKILL node 2 mid-ingest, restart it: every acknowledged event is stored exactly once.
@@ -519,6 +520,68 @@ fn concurrent_writers_on_every_node_lose_nothing(
         .filter(|e| e["feature_flag_key"] == "raced-exp")
         .count();
     assert_eq!(on_flag, 1, "{listed}");
+}
+
+/// One person written from three nodes at once, round after round: node 1 identifies the
+/// anonymous id as the user with `$set`, node 2 sets a property through the anonymous id,
+/// node 3 through the user id. Every round ends with one person holding both distinct ids and
+/// all three properties, whichever order the nodes took turns in.
+fn one_person_written_on_three_nodes_at_once_keeps_every_write(
+    node1: &TestServer,
+    node2: &ChildNode,
+    node3: &TestServer,
+) {
+    const ROUNDS: usize = 8;
+    let bases = [node1.url(""), node2.url(""), node3.url("")];
+    let token = node1.creds.project_token.clone();
+    let event = |node: usize, round: usize| match node {
+        0 => json!({"event": "$identify", "distinct_id": format!("user-{round}"),
+            "properties": {"$anon_distinct_id": format!("anon-{round}"), "$set": {"from_identify": round}}}),
+        1 => json!({"event": "seen", "distinct_id": format!("anon-{round}"),
+            "properties": {"$set": {"from_anon": round}}}),
+        _ => json!({"event": "seen", "distinct_id": format!("user-{round}"),
+            "properties": {"$set": {"from_user": round}}}),
+    };
+    let start = std::sync::Barrier::new(3 * ROUNDS);
+    std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..3 * ROUNDS)
+            .map(|i| {
+                let (start, bases, token) = (&start, &bases, &token);
+                scope.spawn(move || {
+                    let (node, round) = (i % 3, i / 3);
+                    let request = reqwest::blocking::Client::new()
+                        .post(format!("{}/batch/", bases[node]))
+                        .json(&json!({"api_key": token, "batch": [event(node, round)]}));
+                    start.wait();
+                    request.send().expect("sent").status().as_u16()
+                })
+            })
+            .collect();
+        for t in sent {
+            assert_eq!(t.join().expect("writer"), 200, "capture acknowledged");
+        }
+    });
+    for round in 0..ROUNDS {
+        let mut last = Vec::new();
+        let whole = wait_until(Duration::from_secs(10), || {
+            last = node3.persons(1, &format!("anon-{round}"));
+            last.len() == 1
+                && ["from_identify", "from_anon", "from_user"]
+                    .iter()
+                    .all(|k| last[0]["properties"][*k] == json!(round))
+                && node3
+                    .persons(1, &format!("user-{round}"))
+                    .first()
+                    .map(|p| p["id"].clone())
+                    == Some(last[0]["id"].clone())
+        });
+        assert!(
+            whole,
+            "round {round}: one person with every property: {last:?}"
+        );
+        let ids = last[0]["distinct_ids"].as_array().expect("distinct ids");
+        assert_eq!(ids.len(), 2, "both distinct ids: {ids:?}");
+    }
 }
 
 /// A job's `corvid_job_runs_total` in a node's `/metrics`.

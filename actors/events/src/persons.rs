@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::normalize::CapturedEvent;
 use corvid_kernel::StoreError;
-use corvid_persons::{Group, Person, PersonStore};
+use corvid_persons::{Group, Person, PersonStore, Touched};
 
 /// Namespace of deterministic person ids: UUIDv5 of `"{project_id}:{distinct_id}"`.
 pub const PERSONLESS_NAMESPACE: Uuid = Uuid::from_u128(0x932979b4_65c3_4424_8467_0b66ec27bc22);
@@ -120,9 +120,35 @@ pub fn process_event(
         return Ok(outcome);
     }
     let _writer = store.lock();
-    // Nodes sharing the records (a cluster) take turns per project, so none overwrites
+    // Nodes sharing the records (a cluster) take turns per person, so none overwrites
     // another's read-modify-write.
-    store.exclusively(project_id, || write_person(store, project_id, event))
+    store.exclusively(project_id, touched(event), || {
+        write_person(store, project_id, event)
+    })
+}
+
+/// What the write of `event` may change: its distinct id, the one it merges with, the group
+/// it identifies (the persons of those distinct ids are added by the store).
+fn touched(event: &CapturedEvent) -> Vec<Touched> {
+    let mut out = vec![Touched::DistinctId(event.distinct_id.clone())];
+    let other = match event.event.as_str() {
+        "$identify" => event
+            .properties
+            .get("$anon_distinct_id")
+            .and_then(value_as_id),
+        "$create_alias" | "$merge_dangerously" => {
+            event.properties.get("alias").and_then(value_as_id)
+        }
+        _ => None,
+    };
+    out.extend(other.map(Touched::DistinctId));
+    if event.event == "$groupidentify" {
+        let text = |key: &str| event.properties.get(key).and_then(value_as_id);
+        if let (Some(group_type), Some(key)) = (text("$group_type"), text("$group_key")) {
+            out.push(Touched::Group { group_type, key });
+        }
+    }
+    out
 }
 
 /// The locked path of [`process_event`]: merges, group identification, and the person write.
@@ -740,7 +766,11 @@ mod tests {
 
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, corvid_persons::MIGRATIONS],
+        )
+        .expect("migrate");
         let nodes: Vec<PersonStore> = (0..2)
             .map(|_| PersonStore::new(Arc::new(PgPersons::new(Arc::new(db.connect())))))
             .collect();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
-pub use records::PersonRecords;
+pub use records::{PersonRecords, Touched};
 pub use sled_store::SledPersons;
 pub use store::PersonStore;
 

@@ -1,9 +1,9 @@
 //! Person records in PostgreSQL (cluster mode), shared by every node. Usage counters are added
 //! with one upsert (`count = count + n`), so counts from every node add up; group type indexes
 //! are assigned under a per-project advisory lock, so two nodes never give one index to two
-//! types. Read-modify-write cycles of one project's persons run under another per-project
-//! advisory lock ([`PersonRecords::exclusively`]), so a merge or `$set` on one node never
-//! overwrites another node's; every write announces itself on [`CHANNEL`] in its own
+//! types. A read-modify-write of persons runs under one advisory lock per distinct id, person
+//! and group it touches ([`PersonRecords::exclusively`]), so a merge or `$set` on one node never
+//! overwrites another node's, while writes of other persons go on at once; every write announces itself on [`CHANNEL`] in its own
 //! transaction, for the other nodes' read caches.
 
 use std::sync::Arc;
@@ -12,16 +12,12 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
-use super::records::{OnPersonChange, PersonChange, PersonRecords};
+use super::records::{OnPersonChange, PersonChange, PersonRecords, Touched};
 use corvid_kernel::pg::{bigint, record_json, record_of, Pg, RESYNC};
 use corvid_kernel::StoreError;
 
 /// Advisory-lock namespace of group-type assignment (the project id is the second key).
 const GROUP_TYPE_LOCK: i32 = 0x6770; // "gp"
-
-/// Advisory-lock namespace of person read-modify-write cycles (high 32 bits; the project id
-/// is the low 32, truncated: two projects sharing a lock are only serialized).
-const PERSON_WRITE_LOCK: i64 = 0x7077; // "pw"
 
 /// The channel person and group writes are announced on (payload: a [`PersonChange`]).
 const CHANNEL: &str = "corvid_persons";
@@ -59,10 +55,11 @@ impl PersonRecords for PgPersons {
     fn exclusively(
         &self,
         project_id: u64,
+        touched: &[Touched],
         work: &mut dyn FnMut() -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let key = (PERSON_WRITE_LOCK << 32) | (project_id & 0xffff_ffff) as i64;
-        self.pg.exclusive(key, work)
+        let keys = touched.iter().map(|t| t.lock_key(project_id)).collect();
+        self.pg.exclusive_all(keys, work)
     }
 
     fn shared(&self) -> bool {
@@ -370,7 +367,7 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg).expect("migrate");
+        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
         super::super::records::contract::suite(&PgPersons::new(pg));
     }
 
@@ -378,7 +375,11 @@ mod tests {
     fn usage_and_group_types_agree_across_nodes() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect()).expect("migrate");
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
         let nodes: Vec<PgPersons> = (0..3)
             .map(|_| PgPersons::new(Arc::new(db.connect())))
             .collect();
@@ -402,5 +403,71 @@ mod tests {
         let types = nodes[1].group_types(1).expect("types");
         let indexes: Vec<u8> = types.iter().map(|(_, i)| *i).collect();
         assert_eq!(indexes, vec![0, 1, 2, 3], "{types:?}");
+    }
+
+    /// Two nodes updating one person through its two distinct ids at once, while a third
+    /// writes another person: every update counts (none reads a value the other overwrote).
+    #[test]
+    fn writes_of_one_person_from_two_nodes_take_turns_and_lose_nothing() {
+        use crate::{Person, PersonStore, Touched};
+        let server = TestPostgres::start();
+        let db = server.database();
+        migrate(
+            &db.connect(),
+            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
+        )
+        .expect("migrate");
+        let nodes: Vec<PersonStore> = (0..3)
+            .map(|_| PersonStore::new(Arc::new(PgPersons::new(Arc::new(db.connect())))))
+            .collect();
+        let person = |id: &str, ids: &[&str]| Person {
+            id: Uuid::new_v5(&Uuid::NAMESPACE_OID, id.as_bytes()),
+            created_at: Utc::now(),
+            properties: serde_json::Map::new(),
+            is_identified: true,
+            version: 1,
+            distinct_ids: ids.iter().map(|d| d.to_string()).collect(),
+        };
+        nodes[0]
+            .put_person(1, person("shared", &["anon", "user"]))
+            .expect("person");
+        nodes[0]
+            .put_person(1, person("other", &["other"]))
+            .expect("person");
+        let bump = |node: &PersonStore, distinct_id: &str| {
+            let _writer = node.lock();
+            node.exclusively(1, vec![Touched::DistinctId(distinct_id.into())], || {
+                let mut p = node
+                    .person_for_update(1, distinct_id)?
+                    .expect("person exists");
+                let n = p.properties.get("n").and_then(|v| v.as_u64()).unwrap_or(0);
+                p.properties.insert("n".into(), (n + 1).into());
+                node.put_person(1, p).map(|_| ())
+            })
+            .expect("write");
+        };
+        std::thread::scope(|s| {
+            for (node, distinct_id) in nodes.iter().zip(["anon", "user", "other"]) {
+                s.spawn(move || {
+                    for _ in 0..25 {
+                        bump(node, distinct_id);
+                    }
+                });
+            }
+        });
+        let n = |distinct_id: &str| {
+            nodes[2]
+                .person_for_update(1, distinct_id)
+                .expect("read")
+                .expect("person")
+                .properties["n"]
+                .clone()
+        };
+        assert_eq!(
+            n("user"),
+            serde_json::json!(50),
+            "both nodes' updates count"
+        );
+        assert_eq!(n("other"), serde_json::json!(25));
     }
 }

@@ -34,19 +34,67 @@ pub enum PersonChange {
     Project { project: u64 },
 }
 
+/// Something a person or group read-modify-write touches. A store shared by several nodes
+/// locks each for the length of the write ([`PersonRecords::exclusively`]), so writes of
+/// different persons run at once on different nodes and writes of one person take turns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Touched {
+    /// A distinct id the event names (its own, or the one it merges with).
+    DistinctId(String),
+    /// A person one of those distinct ids belongs to.
+    Person(Uuid),
+    /// A group `$groupidentify` writes.
+    Group { group_type: String, key: String },
+}
+
+impl Touched {
+    /// A 64-bit advisory-lock key for this thing of `project_id`: FNV-1a over a tag, the
+    /// project and the name, the same on every node and every build (two things sharing a key
+    /// only wait for each other).
+    pub fn lock_key(&self, project_id: u64) -> i64 {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        feed(b"corvid-person-write");
+        feed(&project_id.to_le_bytes());
+        match self {
+            Touched::DistinctId(id) => {
+                feed(b"d");
+                feed(id.as_bytes());
+            }
+            Touched::Person(id) => {
+                feed(b"p");
+                feed(id.as_bytes());
+            }
+            Touched::Group { group_type, key } => {
+                feed(b"g");
+                feed(group_type.as_bytes());
+                feed(&[0]);
+                feed(key.as_bytes());
+            }
+        }
+        i64::from_le_bytes(hash.to_le_bytes())
+    }
+}
+
 /// Called with each change another node announced; `None` when changes may have been missed.
 pub type OnPersonChange = Arc<dyn Fn(Option<PersonChange>) + Send + Sync>;
 
 pub trait PersonRecords: Send + Sync {
-    /// Runs `work` while no other node sharing these records runs a read-modify-write of
-    /// `project_id`'s persons or groups (this process's callers are serialized by the
-    /// domain's writer lock). A store one process owns just runs it.
+    /// Runs `work` while no other node sharing these records runs a read-modify-write that
+    /// touches any of `touched` (this process's callers are serialized by the domain's writer
+    /// lock). A store one process owns just runs it.
     fn exclusively(
         &self,
         project_id: u64,
+        touched: &[Touched],
         work: &mut dyn FnMut() -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let _ = project_id;
+        let _ = (project_id, touched);
         work()
     }
 

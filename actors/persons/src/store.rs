@@ -9,10 +9,15 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
-use super::records::{PersonChange, PersonRecords};
+use super::records::{PersonChange, PersonRecords, Touched};
 use super::sled_store::SledPersons;
 use corvid_kernel::start_over::StartOverMap;
 use corvid_kernel::StoreError;
+
+/// How many times a shared write locks again after a concurrent merge moved one of its
+/// distinct ids (each retry follows a merge that completed, so this is never reached in
+/// practice).
+const MAX_LOCK_ATTEMPTS: usize = 8;
 
 /// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
 /// common `/flags` request needs no storage read. Every write through [`PersonStore`] updates
@@ -111,22 +116,75 @@ impl PersonStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs a read-modify-write of `project_id`'s persons or groups while no other node
-    /// sharing the records runs one. Take [`PersonStore::lock`] first.
+    /// Runs a read-modify-write of the persons and groups `touched` names while no other node
+    /// sharing the records runs one that touches them. Take [`PersonStore::lock`] first.
+    ///
+    /// On shared records the persons of the named distinct ids are locked too (a `$set` on one
+    /// distinct id and a merge through another of the same person take turns). They are read
+    /// before locking and again under the locks: when a concurrent merge moved a distinct id
+    /// meanwhile, the locks are released and taken again for the persons it now belongs to.
     pub fn exclusively<T>(
         &self,
         project_id: u64,
+        mut touched: Vec<Touched>,
         work: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut work = Some(work);
         let mut out = None;
-        self.records.exclusively(project_id, &mut || {
-            if let Some(work) = work.take() {
-                out = Some(work()?);
+        if !self.records.shared() {
+            self.records.exclusively(project_id, &touched, &mut || {
+                if let Some(work) = work.take() {
+                    out = Some(work()?);
+                }
+                Ok(())
+            })?;
+            return out.ok_or_else(|| StoreError::TaskFailed("person write did not run".into()));
+        }
+        let named: Vec<String> = touched
+            .iter()
+            .filter_map(|t| match t {
+                Touched::DistinctId(id) => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        let base = touched.len();
+        for _ in 0..MAX_LOCK_ATTEMPTS {
+            let persons = self.persons_of(project_id, &named)?;
+            touched.truncate(base);
+            touched.extend(persons.iter().map(|id| Touched::Person(*id)));
+            self.records.exclusively(project_id, &touched, &mut || {
+                if self.persons_of(project_id, &named)? != persons {
+                    return Ok(());
+                }
+                if let Some(work) = work.take() {
+                    out = Some(work()?);
+                }
+                Ok(())
+            })?;
+            if let Some(out) = out.take() {
+                return Ok(out);
             }
-            Ok(())
-        })?;
-        out.ok_or_else(|| StoreError::TaskFailed("person write did not run".into()))
+        }
+        Err(StoreError::TaskFailed(
+            "the persons of this event kept moving; try again".into(),
+        ))
+    }
+
+    /// The persons `distinct_ids` belong to in storage, sorted, without repeats.
+    fn persons_of(
+        &self,
+        project_id: u64,
+        distinct_ids: &[String],
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let mut out = Vec::new();
+        for id in distinct_ids {
+            if let Some(person) = self.records.person_id_by_distinct_id(project_id, id)? {
+                out.push(person);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
     }
 
     /// Makes every write so far durable.

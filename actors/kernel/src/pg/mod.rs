@@ -168,6 +168,45 @@ impl Pg {
         result
     }
 
+    /// Runs `work` (blocking, on the calling thread) while this node holds every advisory lock
+    /// of `keys` on one session. The keys are taken in ascending order, so callers locking
+    /// overlapping sets never deadlock; all are released together when `work` returns.
+    pub fn exclusive_all<T>(
+        &self,
+        mut keys: Vec<i64>,
+        work: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        keys.sort_unstable();
+        keys.dedup();
+        let pool = self.pool.clone();
+        let client = self
+            .io
+            .wait(async move {
+                let client = pool.get().await.map_err(pool_error)?;
+                for key in &keys {
+                    if let Err(e) = client.execute("SELECT pg_advisory_lock($1)", &[key]).await {
+                        // It may hold the keys before this one: never back to the pool.
+                        drop(Object::take(client));
+                        return Err(e.into());
+                    }
+                }
+                Ok::<Object, StoreError>(client)
+            })
+            .map_err(|e| StoreError::TaskFailed(e.to_string()))??;
+        let result = work();
+        let unlocked = self.io.wait(async move {
+            match client.execute("SELECT pg_advisory_unlock_all()", &[]).await {
+                Ok(_) => {}
+                // A connection that may still hold a lock never goes back to the pool.
+                Err(_) => drop(Object::take(client)),
+            }
+        });
+        if let Err(e) = unlocked {
+            tracing::warn!(error = %e, "could not release advisory locks; their connection closes");
+        }
+        result
+    }
+
     /// Whether a statement can run now (readiness).
     pub fn ping(&self) -> Result<(), StoreError> {
         self.run(|client| async move {
