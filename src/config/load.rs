@@ -1,6 +1,20 @@
 //! Loading (embedded defaults, then a file, then the environment and flags) and turning the configuration into the engine's settings.
 
-use super::*;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{default_shards, ClusterMode, Config, ConfigError, Overrides, DEFAULT_TOML};
+use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
+use corvid_engine::{
+    ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
+};
+use corvid_events::{CompactionConfig, IngestConfig, Limits};
+use corvid_flags::FlagsSettings;
+use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
+use corvid_query::QuerySettings;
+use corvid_tenancy::TenancySettings;
 
 impl Config {
     /// The embedded defaults alone.
@@ -448,6 +462,7 @@ pub(super) fn merge(base: &mut toml::Table, over: toml::Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LogFormat;
 
     #[test]
     fn embedded_defaults_parse_and_match_the_documented_values() {

@@ -4,20 +4,8 @@
 //! environment variables → command-line flags (the last two applied by the CLI through
 //! [`Overrides`]). Unknown keys are rejected so a typo never silently falls back to a default.
 
-use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroUsize};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
-use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
-use corvid_engine::{
-    ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
-};
-use corvid_events::{CompactionConfig, Durability, IngestConfig, Limits};
-use corvid_flags::FlagsSettings;
-use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
-use corvid_query::QuerySettings;
-use corvid_tenancy::TenancySettings;
 use serde::Deserialize;
 
 /// The embedded defaults; also the documentation of every key.

@@ -1,6 +1,13 @@
 //! The configuration's sections, one struct per TOML table, with their documented defaults in `config/default.toml`.
 
-use super::*;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use corvid_events::Durability;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use corvid_endpoints::{
     endpoint_json, materialization_json, parse_version, pick_version, version_json, Caller,
-    LogQuery, UpdateOutcome,
+    EndpointRequest, LogQuery, UpdateOutcome,
 };
 use serde_json::{json, Value};
 
@@ -98,11 +98,12 @@ async fn create(
     let body = json_body(&req, payload, &state)
         .await?
         .ok_or_else(|| ApiError::validation("Request body is empty; expected JSON.", None))?;
+    let request = EndpointRequest::from_json(body)?;
     let created_by = Some(access.credential.user.email.clone());
     let endpoint = state
         .engine
         .endpoints
-        .create(access.project.id, body, created_by)
+        .create(access.project.id, request, created_by)
         .await?;
     Ok(HttpResponse::Created().json(endpoint_json(&endpoint, &state.public_url, None)))
 }
@@ -138,10 +139,11 @@ async fn update(
     let (_, name) = path.into_inner();
     let target = version_param(&req)?;
     let body = json_body(&req, payload, &state).await?.unwrap_or(json!({}));
+    let request = EndpointRequest::from_json(body)?;
     let outcome = state
         .engine
         .endpoints
-        .update(access.project.id, &name, body, target)
+        .update(access.project.id, &name, request, target)
         .await?;
     let body = match outcome {
         UpdateOutcome::Deleted => json!({"success": true}),

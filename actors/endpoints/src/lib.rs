@@ -2,7 +2,8 @@
 //!
 //! - `model` and `store`: endpoints with immutable versions, and insight variables, behind
 //!   [`EndpointRecords`] ([`SledEndpoints`] embedded, [`PgEndpoints`] in a cluster).
-//! - [`validate`] and [`crud`]: save-time rules and update semantics (PostHog Gen-2).
+//! - `validate` and `changes`: save-time rules and update semantics (PostHog Gen-2);
+//!   `manage`: the facade's list, create, update and delete; `views`: their JSON shape.
 //! - [`request`]: the run request and its validation order.
 //! - [`Endpoints::run`]: cache → materialized result → direct query, with one execution-log
 //!   entry per run ([`logs`]) and per-credential rate limits ([`throttle`]).
@@ -13,11 +14,11 @@
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
-mod admin;
 mod cache;
-mod crud;
+mod changes;
 mod error;
 mod logs;
+mod manage;
 mod materialize;
 mod model;
 mod openapi;
@@ -29,40 +30,37 @@ mod store;
 mod throttle;
 mod validate;
 mod variables;
+mod views;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::prelude::*;
-use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
-pub use admin::{parse_version, pick_version, UpdateOutcome};
-pub use crud::{endpoint_json, materialization_json, version_json};
+pub use changes::EndpointRequest;
 pub use error::EndpointError;
 use logs::ExecutionLogHandle;
 pub use logs::{
     ExecutionLogStore, Level, LogEntry, LogQuery, LogStats, PgExecutionLog, SledExecutionLog,
 };
+pub use manage::{parse_version, pick_version, UpdateOutcome};
 pub use materialize::storage::{ResultStorage, S3Settings};
 pub use materialize::MaterializerStats;
-use materialize::{Kick, Loaded, Materializer, Results};
-use model::MaterializationStatus;
+use materialize::{Kick, Materializer, Results};
 pub use model::{Endpoint, EndpointVersion, InsightVariable, VariableType};
 pub use pg_store::PgEndpoints;
-use request::{Refresh, RunRequest};
 pub use sled_store::SledEndpoints;
 pub use store::EndpointRecords;
 use store::EndpointStore;
 pub use throttle::Rates;
 use throttle::Throttle;
 pub use variables::VariableChanges;
+pub use views::{endpoint_json, materialization_json, version_json};
 
 use corvid_query::QueryEngine;
-use corvid_query::{Page, QueryKind, RowLimits, BREAKDOWN_NULL, BREAKDOWN_OTHER};
 use corvid_tenancy::{StoreError, Tenancy};
 
 /// Settings of the endpoints engine (from the service's `[endpoints]` config).

@@ -1,7 +1,21 @@
 //! Running an endpoint: validation, the rate limit, then the cache, the materialized result
 //! or a direct query, with one execution-log entry per run whatever happened.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::error::EndpointError;
+use super::logs::{Level, LogEntry};
+use super::materialize::Loaded;
+use super::model::{Endpoint, EndpointVersion, MaterializationStatus};
+use super::request::{Refresh, RunRequest};
+use crate::{cache, materialize, request, Answer, Caller, Endpoints};
+use corvid_query::{Page, QueryKind, RowLimits, BREAKDOWN_NULL, BREAKDOWN_OTHER};
 
 impl Endpoints {
     /// Runs endpoint `name`: validates the request, answers from the cache, the materialized

@@ -3,15 +3,15 @@
 //! property matching, cohorts, dependencies) and its orchestration (`evaluate`, `serve`).
 //!
 //! [`Flags`] is the service's door: serving `/flags` ([`Flags::serve`]), the definitions API
-//! (`admin`) and the local-evaluation definitions (`local_eval`). [`OwnedFlags`] is the door of
+//! (`definitions`) and the local-evaluation definitions (`local_eval`). [`OwnedFlags`] is the door of
 //! the domains that own flags (early access, surveys, experiments).
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
-mod admin;
 mod coverage;
+mod definitions;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
@@ -32,7 +32,7 @@ mod validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use admin::{CohortChanges, FlagChanges};
+pub use definitions::{CohortChanges, FlagChanges};
 // The pure evaluation engine, for callers that hold definitions and a subject themselves
 // (the in-process benchmarks measure it alone).
 pub use engine::{evaluate_all, Evaluation, Reason, Subject};

@@ -41,14 +41,45 @@ fn problem(error: &'static str, description: &'static str) -> AuthorizationProbl
     AuthorizationProblem { error, description }
 }
 
+/// The parameters of an authorization request (RFC 6749 §4.1.1, PKCE, RFC 8707's `resource`),
+/// as the client sent them; the rules below judge them.
+#[derive(Debug, Clone, Default)]
+pub struct AuthorizationRequest {
+    pub client_id: Option<String>,
+    pub redirect_uri: Option<String>,
+    pub response_type: Option<String>,
+    pub code_challenge: Option<String>,
+    pub code_challenge_method: Option<String>,
+    pub resource: Option<String>,
+    pub scope: Option<String>,
+    pub prompt: Option<String>,
+}
+
+impl AuthorizationRequest {
+    /// The request a query string's or form's parameters make.
+    pub fn from_params(p: &HashMap<String, String>) -> AuthorizationRequest {
+        let get = |k: &str| p.get(k).cloned();
+        AuthorizationRequest {
+            client_id: get("client_id"),
+            redirect_uri: get("redirect_uri"),
+            response_type: get("response_type"),
+            code_challenge: get("code_challenge"),
+            code_challenge_method: get("code_challenge_method"),
+            resource: get("resource"),
+            scope: get("scope"),
+            prompt: get("prompt"),
+        }
+    }
+}
+
 impl OAuth {
     /// The requesting client and the redirect URI it registered.
     pub async fn authorization_client(
         &self,
-        params: &HashMap<String, String>,
+        params: &AuthorizationRequest,
         now: DateTime<Utc>,
     ) -> Result<(Arc<Client>, String), ClientProblem> {
-        let Some(client_id) = params.get("client_id").filter(|c| !c.is_empty()) else {
+        let Some(client_id) = params.client_id.as_ref().filter(|c| !c.is_empty()) else {
             return Err(ClientProblem {
                 title: "Invalid request",
                 detail: "The request has no client_id.".into(),
@@ -68,7 +99,7 @@ impl OAuth {
                 retry_later,
             }
         })?;
-        let Some(redirect_uri) = params.get("redirect_uri").filter(|r| !r.is_empty()) else {
+        let Some(redirect_uri) = params.redirect_uri.as_ref().filter(|r| !r.is_empty()) else {
             return Err(ClientProblem {
                 title: "Invalid request",
                 detail: "The request has no redirect_uri.".into(),
@@ -89,22 +120,22 @@ impl OAuth {
     /// beyond the client's ceiling).
     pub fn check_authorization(
         &self,
-        params: &HashMap<String, String>,
+        params: &AuthorizationRequest,
         client: &Client,
     ) -> Result<Authorized, AuthorizationProblem> {
-        if params.get("response_type").map(String::as_str) != Some("code") {
+        if params.response_type.as_deref() != Some("code") {
             return Err(problem(
                 "unsupported_response_type",
                 "response_type must be code",
             ));
         }
-        let Some(challenge) = params.get("code_challenge").filter(|c| !c.is_empty()) else {
+        let Some(challenge) = params.code_challenge.as_ref().filter(|c| !c.is_empty()) else {
             return Err(problem(
                 "invalid_request",
                 "code_challenge is required (PKCE with S256)",
             ));
         };
-        if params.get("code_challenge_method").map(String::as_str) != Some("S256") {
+        if params.code_challenge_method.as_deref() != Some("S256") {
             return Err(problem(
                 "invalid_request",
                 "code_challenge_method must be S256",
@@ -116,7 +147,7 @@ impl OAuth {
                 "code_challenge must be 43 base64url characters",
             ));
         }
-        let resource = params.get("resource").filter(|r| !r.is_empty()).cloned();
+        let resource = params.resource.clone().filter(|r| !r.is_empty());
         if resource
             .as_deref()
             .is_some_and(|r| !self.is_our_resource(r))
@@ -126,7 +157,7 @@ impl OAuth {
                 "resource is not served by this server",
             ));
         }
-        if params.get("prompt").map(String::as_str) == Some("none") {
+        if params.prompt.as_deref() == Some("none") {
             return Err(problem(
                 "consent_required",
                 "this server always asks for consent",
@@ -134,7 +165,7 @@ impl OAuth {
         }
         Ok(Authorized {
             scopes: scopes::grant(
-                params.get("scope").map(String::as_str),
+                params.scope.as_deref(),
                 client.metadata.scope_ceiling.as_deref(),
             ),
             code_challenge: challenge.clone(),

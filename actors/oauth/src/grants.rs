@@ -64,6 +64,14 @@ pub enum TokenRequest {
 }
 
 impl TokenRequest {
+    /// The resource (RFC 8707) the token is asked for, if any.
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            TokenRequest::AuthorizationCode(c) => c.resource.as_deref(),
+            TokenRequest::RefreshToken(r) => r.resource.as_deref(),
+        }
+    }
+
     /// The request its parameters make (empty values count as absent).
     pub fn from_params(p: &HashMap<String, String>) -> Result<TokenRequest, OAuthError> {
         let get = |k: &str| p.get(k).filter(|v| !v.is_empty()).cloned();
@@ -114,17 +122,16 @@ impl OAuth {
     /// The token endpoint: the resource is checked first (RFC 8707), then the grant.
     pub async fn token(
         &self,
-        params: &HashMap<String, String>,
+        request: TokenRequest,
         now: DateTime<Utc>,
     ) -> Result<Issued, OAuthError> {
-        if let Some(resource) = params.get("resource").filter(|r| !r.is_empty()) {
+        if let Some(resource) = request.resource() {
             if !self.is_our_resource(resource) {
                 return Err(OAuthError::InvalidTarget(
                     "resource is not served by this server".into(),
                 ));
             }
         }
-        let request = TokenRequest::from_params(params)?;
         let me = self.clone();
         blocking(move || match request {
             TokenRequest::AuthorizationCode(exchange) => me.exchange_code(exchange, now),

@@ -41,7 +41,7 @@ use corvid_kernel::secrets::{random_base62, sha256_hex};
 use corvid_kernel::{blocking, StoreError};
 use corvid_tenancy::{Credential, CredentialSource, Tenancy, User};
 
-pub use authorization::{AuthorizationProblem, Authorized, ClientProblem};
+pub use authorization::{AuthorizationProblem, AuthorizationRequest, Authorized, ClientProblem};
 pub use cimd::{ClientError, ClientSettings, Logo};
 pub use fetch::FetchSettings;
 pub use grants::{Approval, CodeExchange, Issued, RefreshRequest, TokenRequest};

@@ -59,7 +59,7 @@ impl Fixture {
     async fn grant(&self, now: DateTime<Utc>) -> Issued {
         let c = code(&self.oauth, now).await;
         self.oauth
-            .token(&exchange(&c, VERIFIER), now)
+            .token_from(&exchange(&c, VERIFIER), now)
             .await
             .expect("exchanged")
     }
@@ -100,6 +100,17 @@ async fn code_for(oauth: &OAuth, user_id: u64, now: DateTime<Utc>) -> String {
         )
         .await
         .expect("code")
+}
+
+impl OAuth {
+    /// The token endpoint as the service calls it: the form's parameters decoded first.
+    async fn token_from(
+        &self,
+        params: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> Result<Issued, OAuthError> {
+        self.token(TokenRequest::from_params(params)?, now).await
+    }
 }
 
 fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -145,7 +156,7 @@ async fn a_code_is_exchanged_once_and_a_replay_without_its_verifier_revokes_the_
     let c = code(&f.oauth, now).await;
     let issued = f
         .oauth
-        .token(&exchange(&c, VERIFIER), now)
+        .token_from(&exchange(&c, VERIFIER), now)
         .await
         .expect("exchanged");
     assert!(issued.access_token.starts_with("pha_"));
@@ -161,7 +172,7 @@ async fn a_code_is_exchanged_once_and_a_replay_without_its_verifier_revokes_the_
     // The client itself presenting it again (it holds the verifier): refused, grant kept.
     let err = f
         .oauth
-        .token(&exchange(&c, VERIFIER), now)
+        .token_from(&exchange(&c, VERIFIER), now)
         .await
         .expect_err("retry");
     assert_eq!(err.code(), "invalid_grant");
@@ -169,7 +180,7 @@ async fn a_code_is_exchanged_once_and_a_replay_without_its_verifier_revokes_the_
     // Anyone else: refused, and the grant goes.
     let err = f
         .oauth
-        .token(&exchange(&c, &"y".repeat(43)), now)
+        .token_from(&exchange(&c, &"y".repeat(43)), now)
         .await
         .expect_err("replay");
     assert_eq!(err.code(), "invalid_grant");
@@ -190,7 +201,7 @@ async fn concurrent_redemptions_by_the_client_issue_exactly_one_grant() {
         let racers: Vec<_> = (0..4)
             .map(|_| {
                 let (oauth, p) = (f.oauth.clone(), exchange(&c, VERIFIER));
-                tokio::spawn(async move { oauth.token(&p, now).await.ok() })
+                tokio::spawn(async move { oauth.token_from(&p, now).await.ok() })
             })
             .collect();
         let mut winners = Vec::new();
@@ -216,13 +227,13 @@ async fn pkce_failures_burn_the_code() {
     let wrong = "x".repeat(43);
     let err = f
         .oauth
-        .token(&exchange(&c, &wrong), now)
+        .token_from(&exchange(&c, &wrong), now)
         .await
         .expect_err("wrong verifier");
     assert_eq!(err.code(), "invalid_grant");
     let err = f
         .oauth
-        .token(&exchange(&c, VERIFIER), now)
+        .token_from(&exchange(&c, VERIFIER), now)
         .await
         .expect_err("code burned");
     assert_eq!(err.code(), "invalid_grant");
@@ -230,7 +241,11 @@ async fn pkce_failures_burn_the_code() {
     let c = code(&f.oauth, now).await;
     let mut no_verifier = exchange(&c, VERIFIER);
     no_verifier.remove("code_verifier");
-    let err = f.oauth.token(&no_verifier, now).await.expect_err("missing");
+    let err = f
+        .oauth
+        .token_from(&no_verifier, now)
+        .await
+        .expect_err("missing");
     assert_eq!(err.code(), "invalid_request");
 
     let c = code(&f.oauth, now).await;
@@ -238,7 +253,7 @@ async fn pkce_failures_burn_the_code() {
     other_redirect.insert("redirect_uri".into(), "http://127.0.0.1:5000/other".into());
     let err = f
         .oauth
-        .token(&other_redirect, now)
+        .token_from(&other_redirect, now)
         .await
         .expect_err("redirect");
     assert_eq!(err.code(), "invalid_grant");
@@ -250,20 +265,24 @@ async fn the_token_endpoint_checks_grant_type_and_resource() {
     let now = Utc::now();
     let err = f
         .oauth
-        .token(&params(&[]), now)
+        .token_from(&params(&[]), now)
         .await
         .expect_err("no grant");
     assert_eq!(err.code(), "invalid_request");
     let err = f
         .oauth
-        .token(&params(&[("grant_type", "password")]), now)
+        .token_from(&params(&[("grant_type", "password")]), now)
         .await
         .expect_err("unsupported");
     assert_eq!(err.code(), "unsupported_grant_type");
     let c = code(&f.oauth, now).await;
     let mut elsewhere = exchange(&c, VERIFIER);
     elsewhere.insert("resource".into(), "https://other.example".into());
-    let err = f.oauth.token(&elsewhere, now).await.expect_err("not ours");
+    let err = f
+        .oauth
+        .token_from(&elsewhere, now)
+        .await
+        .expect_err("not ours");
     assert_eq!(err.code(), "invalid_target");
 }
 
@@ -274,7 +293,7 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
     let first = f.grant(now).await;
     let second = f
         .oauth
-        .token(&refresh(&first.refresh_token, CLIENT, None), now)
+        .token_from(&refresh(&first.refresh_token, CLIENT, None), now)
         .await
         .expect("refreshed");
     assert_ne!(second.refresh_token, first.refresh_token);
@@ -285,7 +304,7 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
     );
     let err = f
         .oauth
-        .token(&refresh(&first.refresh_token, CLIENT, None), now)
+        .token_from(&refresh(&first.refresh_token, CLIENT, None), now)
         .await
         .expect_err("reuse");
     assert_eq!(err.code(), "invalid_grant");
@@ -295,7 +314,7 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
     );
     assert!(f
         .oauth
-        .token(&refresh(&second.refresh_token, CLIENT, None), now)
+        .token_from(&refresh(&second.refresh_token, CLIENT, None), now)
         .await
         .is_err());
 }
@@ -307,7 +326,7 @@ async fn refresh_checks_client_and_scope() {
     let issued = f.grant(now).await;
     let err = f
         .oauth
-        .token(
+        .token_from(
             &refresh(&issued.refresh_token, "https://evil.example/c.json", None),
             now,
         )
@@ -316,7 +335,7 @@ async fn refresh_checks_client_and_scope() {
     assert_eq!(err.code(), "invalid_grant");
     let err = f
         .oauth
-        .token(
+        .token_from(
             &refresh(&issued.refresh_token, CLIENT, Some("endpoint:write")),
             now,
         )
@@ -326,7 +345,7 @@ async fn refresh_checks_client_and_scope() {
     // Neither failure used the token up.
     assert!(f
         .oauth
-        .token(&refresh(&issued.refresh_token, CLIENT, None), now)
+        .token_from(&refresh(&issued.refresh_token, CLIENT, None), now)
         .await
         .is_ok());
 }
@@ -369,7 +388,7 @@ async fn codes_expire() {
     let later = now + chrono::Duration::seconds(301);
     let err = f
         .oauth
-        .token(&exchange(&c, VERIFIER), later)
+        .token_from(&exchange(&c, VERIFIER), later)
         .await
         .expect_err("expired");
     assert_eq!(err.code(), "invalid_grant");
@@ -392,7 +411,7 @@ async fn pruning_removes_only_what_is_dead() {
     // The family and its refresh token live on.
     let refreshed = f
         .oauth
-        .token(&refresh(&issued.refresh_token, CLIENT, None), later)
+        .token_from(&refresh(&issued.refresh_token, CLIENT, None), later)
         .await
         .expect("refresh still works");
     assert!(f.oauth.state_of(&refreshed.refresh_token).await.is_some());
@@ -406,7 +425,7 @@ async fn access_tokens_authenticate_until_they_expire_or_their_user_is_gone() {
     let approval_code = code_for(&f.oauth, admin.id, now).await;
     let issued = f
         .oauth
-        .token(&exchange(&approval_code, VERIFIER), now)
+        .token_from(&exchange(&approval_code, VERIFIER), now)
         .await
         .expect("exchanged");
     let credential = f
@@ -432,7 +451,7 @@ async fn access_tokens_authenticate_until_they_expire_or_their_user_is_gone() {
     // The refresh token still gets a new access token, which works.
     let renewed = f
         .oauth
-        .token(&refresh(&issued.refresh_token, CLIENT, None), later)
+        .token_from(&refresh(&issued.refresh_token, CLIENT, None), later)
         .await
         .expect("refreshed");
     assert!(f

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_oauth::{display_host, is_loopback_uri, Approval, AuthorizationProblem, ClientProblem};
+use corvid_oauth::{
+    display_host, is_loopback_uri, Approval, AuthorizationProblem, AuthorizationRequest,
+    ClientProblem,
+};
 
 use super::pages::{self, Consent};
 use super::session::{self, Session};
@@ -109,7 +112,7 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
     let (client, redirect_uri) = match state
         .engine
         .oauth
-        .authorization_client(&p, Utc::now())
+        .authorization_client(&AuthorizationRequest::from_params(&p), Utc::now())
         .await
     {
         Ok(found) => found,
@@ -122,7 +125,11 @@ pub async fn show(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
             .insert_header((header::LOCATION, format!("/login?next={next}")))
             .finish());
     };
-    let asked = match state.engine.oauth.check_authorization(&p, &client) {
+    let asked = match state
+        .engine
+        .oauth
+        .check_authorization(&AuthorizationRequest::from_params(&p), &client)
+    {
         Ok(a) => a,
         Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
     };
@@ -197,13 +204,17 @@ pub async fn decide(
     let (client, redirect_uri) = match state
         .engine
         .oauth
-        .authorization_client(&p, Utc::now())
+        .authorization_client(&AuthorizationRequest::from_params(&p), Utc::now())
         .await
     {
         Ok(found) => found,
         Err(problem) => return Ok(client_problem(problem)),
     };
-    let asked = match state.engine.oauth.check_authorization(&p, &client) {
+    let asked = match state
+        .engine
+        .oauth
+        .check_authorization(&AuthorizationRequest::from_params(&p), &client)
+    {
         Ok(a) => a,
         Err(e) => return Ok(error_redirect(&state, &redirect_uri, &p, e)),
     };

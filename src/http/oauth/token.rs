@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
-use corvid_oauth::{Introspection, Issued, OAuthError, TokenKind};
+use corvid_oauth::{Introspection, Issued, OAuthError, TokenKind, TokenRequest};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -115,7 +115,11 @@ pub async fn token(
             })));
     }
     let p = params_or_400!(req, body);
-    Ok(match state.engine.oauth.token(&p, Utc::now()).await {
+    let answer = match TokenRequest::from_params(&p) {
+        Ok(request) => state.engine.oauth.token(request, Utc::now()).await,
+        Err(e) => Err(e),
+    };
+    Ok(match answer {
         Ok(i) => issued(i),
         Err(err) => token_error(err),
     })

@@ -1,7 +1,6 @@
 //! The ingest pipeline's front: admission control, the WAL writer thread (group commit), start-up
 //! recovery and WAL replay, and the shard actors' wiring.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,20 +8,17 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::{Addr, SyncArbiter};
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Sender, TrySendError};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::catalog::SegmentCatalog;
 use super::columns::PropertyColumns;
 use super::error::IngestError;
 use super::files::SegmentFiles;
-use super::messages::{
-    BatchDone, FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats,
-};
+use super::messages::{BatchDone, FlushNow, FlushTick, GetStats, ShardStats};
 use super::read::{query_events, EventFilter, Tail};
-use super::segment::{read_segment, SegmentError, StoredEvent};
-use super::shard::{drop_unread_properties, shard_of, IngestShard, ShardConfig, ShardShared};
+use super::segment::{SegmentError, StoredEvent};
+use super::shard::{drop_unread_properties, IngestShard, ShardConfig, ShardShared};
 use super::wal::Wal;
 use super::CapturedEvent;
 use corvid_kernel::histogram::LatencyHistogram;

@@ -1,6 +1,23 @@
 //! The WAL writer thread: group commit (append, one sync, hand records to the shards) and WAL truncation behind the shards' checkpoints.
 
-use super::*;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use actix::Addr;
+use crossbeam_channel::Receiver;
+use uuid::Uuid;
+
+use super::super::catalog::SegmentCatalog;
+use super::super::error::IngestError;
+use super::super::files::SegmentFiles;
+use super::super::messages::{BatchDone, ProcessBatch, RecordPart};
+use super::super::segment::read_segment;
+use super::super::shard::{shard_of, IngestShard};
+use super::super::wal::Wal;
+use super::super::CapturedEvent;
+use super::{WalCommand, WalStats};
+use crate::WalBatch;
 
 /// WAL records replayed per shard message.
 pub(super) const REPLAY_GROUP_RECORDS: usize = 1024;

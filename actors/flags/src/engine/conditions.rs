@@ -1,6 +1,11 @@
 //! Whether a condition matches: property filters, cohorts (with cycle protection), flag dependencies and groups.
 
-use super::*;
+use serde_json::Value;
+
+use super::super::model::{CohortGroup, CohortNode, Condition};
+use super::super::properties::{match_property, PropertyFilter};
+use super::{Environment, FlagValue};
+use crate::Subject;
 
 /// Plain filters first (in order), then cohort filters; all must match.
 pub(super) fn condition_properties_match(

@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::hash::{holdout_hash, rollout_hash, variant_hash};
-use super::model::{CohortDefinition, CohortGroup, CohortNode, Condition, FlagDefinition};
-use super::properties::{match_property, MatchContext, PropertyFilter};
+use super::model::{CohortDefinition, FlagDefinition};
+use super::properties::MatchContext;
 
 /// A flag's value as dependants see it: `false`, `true` or a variant key.
 #[derive(Debug, Clone, PartialEq, Eq)]

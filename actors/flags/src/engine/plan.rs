@@ -1,6 +1,11 @@
 //! Evaluation order: flags that depend on other flags are evaluated after them, once per snapshot.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use super::super::model::{CohortDefinition, FlagDefinition};
+use super::super::properties::MatchContext;
+use super::{evaluate_flag, not_enabled, reason, Environment, FlagValue};
+use crate::{Evaluation, Subject};
 
 /// The ids a flag depends on (flag filters in its conditions).
 pub fn dependencies(flag: &FlagDefinition) -> Vec<i64> {

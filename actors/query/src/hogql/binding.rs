@@ -1,6 +1,10 @@
 //! Placeholders: `{variables.x}` and `{filters}` become literal tokens, so values never pass through SQL text.
 
-use super::*;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+
+use super::super::error::QueryError;
+use super::{tokenize, Json, MARKER_PREFIX};
+use crate::{Bindings, VARIABLE_MARKER};
 
 pub(super) fn word(token: &Token) -> Option<&str> {
     match token {

@@ -1,6 +1,17 @@
 //! The function table: ClickHouse functions HogQL users write, rewritten into DataFusion ones.
 
-use super::*;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, DuplicateTreatment, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, UnaryOperator, Value,
+};
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::super::error::QueryError;
+use super::super::functions::JsonKind;
+use super::super::uniq::UNIQ;
+use super::{call, dialect};
 
 pub(super) fn plain_args(f: &Function) -> Option<Vec<Expr>> {
     match &f.args {

@@ -11,19 +11,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, visit_relations, BinaryOperator, DuplicateTreatment, Expr, Function,
-    FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, LimitClause,
-    ObjectName, ObjectNamePart, Query, SetExpr, Statement, UnaryOperator, Value, Visit, Visitor,
-};
+use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Statement};
 use datafusion::sql::sqlparser::dialect::ClickHouseDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use serde_json::Value as Json;
 
 use super::error::QueryError;
-use super::functions::JsonKind;
-use super::uniq::UNIQ;
 
 /// How deep expressions may nest before the parser refuses (stack safety).
 const RECURSION_LIMIT: usize = 200;

@@ -1,6 +1,15 @@
 //! Statement policy: which clauses and tables a query may use, and the row limit it gets.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+
+use datafusion::logical_expr::sqlparser::ast::Visit;
+use datafusion::sql::sqlparser::ast::{
+    visit_relations, Expr, LimitClause, ObjectName, Query, SetExpr, Statement, Value, Visitor,
+};
+
+use super::super::error::QueryError;
+use crate::RowLimits;
 
 pub(super) fn reject_clauses(query: &Query) -> Result<(), QueryError> {
     if query.settings.is_some() {

@@ -1,6 +1,17 @@
 //! PostHog property access (`properties.$browser`, `person.properties.email`) rewritten into JSON functions or materialized columns.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement,
+    UnaryOperator, Value,
+};
+
+use super::super::error::QueryError;
+use super::super::functions::JsonKind;
+use super::{plain_args, rewrite_function, string_arg};
 
 pub(super) fn ident_value(i: &Ident) -> &str {
     &i.value

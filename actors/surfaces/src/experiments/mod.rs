@@ -14,15 +14,9 @@ mod results;
 
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
-
-use crate::surface::RecordError;
-use corvid_flags::{
-    Condition, FlagDefinition, FlagFilters, Holdout as FlagHoldout, Multivariate, Variant,
-};
-use corvid_flags::{FlagRecord, OwnedFlags};
-use corvid_kernel::{blocking, RecordStore};
+use corvid_flags::Holdout as FlagHoldout;
+use corvid_flags::OwnedFlags;
+use corvid_kernel::RecordStore;
 use corvid_query::QueryEngine;
 
 pub use model::{Action, Experiment, ExperimentChanges, Holdout, HoldoutChanges, Status};

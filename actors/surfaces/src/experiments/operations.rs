@@ -1,6 +1,17 @@
 //! The facade's operations: each validates, then runs one locked read-modify-write on the blocking pool.
 
-use super::*;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::model::{Action, Experiment, ExperimentChanges, Holdout, HoldoutChanges};
+use super::results::ExperimentResults;
+use super::{exclusion, results, ExperimentView, Experiments, FlagHoldout, Inner, ListFilter};
+use crate::surface::RecordError;
+use corvid_flags::OwnedFlags;
+use corvid_kernel::{blocking, RecordStore};
+use corvid_query::QueryEngine;
 
 impl Experiments {
     pub fn new(

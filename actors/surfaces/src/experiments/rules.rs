@@ -1,6 +1,10 @@
 //! What a create or update may set: parameters, metrics and their shapes.
 
-use super::*;
+use serde_json::{Map, Value};
+
+use super::{metrics, CONTROL};
+use crate::surface::RecordError;
+use corvid_flags::Variant;
 
 /// Validates `parameters.feature_flag_variants` (equal split when absent) and keeps the rest.
 pub(super) fn parse_parameters(

@@ -9,7 +9,7 @@ use super::*;
 use crate::surface::testing::{detail, stored_flag};
 use corvid_events::testing::event;
 use corvid_events::StoredEvent;
-use corvid_flags::FlagStore;
+use corvid_flags::{FlagDefinition, FlagStore};
 use corvid_kernel::SledRecords;
 use corvid_query::testing::Fixture;
 

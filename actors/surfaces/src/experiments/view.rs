@@ -1,6 +1,9 @@
 //! How an experiment (and a holdout) is shown: its record with its flag and holdout resolved.
 
-use super::*;
+use serde_json::{json, Value};
+
+use super::model::{Experiment, Holdout};
+use corvid_flags::FlagRecord;
 
 /// An experiment with its flag and holdout, ready to render.
 #[derive(Debug, Clone)]

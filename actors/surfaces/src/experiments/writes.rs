@@ -1,6 +1,12 @@
 //! The locked read-modify-writes behind the operations: experiments, their flags and holdouts change together.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::model::{Action, Experiment, ExperimentChanges, Holdout, Status};
+use super::{check_metrics, parse_parameters, ExperimentView, FlagHoldout, Inner, CONTROL};
+use crate::surface::RecordError;
+use corvid_flags::{Condition, FlagDefinition, FlagFilters, Multivariate};
 use corvid_kernel::StoreError;
 
 /// The held-out share from a holdout's `filters` (`[{rollout_percentage: N}]`), if given.

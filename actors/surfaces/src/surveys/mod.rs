@@ -12,16 +12,12 @@ mod validate;
 
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Duration, Utc};
 use dashmap::DashMap;
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
-use crate::surface::RecordError;
-use corvid_flags::FlagDefinition;
 use corvid_flags::{FlagRecord, OwnedFlags};
-use corvid_kernel::StoreError;
-use corvid_kernel::{blocking, RecordStore};
+use corvid_kernel::RecordStore;
 use corvid_query::QueryEngine;
 
 pub use model::{EventStats, Survey, SurveyChanges, SurveyStats, SurveyType};

@@ -1,6 +1,19 @@
 //! The facade's operations, and the upkeep that stops surveys at their limits and moves iterations on.
 
-use super::*;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::model::{Survey, SurveyChanges, SurveyStats};
+use super::stats::Period;
+use super::{stats, Creator, Inner, SurveyView, Surveys, UPKEEP_RETRY, UPKEEP_RETRY_MAX};
+use crate::surface::RecordError;
+use corvid_flags::OwnedFlags;
+use corvid_kernel::{blocking, RecordStore};
+use corvid_query::QueryEngine;
 
 impl Surveys {
     pub fn new(

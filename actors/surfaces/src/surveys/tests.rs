@@ -6,6 +6,7 @@ use chrono::{Duration, Utc};
 use serde_json::{json, Value};
 
 use super::*;
+use crate::RecordError;
 use corvid_events::testing::event;
 use corvid_events::StoredEvent;
 use corvid_flags::FlagStore;

@@ -1,6 +1,9 @@
 //! How a survey is shown to the API and to the SDKs.
 
-use super::*;
+use serde_json::{json, Value};
+
+use super::SurveyView;
+use corvid_flags::FlagRecord;
 
 impl SurveyView {
     pub(super) fn flag_key(flag: &Option<FlagRecord>) -> Value {

@@ -1,6 +1,19 @@
 //! The locked read-modify-writes behind the operations: a survey and its targeting flags change together.
 
-use super::*;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::model::{Survey, SurveyChanges, SurveyType};
+use super::{
+    iteration_at, targeting, validate, Creator, Inner, SurveyView, MAX_ITERATIONS,
+    MAX_ITERATION_DAYS,
+};
+use crate::surface::RecordError;
+use corvid_flags::FlagDefinition;
+use corvid_kernel::StoreError;
 
 impl Inner {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, ()> {

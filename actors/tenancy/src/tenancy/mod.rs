@@ -5,17 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
 use super::cache::MetaCache;
-use super::model::{
-    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
-    ProjectUpdate, User,
-};
+use super::model::{Project, User};
 use super::store::{MetadataStore, ROTATED_PROJECT};
-use super::{Credential, CredentialSource, ScopeSet};
-use corvid_kernel::{blocking, secrets, StoreError};
+use corvid_kernel::{blocking, StoreError};
 
 /// Blocking store work off the async threads.
 async fn run<T: Send + 'static>(

@@ -1,7 +1,18 @@
 //! The facade's operations: records through the store on the blocking pool, credentials and projects through the cache.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
+use super::{
+    apply_update, bootstrap, create_user, mint_key, normalize_email, projects_of, run,
+    validate_key, validate_project_name, validate_timezone, Arc, MetaCache, ROTATED_PROJECT,
+};
+use crate::{
+    Bootstrapped, Credential, CredentialSource, MetadataStore, MintKey, NewPersonalApiKey,
+    NewProject, Organization, OrganizationUpdate, PersonalApiKey, Project, ProjectSettings,
+    ProjectUpdate, Tenancy, TenancySettings, User,
+};
+use corvid_kernel::{secrets, StoreError};
 impl Tenancy {
     pub fn new(store: Arc<dyn MetadataStore>, settings: TenancySettings) -> Tenancy {
         let cache = Arc::new(MetaCache::new(settings.cache_ttl));

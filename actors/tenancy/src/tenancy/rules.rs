@@ -1,7 +1,7 @@
 //! What a project, user or key may be: names, time zones, emails, scopes and project settings.
 
-use super::*;
-
+use crate::{NewPersonalApiKey, Project, ProjectSettings, ProjectUpdate, ScopeSet};
+use corvid_kernel::StoreError;
 pub(super) fn validate_project_name(name: &str) -> Result<(), StoreError> {
     let len = name.trim().chars().count();
     if len == 0 || len > 200 {

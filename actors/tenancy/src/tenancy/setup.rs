@@ -1,7 +1,13 @@
 //! Blocking steps shared by the operations: users, keys and the first-run setup of a data directory.
 
-use super::*;
+use chrono::Utc;
+use uuid::Uuid;
 
+use crate::{
+    Bootstrapped, MetadataStore, MintKey, NewPersonalApiKey, Organization, PersonalApiKey, Project,
+    ProjectSettings, User, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
+};
+use corvid_kernel::{secrets, StoreError};
 pub(super) fn projects_of(
     store: &dyn MetadataStore,
     org: Uuid,

@@ -4,7 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::SledMetadata;
+use crate::{
+    Credential, CredentialSource, NewPersonalApiKey, NewProject, ProjectUpdate, ScopeSet,
+    SledMetadata,
+};
+use corvid_kernel::secrets;
 
 fn tenancy(dir: &std::path::Path) -> Tenancy {
     let store = SledMetadata::open(dir).expect("opens");

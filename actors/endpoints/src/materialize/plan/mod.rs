@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident,
-    LimitClause, Query, Select, SelectItem, SetExpr, Statement, Value as SqlValue,
+    BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, LimitClause,
+    Query, SetExpr, Statement, Value as SqlValue,
 };
 use serde_json::Value;
 

@@ -1,6 +1,17 @@
 //! How a SELECT becomes a re-aggregation plan: its outputs, the variable filters in its WHERE and the aggregate of each column.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, FunctionArguments, GroupByExpr, Ident, Select, SelectItem, SetExpr,
+    Statement,
+};
+
+use super::{
+    as_marker, mentions_variable, Aggregate, Op, Reaggregate, Refusal, VariableFilter,
+    VARIABLE_COLUMN,
+};
+use crate::materialize::SqlPlan;
 
 /// A variable comparison found in WHERE: `column op variable`.
 pub(super) struct Comparison {
@@ -353,6 +364,8 @@ pub(super) fn contains_aggregate(e: &Expr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::materialize::plan::{plan, Plan};
+    use corvid_query::VARIABLE_MARKER;
     use serde_json::json;
 
     fn sql(q: &str) -> Result<SqlPlan, Refusal> {

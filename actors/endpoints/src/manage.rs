@@ -1,10 +1,10 @@
 //! Managing endpoints: list, create, update (new versions, activation, materialization),
 //! soft delete, version lookup and the OpenAPI document. The update semantics are
-//! [`super::crud`]'s; this is the door the service uses.
+//! `changes`'; this is the door the service uses.
 
 use serde_json::Value;
 
-use super::crud::{self, Updated};
+use super::changes::{self, EndpointRequest, Updated};
 use super::model::{Endpoint, EndpointVersion};
 use super::store::EndpointStore;
 use super::{openapi, EndpointError, Endpoints};
@@ -53,18 +53,17 @@ impl Endpoints {
             .ok_or(EndpointError::NotFound)
     }
 
-    /// Creates an endpoint from a create request's JSON body.
+    /// Creates an endpoint from a create request.
     pub async fn create(
         &self,
         project_id: u64,
-        body: Value,
+        request: EndpointRequest,
         created_by: Option<String>,
     ) -> Result<Endpoint, EndpointError> {
-        let request = crud::parse_request(body)?;
         let store = std::sync::Arc::clone(&self.store);
         let endpoint = blocking(move || -> Result<Endpoint, EndpointError> {
             let variables = store.variables(project_id)?;
-            let endpoint = crud::create(project_id, request, &variables, created_by)?;
+            let endpoint = changes::create(project_id, request, &variables, created_by)?;
             store.create(&endpoint)?;
             Ok(endpoint)
         })
@@ -75,15 +74,14 @@ impl Endpoints {
         Ok(endpoint)
     }
 
-    /// Applies an update request's JSON body; `target` is the `?version=` asked for.
+    /// Applies an update request; `target` is the `?version=` asked for.
     pub async fn update(
         &self,
         project_id: u64,
         name: &str,
-        body: Value,
+        request: EndpointRequest,
         target: Option<u32>,
     ) -> Result<UpdateOutcome, EndpointError> {
-        let request = crud::parse_request(body)?;
         if request.deleted == Some(true) {
             self.delete(project_id, name).await?;
             return Ok(UpdateOutcome::Deleted);
@@ -92,7 +90,7 @@ impl Endpoints {
         let updated = blocking(move || {
             let variables = store.variables(project_id)?;
             store.update(project_id, &name, |e| {
-                crud::update(e, request, target, &variables)
+                changes::update(e, request, target, &variables)
             })
         })
         .await?;
