@@ -275,11 +275,7 @@ mod tests {
     fn a_change_announced_by_one_node_reaches_another() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let node1 = PgEndpoints::new(Arc::new(db.connect()));
         let node3 = PgEndpoints::new(Arc::new(db.connect()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -337,11 +333,7 @@ mod tests {
     fn updates_from_several_nodes_at_once_are_all_kept() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let nodes: Vec<PgEndpoints> = (0..3)
             .map(|_| PgEndpoints::new(Arc::new(db.connect())))
             .collect();

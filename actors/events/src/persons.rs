@@ -760,17 +760,12 @@ mod tests {
     /// Two nodes (separate pools on one PostgreSQL) writing one person at once.
     #[test]
     fn concurrent_writes_of_one_person_on_two_nodes_lose_nothing() {
-        use corvid_kernel::pg::migrations::migrate;
         use corvid_kernel::pg::testing::TestPostgres;
         use corvid_persons::PgPersons;
 
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, corvid_persons::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, corvid_persons::MIGRATIONS]);
         let nodes: Vec<PersonStore> = (0..2)
             .map(|_| PersonStore::new(Arc::new(PgPersons::new(Arc::new(db.connect())))))
             .collect();

@@ -225,11 +225,7 @@ mod tests {
         use crate::store::FlagStore;
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let node1 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         let node3 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         assert!(node3.snapshot(1).expect("snapshot").flags.is_empty());

@@ -62,14 +62,14 @@ impl JobClaims for PgClaims {
 mod tests {
     use super::*;
     use crate::claims::contract;
-    use crate::pg::migrations::migrate;
+
     use crate::pg::testing::TestPostgres;
 
     #[test]
     fn postgres_claims_pass_the_contract_across_three_nodes() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(&db.connect(), &[crate::MIGRATIONS]).expect("migrate");
+        db.migrate(&[crate::MIGRATIONS]);
         let nodes: Vec<Arc<dyn JobClaims>> = (0..3)
             .map(|_| Arc::new(PgClaims::new(Arc::new(db.connect()))) as Arc<dyn JobClaims>)
             .collect();

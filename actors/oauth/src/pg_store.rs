@@ -355,11 +355,7 @@ mod tests {
     fn a_code_redeemed_on_several_nodes_at_once_is_fresh_on_exactly_one() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let nodes: Vec<PgGrants> = (0..3)
             .map(|_| PgGrants::new(Arc::new(db.connect())))
             .collect();

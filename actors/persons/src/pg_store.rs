@@ -375,11 +375,7 @@ mod tests {
     fn usage_and_group_types_agree_across_nodes() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let nodes: Vec<PgPersons> = (0..3)
             .map(|_| PgPersons::new(Arc::new(db.connect())))
             .collect();
@@ -412,11 +408,7 @@ mod tests {
         use crate::{Person, PersonStore, Touched};
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let nodes: Vec<PersonStore> = (0..3)
             .map(|_| PersonStore::new(Arc::new(PgPersons::new(Arc::new(db.connect())))))
             .collect();

@@ -365,11 +365,7 @@ mod tests {
     fn two_nodes_racing_for_one_email_or_token_get_one_winner() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let nodes: Vec<PgMetadata> = (0..4)
             .map(|_| PgMetadata::new(Arc::new(db.connect())))
             .collect();
@@ -416,7 +412,7 @@ mod cluster_tests {
 
     use super::*;
     use crate::{MintKey, Tenancy, TenancySettings};
-    use corvid_kernel::pg::migrations::migrate;
+
     use corvid_kernel::pg::testing::TestPostgres;
 
     fn node(db: &corvid_kernel::pg::testing::TestDatabase) -> Tenancy {
@@ -435,11 +431,7 @@ mod cluster_tests {
     async fn a_key_deleted_on_one_node_is_refused_by_another_within_a_second() {
         let server = TestPostgres::start();
         let db = server.database();
-        migrate(
-            &db.connect(),
-            &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS],
-        )
-        .expect("migrate");
+        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
         let node1 = node(&db);
         let node3 = node(&db);
         let boot = node1

@@ -37,6 +37,11 @@ impl TestDatabase {
     pub fn connect(&self) -> Pg {
         Pg::connect(&self.settings()).expect("pool")
     }
+
+    /// Applies the migrations of `sets` (a crate's own and those of the crates it needs).
+    pub fn migrate(&self, sets: &[&[super::migrations::Migration]]) {
+        super::migrations::migrate(&self.connect(), sets).expect("migrate");
+    }
 }
 
 /// The newest installed server's binaries (`CORVID_PG_BIN` overrides).
