@@ -140,32 +140,7 @@ impl Pg {
         key: i64,
         work: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pool = self.pool.clone();
-        let client = self
-            .io
-            .wait(async move {
-                let client = pool.get().await.map_err(pool_error)?;
-                client
-                    .execute("SELECT pg_advisory_lock($1)", &[&key])
-                    .await?;
-                Ok::<Object, StoreError>(client)
-            })
-            .map_err(|e| StoreError::TaskFailed(e.to_string()))??;
-        let result = work();
-        let unlocked = self.io.wait(async move {
-            match client
-                .execute("SELECT pg_advisory_unlock($1)", &[&key])
-                .await
-            {
-                Ok(_) => {}
-                // A connection that may still hold the lock never goes back to the pool.
-                Err(_) => drop(Object::take(client)),
-            }
-        });
-        if let Err(e) = unlocked {
-            tracing::warn!(error = %e, "could not release an advisory lock; its connection closes");
-        }
-        result
+        self.exclusive_all(vec![key], work)
     }
 
     /// Runs `work` (blocking, on the calling thread) while this node holds every advisory lock
