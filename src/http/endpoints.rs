@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use corvid_endpoints::{
     endpoint_json, materialization_json, parse_version, pick_version, version_json, Caller,
-    EndpointRequest, LogQuery, UpdateOutcome,
+    EndpointRequest, LogQuery, RunRequest, UpdateOutcome,
 };
 use serde_json::{json, Value};
 
@@ -223,11 +223,12 @@ async fn run(
         timezone: project_timezone(&access.project.timezone),
         credential: access.credential.limit_key(),
     };
-    let answer = state
-        .engine
-        .endpoints
-        .run(&caller, &name, body, &query_map(&req))
-        .await?;
+    let endpoints = &state.engine.endpoints;
+    let request = match RunRequest::from_parts(body, &query_map(&req)) {
+        Ok(request) => request,
+        Err(invalid) => return Err(endpoints.refuse(&caller, &name, invalid).await.into()),
+    };
+    let answer = endpoints.run(&caller, &name, request).await?;
     Ok(HttpResponse::Ok().json(answer))
 }
 

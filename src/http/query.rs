@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
-use chrono::Utc;
 use chrono_tz::Tz;
 use corvid_query::QueryKind;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::project_route;
 use crate::auth::scope::QueryRead;
@@ -73,21 +72,5 @@ async fn run(
         .query
         .insight(access.project.id, tz, kind, &variables)
         .await?;
-    let mut out = json!({
-        "results": answer.results,
-        "hasMore": answer.has_more,
-        "hogql": answer.hogql,
-        "timings": [{"k": "./execute", "t": answer.elapsed_secs}],
-        "is_cached": false,
-        "last_refresh": Utc::now(),
-        "timezone": tz.name(),
-        "error": null,
-    });
-    if let Some(columns) = answer.columns {
-        out["columns"] = json!(columns);
-    }
-    if let Some(types) = answer.types {
-        out["types"] = json!(types);
-    }
-    Ok(HttpResponse::Ok().json(out))
+    Ok(HttpResponse::Ok().json(answer.into_response(tz)))
 }

@@ -9,17 +9,10 @@ use dashmap::DashMap;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-/// One cached answer (the response body without per-run fields).
-#[derive(Debug)]
-pub struct Cached {
-    pub body: Map<String, Value>,
-    pub computed_at: DateTime<Utc>,
-    pub rows: usize,
-    pub materialized: bool,
-}
+use crate::Answer;
 
 pub struct ResultsCache {
-    entries: DashMap<String, Arc<Cached>>,
+    entries: DashMap<String, Arc<Answer>>,
     capacity: usize,
 }
 
@@ -52,21 +45,27 @@ impl ResultsCache {
         key: &str,
         max_age_secs: u64,
         not_before: Option<DateTime<Utc>>,
-    ) -> Option<Arc<Cached>> {
+    ) -> Option<Answer> {
         let hit = Arc::clone(self.entries.get(key)?.value());
-        let age = Utc::now().signed_duration_since(hit.computed_at);
+        let computed_at = hit.response.last_refresh;
+        let age = Utc::now().signed_duration_since(computed_at);
         let fresh = age < corvid_kernel::time::seconds(max_age_secs)
-            && not_before.is_none_or(|t| hit.computed_at >= t);
-        fresh.then_some(hit)
+            && not_before.is_none_or(|t| computed_at >= t);
+        fresh.then(|| Answer::clone(&hit))
     }
 
-    pub fn put(&self, key: String, entry: Cached) {
+    /// Keeps `entry`, computed at its `last_refresh`.
+    pub fn put(&self, key: String, entry: Answer) {
         if self.entries.len() >= self.capacity {
             // Drop the older half: cheap, and a full cache is rare (keys are per variables).
-            let mut ages: Vec<DateTime<Utc>> = self.entries.iter().map(|e| e.computed_at).collect();
+            let mut ages: Vec<DateTime<Utc>> = self
+                .entries
+                .iter()
+                .map(|e| e.response.last_refresh)
+                .collect();
             ages.sort_unstable();
             let cutoff = ages[ages.len() / 2];
-            self.entries.retain(|_, e| e.computed_at > cutoff);
+            self.entries.retain(|_, e| e.response.last_refresh > cutoff);
         }
         self.entries.insert(key, Arc::new(entry));
     }

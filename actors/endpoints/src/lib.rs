@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use chrono_tz::Tz;
-use serde_json::{Map, Value};
+
 use uuid::Uuid;
 
 pub use changes::EndpointRequest;
@@ -52,6 +52,8 @@ pub use materialize::MaterializerStats;
 use materialize::{Kick, Materializer, Results};
 pub use model::{Endpoint, EndpointVersion, InsightVariable, VariableType};
 pub use pg_store::PgEndpoints;
+pub use request::{Refresh, RunRequest};
+pub use run::RunAnswer;
 pub use sled_store::SledEndpoints;
 pub use store::EndpointRecords;
 use store::EndpointStore;
@@ -107,11 +109,15 @@ pub struct Endpoints {
     materializer: Addr<Materializer>,
 }
 
-/// What a run produced before the per-run fields are added.
-struct Answer {
-    body: Map<String, Value>,
+/// What a run produced before the per-run fields are added; what the results cache keeps.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    response: corvid_query::QueryResponse,
     rows: usize,
+    /// How it was computed: `inline`, `materialized` or `materialized_fallback`.
     path: &'static str,
+    /// When the materialized result it was read from was computed (`None`: run directly).
+    materialized_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Endpoints {

@@ -3,9 +3,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::materialize::plan::insight_breakdowns;
 use super::model::{Endpoint, EndpointVersion, InsightVariable, VariableType};
 use super::request::sql_variables;
+use corvid_query::insight_breakdowns;
 
 /// The document for `version` of `endpoint`, served from `base_url`.
 pub fn document(

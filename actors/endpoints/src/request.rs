@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::{Map, Value};
 
 use super::error::EndpointError;
-use super::materialize::plan::insight_breakdowns;
 use super::model::{Endpoint, EndpointVersion};
+use corvid_query::insight_breakdowns;
 
 /// `refresh`: where a run may take its answer from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +21,7 @@ pub enum Refresh {
     Direct,
 }
 
+/// A request to run an endpoint (PostHog's `EndpointRunRequest`), decoded and checked.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
     pub variables: Map<String, Value>,
@@ -81,8 +82,19 @@ fn int_param(
     }
 }
 
+impl RunRequest {
+    /// The run request from the body (an object, or nothing) and the query-string parameters,
+    /// checked in PostHog's order with its error texts.
+    pub fn from_parts(
+        body: Option<Value>,
+        query: &HashMap<String, String>,
+    ) -> Result<RunRequest, EndpointError> {
+        parse(body, query)
+    }
+}
+
 /// Parses the body (an object, or nothing) and the query-string parameters.
-pub fn parse(
+fn parse(
     body: Option<Value>,
     query: &HashMap<String, String>,
 ) -> Result<RunRequest, EndpointError> {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -15,159 +17,207 @@ use super::materialize::Loaded;
 use super::model::{Endpoint, EndpointVersion, MaterializationStatus};
 use super::request::{Refresh, RunRequest};
 use crate::{cache, materialize, request, Answer, Caller, Endpoints};
-use corvid_query::{Page, QueryKind, RowLimits, BREAKDOWN_NULL, BREAKDOWN_OTHER};
+use corvid_query::{Page, QueryKind, QueryResponse, RowLimits, BREAKDOWN_NULL, BREAKDOWN_OTHER};
+
+/// What an endpoint run answers: PostHog's query answer and the run's own fields.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunAnswer {
+    #[serde(flatten)]
+    pub response: QueryResponse,
+    /// Always `null`: runs are synchronous (PostHog keeps the key).
+    pub query_status: Option<String>,
+    pub name: String,
+    /// The id of this run's execution-log entries.
+    pub execution_id: Uuid,
+    pub endpoint_version: u32,
+    pub endpoint_version_created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_query_id: Option<String>,
+    /// Whether the answer was read from the materialized result.
+    pub endpoint_materialized: bool,
+    /// When that result was computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint_materialized_at: Option<DateTime<Utc>>,
+}
 
 impl Endpoints {
-    /// Runs endpoint `name`: validates the request, answers from the cache, the materialized
-    /// result or the events, and logs the execution either way.
+    /// Runs endpoint `name`: checks the request against its versions, answers from the cache,
+    /// the materialized result or the events, and logs the execution either way.
     pub async fn run(
         &self,
         caller: &Caller,
         name: &str,
-        body: Option<Value>,
-        query: &HashMap<String, String>,
-    ) -> Result<Value, EndpointError> {
-        let endpoint = self
-            .load(caller.project_id, name)
+        req: RunRequest,
+    ) -> Result<RunAnswer, EndpointError> {
+        let endpoint = self.active(caller.project_id, name).await?;
+        let execution_id = Uuid::new_v4();
+        let version = match request::check(&endpoint, &req) {
+            Ok(version) => version.clone(),
+            Err(e) => return Err(self.refuse_invalid(&endpoint, execution_id, e)),
+        };
+        self.run_version(caller, &endpoint, version, req, execution_id)
+            .await
+    }
+
+    /// Answers a run whose request could not be decoded (`RunRequest::from_parts` failed):
+    /// a missing endpoint wins (404); otherwise the failure is logged and returned.
+    pub async fn refuse(&self, caller: &Caller, name: &str, error: EndpointError) -> EndpointError {
+        match self.active(caller.project_id, name).await {
+            Ok(endpoint) => self.refuse_invalid(&endpoint, Uuid::new_v4(), error),
+            Err(missing) => missing,
+        }
+    }
+
+    async fn active(&self, project_id: u64, name: &str) -> Result<Arc<Endpoint>, EndpointError> {
+        self.load(project_id, name)
             .await?
             .filter(|e| e.is_active)
-            .ok_or(EndpointError::NotFound)?;
+            .ok_or(EndpointError::NotFound)
+    }
+
+    fn refuse_invalid(
+        &self,
+        endpoint: &Endpoint,
+        execution_id: Uuid,
+        error: EndpointError,
+    ) -> EndpointError {
+        self.record(
+            endpoint,
+            execution_id,
+            Level::Error,
+            format!(
+                "Endpoint execution failed · invalid request · {}",
+                flattened(&error)
+            ),
+        );
+        error
+    }
+
+    async fn run_version(
+        &self,
+        caller: &Caller,
+        endpoint: &Endpoint,
+        version: EndpointVersion,
+        req: RunRequest,
+        execution_id: Uuid,
+    ) -> Result<RunAnswer, EndpointError> {
         let started = Instant::now();
-        let execution_id = Uuid::new_v4();
-        let parsed = request::parse(body, query).and_then(|req| {
-            let version = request::check(&endpoint, &req)?.clone();
-            Ok((req, version))
-        });
-        let (req, version) = match parsed {
-            Ok(ok) => ok,
-            Err(e) => {
-                self.record(
-                    &endpoint,
-                    execution_id,
-                    Level::Error,
-                    format!(
-                        "Endpoint execution failed · invalid request · {}",
-                        flattened(&e)
-                    ),
-                );
-                return Err(e);
-            }
-        };
         let usable = usable_materialization(&version, req.refresh);
+        let path = if usable.is_some() {
+            "materialized"
+        } else {
+            "inline"
+        };
         if let Err(wait) = self.throttle.check(&caller.credential, usable.is_some()) {
             let refused = EndpointError::Throttled {
                 retry_after_secs: wait.as_secs().max(1),
             };
-            self.record(
-                &endpoint,
-                execution_id,
-                Level::Error,
-                format!(
-                    "Endpoint execution failed · path={} version={} error={}",
-                    if usable.is_some() {
-                        "materialized"
-                    } else {
-                        "inline"
-                    },
-                    version.version,
-                    refused.log_code()
-                ),
-            );
-            return Err(refused);
+            return Err(self.failed(endpoint, execution_id, &version, path, refused));
         }
-        let key = cache::key(
+        let (answer, is_cached) = match self.cached(endpoint, &version, &req) {
+            Some(hit) => (hit, true),
+            None => match self.compute(caller, endpoint, &version, &req, usable).await {
+                Ok(answer) => {
+                    self.cache
+                        .put(self.cache_key(endpoint, &version, &req), answer.clone());
+                    (answer, false)
+                }
+                Err((e, path)) => {
+                    return Err(self.failed(endpoint, execution_id, &version, path, e));
+                }
+            },
+        };
+        let duration_ms = started.elapsed().as_millis();
+        self.record(
+            endpoint,
+            execution_id,
+            Level::Info,
+            format!(
+                "Endpoint executed · path={} cache={} duration_ms={duration_ms} rows={} version={}",
+                answer.path,
+                if is_cached { "hit" } else { "miss" },
+                answer.rows,
+                version.version
+            ),
+        );
+        self.touch(endpoint, version.version);
+        let mut response = answer.response;
+        response.is_cached = is_cached;
+        response.timezone = caller.timezone.name().to_string();
+        if !req.debug {
+            response.hogql = None;
+            response.timings = None;
+        }
+        Ok(RunAnswer {
+            response,
+            query_status: None,
+            name: endpoint.name.clone(),
+            execution_id,
+            endpoint_version: version.version,
+            endpoint_version_created_at: version.created_at,
+            client_query_id: req.client_query_id,
+            endpoint_materialized: answer.materialized_at.is_some(),
+            endpoint_materialized_at: answer.materialized_at,
+        })
+    }
+
+    /// Logs a run that failed on `path` and hands its error back.
+    fn failed(
+        &self,
+        endpoint: &Endpoint,
+        execution_id: Uuid,
+        version: &EndpointVersion,
+        path: &str,
+        error: EndpointError,
+    ) -> EndpointError {
+        self.record(
+            endpoint,
+            execution_id,
+            Level::Error,
+            format!(
+                "Endpoint execution failed · path={path} version={} error={}",
+                version.version,
+                error.log_code()
+            ),
+        );
+        error
+    }
+
+    fn cache_key(
+        &self,
+        endpoint: &Endpoint,
+        version: &EndpointVersion,
+        req: &RunRequest,
+    ) -> String {
+        cache::key(
             endpoint.id,
             version.version,
             &req.variables,
             req.limit,
             req.offset,
-        );
+        )
+    }
+
+    /// A fresh cached answer, unless the request skips the cache.
+    fn cached(
+        &self,
+        endpoint: &Endpoint,
+        version: &EndpointVersion,
+        req: &RunRequest,
+    ) -> Option<Answer> {
+        if req.refresh != Refresh::Cache {
+            return None;
+        }
         let materialized_at = version.materialization.as_ref().and_then(|m| m.last_run_at);
-        let cached = (req.refresh == Refresh::Cache)
-            .then(|| {
-                self.cache
-                    .get(&key, version.data_freshness_seconds, materialized_at)
-            })
-            .flatten();
-        let (mut body, rows, path, is_cached, computed_at) = match cached {
-            Some(hit) => (
-                hit.body.clone(),
-                hit.rows,
-                if hit.materialized {
-                    "materialized"
-                } else {
-                    "inline"
-                },
-                true,
-                hit.computed_at,
-            ),
-            None => {
-                let now = Utc::now();
-                match self
-                    .compute(caller, &endpoint, &version, &req, usable)
-                    .await
-                {
-                    Ok(answer) => {
-                        self.cache.put(
-                            key,
-                            cache::Cached {
-                                body: answer.body.clone(),
-                                computed_at: now,
-                                rows: answer.rows,
-                                materialized: answer.path == "materialized",
-                            },
-                        );
-                        (answer.body, answer.rows, answer.path, false, now)
-                    }
-                    Err((e, path)) => {
-                        self.record(
-                            &endpoint,
-                            execution_id,
-                            Level::Error,
-                            format!(
-                                "Endpoint execution failed · path={path} version={} error={}",
-                                version.version,
-                                e.log_code()
-                            ),
-                        );
-                        return Err(e);
-                    }
-                }
-            }
-        };
-        body.insert("is_cached".into(), Value::Bool(is_cached));
-        body.insert("last_refresh".into(), json!(computed_at));
-        body.insert("timezone".into(), json!(caller.timezone.name()));
-        body.insert("query_status".into(), Value::Null);
-        body.insert("error".into(), Value::Null);
-        body.insert("name".into(), json!(endpoint.name));
-        body.insert("execution_id".into(), json!(execution_id));
-        body.insert("endpoint_version".into(), json!(version.version));
-        body.insert(
-            "endpoint_version_created_at".into(),
-            json!(version.created_at),
-        );
-        if let Some(id) = &req.client_query_id {
-            body.insert("client_query_id".into(), json!(id));
+        let mut hit = self.cache.get(
+            &self.cache_key(endpoint, version, req),
+            version.data_freshness_seconds,
+            materialized_at,
+        )?;
+        if hit.materialized_at.is_none() {
+            hit.path = "inline";
         }
-        if !req.debug {
-            body.remove("hogql");
-            body.remove("timings");
-        }
-        let duration_ms = started.elapsed().as_millis();
-        self.record(&endpoint, execution_id, Level::Info, format!(
-            "Endpoint executed · path={path} cache={} duration_ms={duration_ms} rows={rows} version={}",
-            if is_cached { "hit" } else { "miss" },
-            version.version
-        ));
-        self.touch(&endpoint, version.version);
-        // `results` first, as PostHog orders it.
-        let mut out = Map::new();
-        if let Some(results) = body.remove("results") {
-            out.insert("results".into(), results);
-        }
-        out.extend(body);
-        Ok(Value::Object(out))
+        Some(hit)
     }
 
     pub(super) fn record(
@@ -217,7 +267,10 @@ impl Endpoints {
         usable: Option<(String, DateTime<Utc>)>,
     ) -> Result<Answer, (EndpointError, &'static str)> {
         if let Some((key, at)) = usable {
-            match self.read_materialized(version, req, &key, at).await {
+            match self
+                .read_materialized(caller.timezone, version, req, &key, at)
+                .await
+            {
                 Ok(answer) => return Ok(answer),
                 Err(e) => {
                     tracing::warn!(endpoint = %endpoint.name, version = version.version, error = %e,
@@ -240,14 +293,14 @@ impl Endpoints {
 
     pub(super) async fn read_materialized(
         &self,
+        timezone: Tz,
         version: &EndpointVersion,
         req: &RunRequest,
         key: &str,
         at: DateTime<Utc>,
     ) -> Result<Answer, EndpointError> {
         let loaded = self.results.load(key, &version.query).await?;
-        let mut body = Map::new();
-        let rows = match loaded.as_ref() {
+        let mut response = match loaded.as_ref() {
             Loaded::Sql { table, plan } => {
                 let values: HashMap<String, Value> = req
                     .variables
@@ -256,35 +309,33 @@ impl Endpoints {
                     .collect();
                 let all = table.select(plan, &values);
                 let (page, has_more) = paginate(all, req.limit, req.offset);
-                body.insert("columns".into(), json!(table.columns));
-                body.insert("types".into(), json!(table.types));
-                body.insert("hogql".into(), json!(plan.sql));
-                let n = page.len();
-                body.insert("results".into(), json!(page));
-                body.insert("hasMore".into(), json!(has_more));
-                n
+                QueryResponse {
+                    columns: Some(table.columns.clone()),
+                    types: Some(table.types.clone()),
+                    hogql: Some(plan.sql.clone()),
+                    has_more,
+                    ..QueryResponse::of(page.into_iter().map(Value::Array).collect(), timezone)
+                }
             }
             Loaded::Insight { table, breakdowns } => {
                 let mut items = table.select(breakdowns, &req.variables);
                 clean_sentinels(&mut items);
-                body.insert("hogql".into(), Value::String(String::new()));
-                let n = items.len();
-                body.insert("results".into(), Value::Array(items));
-                body.insert("hasMore".into(), json!(false));
-                n
+                QueryResponse {
+                    hogql: Some(String::new()),
+                    ..QueryResponse::of(items, timezone)
+                }
             }
         };
         if let Some(limit) = req.limit {
-            body.insert("limit".into(), json!(limit));
-            body.insert("offset".into(), json!(req.offset.unwrap_or(0)));
+            response.limit = Some(limit);
+            response.offset = Some(req.offset.unwrap_or(0));
         }
-        body.insert("timings".into(), json!([]));
-        body.insert("endpoint_materialized".into(), json!(true));
-        body.insert("endpoint_materialized_at".into(), json!(at));
+        response.timings = Some(Vec::new());
         Ok(Answer {
-            body,
-            rows,
+            rows: response.results.len(),
+            response,
             path: "materialized",
+            materialized_at: Some(at),
         })
     }
 
@@ -329,35 +380,23 @@ impl Endpoints {
             .insight_within(caller.project_id, caller.timezone, kind, &overrides, limits)
             .await
             .map_err(|e| fail(e.into()))?;
-        let mut body = Map::new();
-        let mut results = answer.results;
+        let has_more = req.limit.is_some() && answer.has_more;
+        let mut response = answer.into_response(caller.timezone);
         if !version.is_hogql() {
-            clean_sentinels(&mut results);
-        }
-        let rows = results.len();
-        body.insert("results".into(), Value::Array(results));
-        if let Some(c) = answer.columns {
-            body.insert("columns".into(), json!(c));
-        }
-        if let Some(t) = answer.types {
-            body.insert("types".into(), json!(t));
+            clean_sentinels(&mut response.results);
         }
         // Without pagination the whole result is returned: hasMore only describes pages.
-        body.insert(
-            "hasMore".into(),
-            json!(req.limit.is_some() && answer.has_more),
-        );
+        response.has_more = has_more;
         if let Some(limit) = req.limit {
-            body.insert("limit".into(), json!(limit));
-            body.insert("offset".into(), json!(req.offset.unwrap_or(0)));
+            response.limit = Some(limit);
+            response.offset = Some(req.offset.unwrap_or(0));
         }
-        body.insert("hogql".into(), json!(answer.hogql));
-        body.insert(
-            "timings".into(),
-            json!([{"k": "./execute", "t": answer.elapsed_secs}]),
-        );
-        body.insert("endpoint_materialized".into(), json!(false));
-        Ok(Answer { body, rows, path })
+        Ok(Answer {
+            rows: response.results.len(),
+            response,
+            path,
+            materialized_at: None,
+        })
     }
 }
 

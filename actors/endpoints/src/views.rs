@@ -3,7 +3,6 @@
 use serde_json::{json, Map, Value};
 
 use super::model::{Endpoint, EndpointVersion};
-use crate::materialize::plan;
 use crate::model::{sync_frequency, MaterializationStatus};
 
 /// The kind of a result column (PostHog's endpoint `columns[].type`).
@@ -44,7 +43,7 @@ pub fn materialization_json(v: &EndpointVersion) -> Value {
             "error": m.error,
             "sync_frequency": sync_frequency(v.data_freshness_seconds),
         }),
-        None => match plan::plan(&v.query) {
+        None => match corvid_query::materialization_plan(&v.query) {
             Ok(_) => json!({"can_materialize": true, "reason": null}),
             Err(reason) => json!({"can_materialize": false, "reason": reason}),
         },

@@ -15,8 +15,6 @@ use std::sync::Arc;
 use bytes::Buf;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::runtime_env::RuntimeEnv;
 use futures_util::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
@@ -30,8 +28,9 @@ use super::catalog::SegmentRef;
 use super::segment::SegmentError;
 use corvid_kernel::runtime::OwnedRuntime;
 
-/// The URL queries know the segment store by.
-const SEGMENTS_URL: &str = "corvid-segments://events/";
+/// The URL queries know the segment store by (a scheme and host of our own, so it cannot
+/// clash with a real store a query runtime knows).
+pub const SEGMENTS_URL: &str = "corvid-segments://events/";
 
 /// Bytes read from a segment's end to find its footer in one request.
 const FOOTER_GUESS: u64 = 64 * 1024;
@@ -43,7 +42,6 @@ pub struct SegmentFiles {
     /// rather than in a prefixed view of the store, because queries read the store's own
     /// object metadata.
     prefix: String,
-    url: ObjectStoreUrl,
     /// Runs the store's futures for callers on plain threads (shards, compaction, the
     /// events API's blocking tasks).
     io: Arc<OwnedRuntime>,
@@ -64,7 +62,6 @@ impl SegmentFiles {
 
     /// Segment files in `store` below the key prefix `prefix` (a shared bucket).
     pub fn under(store: Arc<dyn ObjectStore>, prefix: &str) -> std::io::Result<SegmentFiles> {
-        let url = ObjectStoreUrl::parse(SEGMENTS_URL).map_err(std::io::Error::other)?;
         let prefix = prefix.trim_matches('/');
         Ok(SegmentFiles {
             store,
@@ -72,19 +69,18 @@ impl SegmentFiles {
                 "" => String::new(),
                 p => format!("{p}/"),
             },
-            url,
             io: Arc::new(OwnedRuntime::new("corvid-segment-io", 1)?),
         })
     }
 
-    /// Makes the store readable by queries run with `runtime`, under [`SegmentFiles::url`].
-    pub fn register(&self, runtime: &RuntimeEnv) {
-        runtime.register_object_store(self.url.as_ref(), Arc::clone(&self.store));
+    /// The store queries read segments from, to be registered under [`SEGMENTS_URL`].
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
     }
 
     /// The URL a query names `segment` by.
     pub fn url(&self, segment: &SegmentRef) -> String {
-        format!("{}{}{}", self.url.as_str(), self.prefix, segment.key())
+        format!("{SEGMENTS_URL}{}{}", self.prefix, segment.key())
     }
 
     /// Where `segment` is in the store.

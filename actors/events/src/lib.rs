@@ -52,7 +52,7 @@ pub use catalog::{
 };
 pub use columns::PropertyColumns;
 pub use compaction::Compactor;
-pub use files::SegmentFiles;
+pub use files::{SegmentFiles, SEGMENTS_URL};
 pub use read::snapshot as tail_snapshot;
 pub use segment::{
     materialized_column, schema as segment_schema, schema_with as segment_schema_with,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::GreedyMemoryPool;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -29,9 +30,9 @@ use super::run_count;
 use super::tables;
 use super::uniq;
 use corvid_events::PropertyColumns;
-use corvid_events::SegmentFiles;
 use corvid_events::{tail_snapshot, Tail};
 use corvid_events::{SegmentCatalog, SegmentRef};
+use corvid_events::{SegmentFiles, SEGMENTS_URL};
 use corvid_kernel::runtime::OwnedRuntime;
 use corvid_kernel::start_over::StartOverMap;
 use corvid_persons::PersonStore;
@@ -114,7 +115,13 @@ impl Sources {
             )
             .build_arc()
             .unwrap_or_else(|_| Arc::new(RuntimeEnv::default()));
-        files.register(&runtime);
+        // A constant URL: it parses, and every query test reads segments through it.
+        match ObjectStoreUrl::parse(SEGMENTS_URL) {
+            Ok(url) => {
+                runtime.register_object_store(url.as_ref(), files.store());
+            }
+            Err(e) => tracing::error!(error = %e, "segment store URL does not parse"),
+        }
         Sources {
             catalog,
             files,

@@ -15,7 +15,9 @@ mod functions;
 mod gate;
 mod hogql;
 mod insights;
+mod materialization;
 mod memory;
+mod response;
 mod results;
 mod run_count;
 mod tables;
@@ -31,6 +33,11 @@ pub use hogql::{
 pub use insights::dates::utc_text;
 pub use insights::trends::BreakdownFilter;
 pub use insights::{QueryAnswer, QueryKind, BREAKDOWN_NULL, BREAKDOWN_OTHER};
+pub use materialization::{
+    insight_breakdowns, plan as materialization_plan, Aggregate, Op, Plan as MaterializationPlan,
+    Reaggregate, Refusal, SqlPlan, VariableFilter, VARIABLE_COLUMN,
+};
+pub use response::{QueryResponse, Timing};
 pub use results::{rows as result_rows, types as result_types};
 
 /// The fixture the tests of this crate and of the crates that run queries share.

@@ -3,7 +3,6 @@
 //! ([`table`]), and the [`Materializer`] actor that keeps them fresh.
 
 mod actor;
-pub(crate) mod plan;
 pub(crate) mod storage;
 pub(crate) mod table;
 
@@ -16,7 +15,7 @@ use dashmap::DashMap;
 use serde_json::{json, Value};
 
 pub use actor::{GetMaterializerStats, Kick, Materializer, MaterializerStats};
-use plan::{Plan, SqlPlan};
+use corvid_query::{MaterializationPlan as Plan, SqlPlan};
 use storage::ResultStorage;
 use table::{InsightTable, SqlTable};
 
@@ -66,7 +65,8 @@ impl Results {
         if let Some(hit) = self.loaded.get(key) {
             return Ok(Arc::clone(hit.value()));
         }
-        let plan = plan::plan(query).map_err(|refusal| EndpointError::Storage(refusal.into()))?;
+        let plan = corvid_query::materialization_plan(query)
+            .map_err(|refusal| EndpointError::Storage(refusal.into()))?;
         let (schema, batches) = self.storage.read(key).await?;
         let loaded = Arc::new(match plan {
             Plan::Sql(plan) => Loaded::Sql {
@@ -95,7 +95,9 @@ impl Results {
         tz: Tz,
         query: &Value,
     ) -> Result<(SchemaRef, Vec<RecordBatch>), EndpointError> {
-        match plan::plan(query).map_err(|r| EndpointError::invalid("query", r))? {
+        match corvid_query::materialization_plan(query)
+            .map_err(|r| EndpointError::invalid("query", r))?
+        {
             Plan::Sql(plan) => {
                 let limits = RowLimits {
                     default_rows: self.max_rows,

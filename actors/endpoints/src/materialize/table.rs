@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use chrono::{NaiveDate, NaiveDateTime};
 use serde_json::{Map, Value};
 
-use super::plan::{Aggregate, Op, SqlPlan, VariableFilter, VARIABLE_COLUMN};
+use corvid_query::{Aggregate, Op, SqlPlan, VariableFilter, VARIABLE_COLUMN};
 
 /// A stored SQL result: the query's own columns, then one column per variable.
 #[derive(Debug)]
@@ -314,7 +314,7 @@ fn breakdown_matches(actual: &Value, wanted: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::materialize::plan::{plan, Plan};
+    use corvid_query::{materialization_plan as plan, MaterializationPlan as Plan};
     use serde_json::json;
 
     fn sql_plan(q: &str) -> SqlPlan {

@@ -3,6 +3,10 @@
 //! on one column), and the transform that keeps each variable's column as a grouping column so
 //! that one stored result answers every value.
 
+mod select;
+
+use select::select_plan;
+
 use std::collections::BTreeMap;
 
 use datafusion::sql::sqlparser::ast::{
@@ -11,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use serde_json::Value;
 
-use corvid_query::{BreakdownFilter, VARIABLE_MARKER};
+use crate::{BreakdownFilter, VARIABLE_MARKER};
 
 /// Column-name prefix of a variable's column in a materialized SQL result.
 pub const VARIABLE_COLUMN: &str = "__corvid_mv_";
@@ -177,9 +181,8 @@ fn mentions_variable(text: &str) -> bool {
 }
 
 fn sql_plan(sql: &str) -> Result<Plan, Refusal> {
-    let names =
-        corvid_query::variable_names(sql).map_err(|_| "Failed to parse query.".to_string())?;
-    let mut statement = corvid_query::parse_with_variable_markers(sql)
+    let names = crate::variable_names(sql).map_err(|_| "Failed to parse query.".to_string())?;
+    let mut statement = crate::parse_with_variable_markers(sql)
         .map_err(|_| "Failed to parse query.".to_string())?;
     let Statement::Query(query) = &mut statement else {
         return Err("Failed to parse query.".into());
@@ -255,7 +258,3 @@ fn take_limit(query: &mut Query) -> Result<(Option<usize>, usize), Refusal> {
         )),
     }
 }
-
-mod select;
-
-use select::*;

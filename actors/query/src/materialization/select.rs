@@ -7,11 +7,11 @@ use datafusion::sql::sqlparser::ast::{
     Statement,
 };
 
+use super::SqlPlan;
 use super::{
     as_marker, mentions_variable, Aggregate, Op, Reaggregate, Refusal, VariableFilter,
     VARIABLE_COLUMN,
 };
-use crate::materialize::SqlPlan;
 
 /// A variable comparison found in WHERE: `column op variable`.
 pub(super) struct Comparison {
@@ -176,7 +176,7 @@ pub(super) fn select_plan(
 }
 
 pub(super) fn parse_expr(text: &str) -> Result<Expr, Refusal> {
-    let statement = corvid_query::parse_with_variable_markers(&format!("SELECT {text}"))
+    let statement = crate::parse_with_variable_markers(&format!("SELECT {text}"))
         .map_err(|_| "Failed to parse query.".to_string())?;
     let Statement::Query(q) = statement else {
         return Err("Failed to parse query.".into());
@@ -363,9 +363,9 @@ pub(super) fn contains_aggregate(e: &Expr) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{plan, Plan};
     use super::*;
-    use crate::materialize::plan::{plan, Plan};
-    use corvid_query::VARIABLE_MARKER;
+    use crate::VARIABLE_MARKER;
     use serde_json::json;
 
     fn sql(q: &str) -> Result<SqlPlan, Refusal> {
