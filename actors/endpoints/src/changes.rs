@@ -1,13 +1,12 @@
 //! The rules of creating and updating endpoints (PostHog Gen-2 semantics): the request a
 //! create or update carries, new versions, activation, materialization settings.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::EndpointError;
-use super::materialize::plan;
 use super::model::{
     freshness_of_sync_frequency, Endpoint, EndpointVersion, InsightVariable, Materialization,
     DEFAULT_FRESHNESS_SECONDS,
@@ -113,7 +112,7 @@ pub fn create(
         Some(false) => None,
         None => (is_active
             && query.get("kind").and_then(Value::as_str) == Some("HogQLQuery")
-            && plan::plan(&query).is_ok())
+            && corvid_query::materialization_plan(&query).is_ok())
         .then(Materialization::pending),
     };
     Ok(Endpoint {
@@ -143,12 +142,101 @@ pub fn create(
 }
 
 fn check_materializable(query: &Value) -> Result<(), EndpointError> {
-    plan::plan(query).map(|_| ()).map_err(|reason| {
-        EndpointError::invalid(
-            "is_materialized",
-            format!("Cannot materialize endpoint. Reason: {reason}"),
-        )
-    })
+    corvid_query::materialization_plan(query)
+        .map(|_| ())
+        .map_err(|reason| {
+            EndpointError::invalid(
+                "is_materialized",
+                format!("Cannot materialize endpoint. Reason: {reason}"),
+            )
+        })
+}
+
+/// `is_active`: with a target version only that version's flag changes; an inactive endpoint
+/// loses its materializations and cannot gain one or a sync frequency.
+fn set_activity(
+    e: &mut Endpoint,
+    req: &EndpointRequest,
+    target: Option<u32>,
+    now: DateTime<Utc>,
+) -> Result<(), EndpointError> {
+    match (req.is_active, target) {
+        (Some(active), Some(n)) => {
+            if let Some(v) = e.version_mut(n) {
+                v.is_active = active;
+                v.updated_at = now;
+            }
+        }
+        (Some(active), None) => {
+            e.is_active = active;
+            if !active {
+                for v in &mut e.versions {
+                    v.materialization = None;
+                }
+            }
+        }
+        (None, _) => {}
+    }
+    if !e.is_active {
+        if req.is_materialized == Some(true) {
+            return Err(EndpointError::invalid(
+                "is_materialized",
+                "Cannot enable materialization on inactive endpoint.",
+            ));
+        }
+        if req.sync_frequency.is_some() {
+            return Err(EndpointError::invalid(
+                "sync_frequency",
+                "Cannot set sync_frequency on inactive endpoint.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A query that differs from the newest version's (normalised) makes a new version, carrying
+/// description, freshness and materialization over from the newest one. `true`: the new
+/// version is to be materialized now.
+fn add_version_if_changed(e: &mut Endpoint, query: Value, now: DateTime<Utc>) -> bool {
+    let mut kick = false;
+    let latest = e.latest().cloned();
+    let changed = latest
+        .as_ref()
+        .is_none_or(|l| normalized(&l.query) != normalized(&query));
+    if changed {
+        let previous_materialized = latest.as_ref().is_some_and(|l| l.is_materialized());
+        for v in &mut e.versions {
+            v.materialization = None;
+        }
+        let number = e.current_version + 1;
+        let materialization =
+            if previous_materialized && corvid_query::materialization_plan(&query).is_ok() {
+                kick = true;
+                Some(Materialization::pending())
+            } else {
+                None
+            };
+        e.versions.push(EndpointVersion {
+            id: Uuid::now_v7(),
+            version: number,
+            query,
+            description: latest
+                .as_ref()
+                .map(|l| l.description.clone())
+                .unwrap_or_default(),
+            data_freshness_seconds: latest
+                .as_ref()
+                .map(|l| l.data_freshness_seconds)
+                .unwrap_or(DEFAULT_FRESHNESS_SECONDS),
+            is_active: true,
+            created_at: now,
+            updated_at: now,
+            last_executed_at: None,
+            materialization,
+        });
+        e.current_version = number;
+    }
+    kick
 }
 
 /// What an update did, for the response.
@@ -184,82 +272,11 @@ pub fn update(
     }
     let now = Utc::now();
     let freshness = freshness(&req)?;
-    let mut kick = false;
-
-    // Activity: with a target version, only that version's flag changes.
-    match (req.is_active, target) {
-        (Some(active), Some(n)) => {
-            if let Some(v) = e.version_mut(n) {
-                v.is_active = active;
-                v.updated_at = now;
-            }
-        }
-        (Some(active), None) => {
-            e.is_active = active;
-            if !active {
-                for v in &mut e.versions {
-                    v.materialization = None;
-                }
-            }
-        }
-        (None, _) => {}
-    }
-    if !e.is_active {
-        if req.is_materialized == Some(true) {
-            return Err(EndpointError::invalid(
-                "is_materialized",
-                "Cannot enable materialization on inactive endpoint.",
-            ));
-        }
-        if req.sync_frequency.is_some() {
-            return Err(EndpointError::invalid(
-                "sync_frequency",
-                "Cannot set sync_frequency on inactive endpoint.",
-            ));
-        }
-    }
-
-    // A changed query makes a new version, carrying description, freshness and
-    // materialization over from the newest one.
-    if let Some(query) = req.query {
-        let query = prepare_query(query, variables)?;
-        let latest = e.latest().cloned();
-        let changed = latest
-            .as_ref()
-            .is_none_or(|l| normalized(&l.query) != normalized(&query));
-        if changed {
-            let previous_materialized = latest.as_ref().is_some_and(|l| l.is_materialized());
-            for v in &mut e.versions {
-                v.materialization = None;
-            }
-            let number = e.current_version + 1;
-            let materialization = if previous_materialized && plan::plan(&query).is_ok() {
-                kick = true;
-                Some(Materialization::pending())
-            } else {
-                None
-            };
-            e.versions.push(EndpointVersion {
-                id: Uuid::now_v7(),
-                version: number,
-                query,
-                description: latest
-                    .as_ref()
-                    .map(|l| l.description.clone())
-                    .unwrap_or_default(),
-                data_freshness_seconds: latest
-                    .as_ref()
-                    .map(|l| l.data_freshness_seconds)
-                    .unwrap_or(DEFAULT_FRESHNESS_SECONDS),
-                is_active: true,
-                created_at: now,
-                updated_at: now,
-                last_executed_at: None,
-                materialization,
-            });
-            e.current_version = number;
-        }
-    }
+    set_activity(e, &req, target, now)?;
+    let mut kick = match req.query {
+        Some(query) => add_version_if_changed(e, prepare_query(query, variables)?, now),
+        None => false,
+    };
 
     let n = target.unwrap_or(e.current_version);
     let Some(v) = e.version_mut(n) else {

@@ -402,31 +402,13 @@ impl Engine {
     /// PostgreSQL and bucket (the WAL and staging files stay under `settings.data_dir`, which
     /// must be a persistent volume). Must run inside an actix system.
     pub async fn start(settings: EngineSettings) -> Result<Engine, EngineError> {
-        let (tenancy, backing, node_db, readiness) = match &settings.storage {
-            Storage::Embedded => {
-                let (tenancy, db) = embedded_tenancy(&settings).await?;
-                (tenancy, Backing::Embedded(db.clone()), db, None)
-            }
-            Storage::Cluster(cluster) => {
-                std::fs::create_dir_all(&settings.data_dir)?;
-                let pg = cluster_metastore(cluster).await?;
-                let tenancy =
-                    Tenancy::new(Arc::new(PgMetadata::new(Arc::clone(&pg))), settings.tenancy);
-                let node_dir = settings.data_dir.join("node");
-                let db =
-                    blocking(move || Ok(sled::open(node_dir).map_err(StoreError::from)?)).await?;
-                let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
-                let readiness = Readiness {
-                    pg: Arc::clone(&pg),
-                    bucket,
-                };
-                (tenancy, Backing::Cluster(pg), db, Some(readiness))
-            }
-        };
-        let node_id = match &settings.storage {
-            Storage::Embedded => "local".to_string(),
-            Storage::Cluster(cluster) => cluster.node_id.clone(),
-        };
+        let Opened {
+            tenancy,
+            backing,
+            node_db,
+            readiness,
+            node_id,
+        } = open_storage(&settings).await?;
 
         let persons = Arc::new(PersonStore::new(backing.persons()?));
         let flags = Arc::new(FlagStore::new(backing.flags()?));
@@ -469,24 +451,12 @@ impl Engine {
         )?);
         let oauth = OAuth::new(backing.grants()?, tenancy.clone(), settings.oauth.clone())
             .map_err(EngineError::OAuth)?;
-        // The product surfaces write the flags they own through the flags door for owners.
-        let owned = Arc::new(OwnedFlags::new(Arc::clone(&flags), Arc::clone(&persons)));
-        let surveys = Surveys::new(
-            backing.records("surveys")?,
-            Arc::clone(&owned),
-            Arc::clone(&query),
-        );
-        let remote_config = RemoteConfig::new(Arc::clone(&owned), surveys.clone());
-        let early_access = EarlyAccess::new(
-            backing.records("early_access_features")?,
-            Arc::clone(&owned),
-        );
-        let experiments = Experiments::new(
-            backing.records("experiments")?,
-            backing.records("experiment_holdouts")?,
-            owned,
-            Arc::clone(&query),
-        );
+        let Surfaces {
+            remote_config,
+            early_access,
+            surveys,
+            experiments,
+        } = product_surfaces(&backing, &flags, &persons, &query)?;
 
         let compactor_stop = Arc::new(AtomicBool::new(false));
         Compactor::new(
@@ -621,6 +591,93 @@ impl Engine {
         usage?;
         Ok(stores?)
     }
+}
+
+/// What a node's storage opened to: the tenancy facade, the backing of every other store, the
+/// node's own sled database and, in a cluster, what readiness checks.
+struct Opened {
+    tenancy: Tenancy,
+    backing: Backing,
+    node_db: sled::Db,
+    readiness: Option<Readiness>,
+    node_id: String,
+}
+
+/// Opens the storage `settings.storage` names: embedded sled, or a cluster's PostgreSQL and
+/// bucket beside a node-local sled database under `settings.data_dir`.
+async fn open_storage(settings: &EngineSettings) -> Result<Opened, EngineError> {
+    let (tenancy, backing, node_db, readiness) = match &settings.storage {
+        Storage::Embedded => {
+            let (tenancy, db) = embedded_tenancy(settings).await?;
+            (tenancy, Backing::Embedded(db.clone()), db, None)
+        }
+        Storage::Cluster(cluster) => {
+            std::fs::create_dir_all(&settings.data_dir)?;
+            let pg = cluster_metastore(cluster).await?;
+            let tenancy =
+                Tenancy::new(Arc::new(PgMetadata::new(Arc::clone(&pg))), settings.tenancy);
+            let node_dir = settings.data_dir.join("node");
+            let db = blocking(move || Ok(sled::open(node_dir).map_err(StoreError::from)?)).await?;
+            let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
+            let readiness = Readiness {
+                pg: Arc::clone(&pg),
+                bucket,
+            };
+            (tenancy, Backing::Cluster(pg), db, Some(readiness))
+        }
+    };
+    let node_id = match &settings.storage {
+        Storage::Embedded => "local".to_string(),
+        Storage::Cluster(cluster) => cluster.node_id.clone(),
+    };
+    Ok(Opened {
+        tenancy,
+        backing,
+        node_db,
+        readiness,
+        node_id,
+    })
+}
+
+/// The product-surface facades, which write the flags they own through the flags door for
+/// owners.
+struct Surfaces {
+    remote_config: RemoteConfig,
+    early_access: EarlyAccess,
+    surveys: Surveys,
+    experiments: Experiments,
+}
+
+fn product_surfaces(
+    backing: &Backing,
+    flags: &Arc<FlagStore>,
+    persons: &Arc<PersonStore>,
+    query: &Arc<QueryEngine>,
+) -> Result<Surfaces, EngineError> {
+    // The product surfaces write the flags they own through the flags door for owners.
+    let owned = Arc::new(OwnedFlags::new(Arc::clone(flags), Arc::clone(persons)));
+    let surveys = Surveys::new(
+        backing.records("surveys")?,
+        Arc::clone(&owned),
+        Arc::clone(query),
+    );
+    let remote_config = RemoteConfig::new(Arc::clone(&owned), surveys.clone());
+    let early_access = EarlyAccess::new(
+        backing.records("early_access_features")?,
+        Arc::clone(&owned),
+    );
+    let experiments = Experiments::new(
+        backing.records("experiments")?,
+        backing.records("experiment_holdouts")?,
+        owned,
+        Arc::clone(query),
+    );
+    Ok(Surfaces {
+        remote_config,
+        early_access,
+        surveys,
+        experiments,
+    })
 }
 
 /// Starts the periodic jobs (the compactor and the materializer run loops of their own).

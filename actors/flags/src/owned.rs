@@ -91,4 +91,17 @@ impl OwnedFlags {
                 validate_flag(definition, group_types)
             })
     }
+
+    /// Takes back a flag created for a record whose own write then failed, so no flag is left
+    /// pointing at a record that does not exist: the flag is soft-deleted, as the definitions
+    /// API deletes. Logged, not returned: the record's error is the one the caller reports.
+    pub fn withdraw(&self, project_id: u64, id: i64) {
+        let result = self
+            .store
+            .modify_flag(project_id, id, |f| f.deleted = true, |_| Ok(()));
+        if let Err(e) = result {
+            tracing::error!(project_id, flag_id = id, error = %e,
+                "a flag created for a record that failed to save could not be withdrawn");
+        }
+    }
 }

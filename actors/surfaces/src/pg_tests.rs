@@ -37,3 +37,68 @@ fn one_live_experiment_per_flag() {
         .put(2, "4", &experiment(4, false))
         .expect("another project");
 }
+
+/// An experiment whose record cannot be saved leaves no live flag behind: the flag created
+/// for it is withdrawn, so the key is free for the next attempt.
+#[test]
+fn a_failed_experiment_save_withdraws_the_flag_it_created() {
+    use crate::experiments::{ExperimentChanges, Experiments};
+    use crate::RecordError;
+
+    let server = TestPostgres::start();
+    let db = server.database();
+    let pg = Arc::new(db.connect());
+    migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
+    // The fault: the record table refuses experiments until the trigger is dropped.
+    pg.run(|client| async move {
+        client
+            .batch_execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+                 CREATE TRIGGER refuse_experiments BEFORE INSERT ON definition_records \
+                 FOR EACH ROW WHEN (NEW.kind = 'experiments') EXECUTE FUNCTION refuse();",
+            )
+            .await?;
+        Ok(())
+    })
+    .expect("trigger");
+    let fixture = corvid_query::testing::Fixture::new(Vec::new(), Vec::new());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sled = sled::open(dir.path()).expect("sled");
+    let (flags, owned) = crate::surface::testing::flags(&sled);
+    let experiments = Experiments::new(
+        Arc::new(PgRecords::new(Arc::clone(&pg), "experiments")),
+        Arc::new(PgRecords::new(Arc::clone(&pg), "experiment_holdouts")),
+        owned,
+        Arc::clone(&fixture.engine),
+    );
+    let changes = || -> ExperimentChanges {
+        serde_json::from_value(
+            serde_json::json!({"name": "Checkout", "feature_flag_key": "checkout"}),
+        )
+        .expect("changes")
+    };
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let failed = runtime.block_on(experiments.create(1, changes(), None));
+    assert!(matches!(failed, Err(RecordError::Store(_))), "{failed:?}");
+    let live: Vec<_> = flags
+        .flags(1)
+        .expect("flags")
+        .into_iter()
+        .filter(|f| !f.definition.deleted)
+        .collect();
+    assert!(live.is_empty(), "a flag outlived its experiment: {live:?}");
+
+    pg.run(|client| async move {
+        client
+            .batch_execute("DROP TRIGGER refuse_experiments ON definition_records")
+            .await?;
+        Ok(())
+    })
+    .expect("drop trigger");
+    let view = runtime
+        .block_on(experiments.create(1, changes(), None))
+        .expect("the key is free again");
+    assert_eq!(view.experiment.feature_flag_key, "checkout");
+}

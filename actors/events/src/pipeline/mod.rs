@@ -15,7 +15,7 @@ use super::catalog::SegmentCatalog;
 use super::columns::PropertyColumns;
 use super::error::IngestError;
 use super::files::SegmentFiles;
-use super::messages::{BatchDone, FlushNow, FlushTick, GetStats, ShardStats};
+use super::messages::{BatchDone, FlushNow, GetStats, ShardStats};
 use super::read::{query_events, EventFilter, Tail};
 use super::segment::{SegmentError, StoredEvent};
 use super::shard::{drop_unread_properties, IngestShard, ShardConfig, ShardShared};
@@ -170,24 +170,7 @@ impl Ingest {
             })
             .collect();
 
-        let mut replayed_events = 0usize;
-        let mut group = Vec::new();
-        for record in replayed.into_iter().filter(|r| r.seq > low) {
-            let batch: WalBatch = match serde_json::from_slice(&record.payload) {
-                Ok(b) => b,
-                Err(err) => {
-                    tracing::error!(seq = record.seq, error = %err, "undecodable WAL record skipped");
-                    continue;
-                }
-            };
-            replayed_events += batch.events.len();
-            pending.fetch_add(batch.events.len(), Ordering::SeqCst);
-            group.push((record.seq, batch, None));
-            if group.len() >= REPLAY_GROUP_RECORDS {
-                route(std::mem::take(&mut group), &shards, Some(&skip));
-            }
-        }
-        route(group, &shards, Some(&skip));
+        let replayed_events = route_replay(replayed, low, &shards, &skip, &pending);
         // Mailboxes are FIFO: once every shard has answered, the replay is processed and
         // everything acknowledged before a crash is visible again.
         for shard in &shards {
@@ -217,20 +200,10 @@ impl Ingest {
                 .spawn(move || wal_loop(wal, wal_rx, shards, checkpoints, fsync, failed, &stats))?
         };
 
-        let tick_every = (config.flush_interval / 4).max(Duration::from_millis(50));
-        let tick_shards = shards.clone();
-        actix::spawn(async move {
-            let mut interval = actix::clock::interval(tick_every);
-            loop {
-                interval.tick().await;
-                for shard in &tick_shards {
-                    if !shard.connected() {
-                        return;
-                    }
-                    shard.do_send(FlushTick);
-                }
-            }
-        });
+        tick_shards(
+            shards.clone(),
+            (config.flush_interval / 4).max(Duration::from_millis(50)),
+        );
 
         Ok(Ingest {
             inner: Arc::new(Inner {
@@ -420,7 +393,7 @@ impl Ingest {
 
 mod wal_writer;
 
-use wal_writer::*;
+use wal_writer::{route_replay, tick_shards, uuids_in_segments_after, wal_loop};
 
 #[cfg(test)]
 mod tests;

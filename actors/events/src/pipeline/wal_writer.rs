@@ -1,8 +1,9 @@
 //! The WAL writer thread: group commit (append, one sync, hand records to the shards) and WAL truncation behind the shards' checkpoints.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Addr;
 use crossbeam_channel::Receiver;
@@ -11,10 +12,10 @@ use uuid::Uuid;
 use super::super::catalog::SegmentCatalog;
 use super::super::error::IngestError;
 use super::super::files::SegmentFiles;
-use super::super::messages::{BatchDone, ProcessBatch, RecordPart};
+use super::super::messages::{BatchDone, FlushTick, ProcessBatch, RecordPart};
 use super::super::segment::read_segment;
 use super::super::shard::{shard_of, IngestShard};
-use super::super::wal::Wal;
+use super::super::wal::{Replayed, Wal};
 use super::super::CapturedEvent;
 use super::{WalCommand, WalStats};
 use crate::WalBatch;
@@ -55,6 +56,52 @@ pub(super) fn route(
     for (shard, parts) in shards.iter().zip(per_shard) {
         shard.do_send(ProcessBatch { parts });
     }
+}
+
+/// Hands the WAL records after checkpoint `low` to their shards in groups, skipping events
+/// already in segments (`skip`); returns how many events were replayed.
+pub(super) fn route_replay(
+    records: Vec<Replayed>,
+    low: u64,
+    shards: &[Addr<IngestShard>],
+    skip: &Arc<HashSet<Uuid>>,
+    pending: &AtomicUsize,
+) -> usize {
+    let mut replayed_events = 0usize;
+    let mut group = Vec::new();
+    for record in records.into_iter().filter(|r| r.seq > low) {
+        let batch: WalBatch = match serde_json::from_slice(&record.payload) {
+            Ok(b) => b,
+            Err(err) => {
+                tracing::error!(seq = record.seq, error = %err, "undecodable WAL record skipped");
+                continue;
+            }
+        };
+        replayed_events += batch.events.len();
+        pending.fetch_add(batch.events.len(), Ordering::SeqCst);
+        group.push((record.seq, batch, None));
+        if group.len() >= REPLAY_GROUP_RECORDS {
+            route(std::mem::take(&mut group), shards, Some(skip));
+        }
+    }
+    route(group, shards, Some(skip));
+    replayed_events
+}
+
+/// Sends every shard a [`FlushTick`] every `every`, until the shards stop.
+pub(super) fn tick_shards(shards: Vec<Addr<IngestShard>>, every: Duration) {
+    actix::spawn(async move {
+        let mut interval = actix::clock::interval(every);
+        loop {
+            interval.tick().await;
+            for shard in &shards {
+                if !shard.connected() {
+                    return;
+                }
+                shard.do_send(FlushTick);
+            }
+        }
+    });
 }
 
 /// The WAL writer: drains whatever is queued, appends it, fsyncs once for the whole group,

@@ -330,8 +330,8 @@ impl Inner {
             created_at: Utc::now(),
         };
         self.change_fields(&mut feature, &c)?;
-        let flag = match c.feature_flag_id {
-            Some(id) => self.linkable_flag(project, id, None)?,
+        let (flag, created) = match c.feature_flag_id {
+            Some(id) => (self.linkable_flag(project, id, None)?, false),
             None => {
                 if self
                     .flags
@@ -347,7 +347,7 @@ impl Inner {
                     groups: vec![Condition::new(Vec::new(), Some(0.0))],
                     ..FlagFilters::default()
                 };
-                self.flags.create(
+                let flag = self.flags.create(
                     project,
                     FlagDefinition::new(
                         slugify(&feature.name),
@@ -355,12 +355,20 @@ impl Inner {
                         filters,
                         true,
                     ),
-                )?
+                )?;
+                (flag, true)
             }
         };
         feature.feature_flag_id = Some(flag.definition.id);
-        self.sync_flag(project, &feature, false)?;
-        self.store.put(project, &feature.id.to_string(), &feature)?;
+        let saved = self
+            .sync_flag(project, &feature, false)
+            .and_then(|()| Ok(self.store.put(project, &feature.id.to_string(), &feature)?));
+        if let Err(e) = saved {
+            if created {
+                self.flags.withdraw(project, flag.definition.id);
+            }
+            return Err(e);
+        }
         Ok(feature)
     }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::model::{Action, Experiment, ExperimentChanges, Holdout, Status};
 use super::{check_metrics, parse_parameters, ExperimentView, FlagHoldout, Inner, CONTROL};
 use crate::surface::RecordError;
-use corvid_flags::{Condition, FlagDefinition, FlagFilters, Multivariate};
+use corvid_flags::{Condition, FlagDefinition, FlagFilters, FlagRecord, Multivariate};
 use corvid_kernel::StoreError;
 
 /// The held-out share from a holdout's `filters` (`[{rollout_percentage: N}]`), if given.
@@ -135,44 +135,7 @@ impl Inner {
             }),
             ..FlagFilters::default()
         };
-        let flag = match self.flags.live_flag_by_key(project, &key)? {
-            Some(existing) => {
-                let reusable = existing
-                    .definition
-                    .filters
-                    .multivariate
-                    .as_ref()
-                    .is_some_and(|m| {
-                        m.variants.len() >= 2 && m.variants.iter().any(|v| v.key == CONTROL)
-                    });
-                let used = self
-                    .experiments
-                    .list(project)?
-                    .iter()
-                    .any(|e| !e.deleted && e.feature_flag_id == existing.definition.id);
-                if !reusable || used {
-                    return Err(flag_key_taken());
-                }
-                existing
-            }
-            None => {
-                let definition = FlagDefinition::new(
-                    key.clone(),
-                    format!("Feature Flag for Experiment {name}"),
-                    filters,
-                    false,
-                );
-                // Another writer may create the key first, on any node: the store decides.
-                self.flags
-                    .create(project, definition)
-                    .map_err(|e| match e {
-                        StoreError::Invalid {
-                            attr: Some("key"), ..
-                        } => flag_key_taken(),
-                        other => other.into(),
-                    })?
-            }
-        };
+        let (flag, created) = self.experiment_flag(project, &key, &name, filters)?;
         let experiment = Experiment {
             id: self.experiments.next_id()?,
             project_id: project,
@@ -206,13 +169,71 @@ impl Inner {
             created_by,
         };
         // Two experiments reusing one flag at once, on two nodes: the store keeps one.
-        self.experiments
-            .put(project, &experiment.id.to_string(), &experiment)
-            .map_err(|e| match e {
+        let saved = self
+            .experiments
+            .put(project, &experiment.id.to_string(), &experiment);
+        if let Err(e) = saved {
+            if created {
+                self.flags.withdraw(project, flag.definition.id);
+            }
+            return Err(match e {
                 StoreError::Conflict { .. } => flag_key_taken(),
                 other => other.into(),
-            })?;
+            });
+        }
         Ok(experiment)
+    }
+
+    /// The flag a new experiment runs on: the live flag with its key when that is a free
+    /// multivariate flag with a control variant, else a new one (`true`: created here).
+    fn experiment_flag(
+        &self,
+        project: u64,
+        key: &str,
+        name: &str,
+        filters: FlagFilters,
+    ) -> Result<(FlagRecord, bool), RecordError> {
+        let found = match self.flags.live_flag_by_key(project, key)? {
+            Some(existing) => {
+                let reusable = existing
+                    .definition
+                    .filters
+                    .multivariate
+                    .as_ref()
+                    .is_some_and(|m| {
+                        m.variants.len() >= 2 && m.variants.iter().any(|v| v.key == CONTROL)
+                    });
+                let used = self
+                    .experiments
+                    .list(project)?
+                    .iter()
+                    .any(|e| !e.deleted && e.feature_flag_id == existing.definition.id);
+                if !reusable || used {
+                    return Err(flag_key_taken());
+                }
+                (existing, false)
+            }
+            None => {
+                let definition = FlagDefinition::new(
+                    key.to_string(),
+                    format!("Feature Flag for Experiment {name}"),
+                    filters,
+                    false,
+                );
+                // Another writer may create the key first, on any node: the store decides.
+                let flag = self
+                    .flags
+                    .create(project, definition)
+                    .map_err(|e| match e {
+                        StoreError::Invalid {
+                            attr: Some("key"), ..
+                        } => flag_key_taken(),
+                        other => other.into(),
+                    })?;
+                (flag, true)
+            }
+        };
+        Ok(found)
     }
 
     pub(super) fn update(
@@ -372,30 +393,7 @@ impl Inner {
                 if status == Status::Draft {
                     return refuse("ship a variant of", "launched");
                 }
-                if !e.variants.iter().any(|v| v.key == variant) {
-                    let known: Vec<&str> = e.variants.iter().map(|v| v.key.as_str()).collect();
-                    return Err(RecordError::invalid(
-                        format!(
-                            "Variant `{variant}` is not one of this experiment's variants ({}).",
-                            known.join(", ")
-                        ),
-                        "variant_key",
-                    ));
-                }
-                self.flags.modify(project, flag, |f| {
-                    if let Some(mv) = f.filters.multivariate.as_mut() {
-                        for v in &mut mv.variants {
-                            v.rollout_percentage = if v.key == variant { 100.0 } else { 0.0 };
-                        }
-                    }
-                    f.filters.holdout = None;
-                    if release_to_everyone {
-                        f.filters
-                            .groups
-                            .insert(0, Condition::new(Vec::new(), Some(100.0)));
-                    }
-                    f.active = true;
-                })?;
+                self.ship(project, &e, &variant, release_to_everyone)?;
                 if e.end_date.is_none() {
                     e.end_date = Some(now);
                 }
@@ -414,6 +412,42 @@ impl Inner {
         e.updated_at = now;
         self.experiments.put(project, &e.id.to_string(), &e)?;
         Ok(e)
+    }
+
+    /// Ships `variant`: the experiment's flag serves it to everyone it matched (and to
+    /// everyone with `release_to_everyone`), without the holdout, and turns on.
+    fn ship(
+        &self,
+        project: u64,
+        e: &Experiment,
+        variant: &str,
+        release_to_everyone: bool,
+    ) -> Result<(), RecordError> {
+        if !e.variants.iter().any(|v| v.key == variant) {
+            let known: Vec<&str> = e.variants.iter().map(|v| v.key.as_str()).collect();
+            return Err(RecordError::invalid(
+                format!(
+                    "Variant `{variant}` is not one of this experiment's variants ({}).",
+                    known.join(", ")
+                ),
+                "variant_key",
+            ));
+        }
+        self.flags.modify(project, e.feature_flag_id, |f| {
+            if let Some(mv) = f.filters.multivariate.as_mut() {
+                for v in &mut mv.variants {
+                    v.rollout_percentage = if v.key == variant { 100.0 } else { 0.0 };
+                }
+            }
+            f.filters.holdout = None;
+            if release_to_everyone {
+                f.filters
+                    .groups
+                    .insert(0, Condition::new(Vec::new(), Some(100.0)));
+            }
+            f.active = true;
+        })?;
+        Ok(())
     }
 }
 
