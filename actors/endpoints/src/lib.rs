@@ -44,7 +44,7 @@ pub use changes::EndpointRequest;
 pub use error::EndpointError;
 use logs::ExecutionLogHandle;
 pub use logs::{
-    ExecutionLogStore, Level, LogEntry, LogQuery, LogStats, PgExecutionLog, SledExecutionLog,
+    ExecutionLogRecords, Level, LogEntry, LogQuery, LogStats, PgExecutionLog, SledExecutionLog,
 };
 pub use manage::{parse_version, pick_version, UpdateOutcome};
 pub use materialize::storage::{ResultStorage, S3Settings};
@@ -105,7 +105,7 @@ pub struct Endpoints {
     cache: Arc<cache::ResultsCache>,
     throttle: Throttle,
     log: ExecutionLogHandle,
-    log_store: Arc<dyn ExecutionLogStore>,
+    log_store: Arc<dyn ExecutionLogRecords>,
     materializer: Addr<Materializer>,
 }
 
@@ -125,7 +125,7 @@ impl Endpoints {
     /// actix system.
     pub fn start(
         records: Arc<dyn store::EndpointRecords>,
-        log_store: Arc<dyn ExecutionLogStore>,
+        log_store: Arc<dyn ExecutionLogRecords>,
         tenancy: Tenancy,
         engine: Arc<QueryEngine>,
         storage: materialize::storage::ResultStorage,

@@ -17,7 +17,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use corvid_endpoints::{
-    EndpointRecords, EndpointSettings, EndpointStats, Endpoints, ExecutionLogStore, PgEndpoints,
+    EndpointRecords, EndpointSettings, EndpointStats, Endpoints, ExecutionLogRecords, PgEndpoints,
     PgExecutionLog, ResultStorage, SledEndpoints, SledExecutionLog,
 };
 use corvid_events::CachedSegments;
@@ -31,8 +31,8 @@ use corvid_flags::{Flags, FlagsSettings};
 use corvid_kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use corvid_kernel::histogram::HistogramSnapshot;
 use corvid_kernel::pg::Pg;
-use corvid_kernel::{JobLease, PgClaims, PgRecords, RecordStore, SledRecords, StoreError};
-use corvid_oauth::{GrantStore, OAuth, OAuthSettings, PgGrants, SledGrants};
+use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecords, StoreError};
+use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
 use corvid_persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
 use corvid_query::{QueryEngine, QuerySettings, Sources};
 use corvid_surfaces::early_access::EarlyAccess;
@@ -264,7 +264,7 @@ enum Backing {
 }
 
 impl Backing {
-    fn records<T>(&self, name: &'static str) -> Result<Arc<dyn RecordStore<T>>, StoreError>
+    fn records<T>(&self, name: &'static str) -> Result<Arc<dyn DefinitionRecords<T>>, StoreError>
     where
         T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
@@ -295,14 +295,14 @@ impl Backing {
         })
     }
 
-    fn execution_log(&self) -> Result<Arc<dyn ExecutionLogStore>, StoreError> {
+    fn execution_log(&self) -> Result<Arc<dyn ExecutionLogRecords>, StoreError> {
         Ok(match self {
             Backing::Embedded(db) => Arc::new(SledExecutionLog::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgExecutionLog::new(Arc::clone(pg))),
         })
     }
 
-    fn grants(&self) -> Result<Arc<dyn GrantStore>, StoreError> {
+    fn grants(&self) -> Result<Arc<dyn GrantRecords>, StoreError> {
         Ok(match self {
             Backing::Embedded(db) => Arc::new(SledGrants::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgGrants::new(Arc::clone(pg))),

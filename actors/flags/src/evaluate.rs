@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::engine::{evaluate_slots, Evaluation, GroupData, Reason, Subject};
+use super::evaluation::{evaluate_slots, Evaluation, GroupData, Reason, Subject};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};

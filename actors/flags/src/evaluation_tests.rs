@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::engine::*;
+use super::evaluation::*;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::properties::MatchContext;
 

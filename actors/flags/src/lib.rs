@@ -1,5 +1,5 @@
 //! Feature flags: definitions and cohorts behind [`FlagRecords`] with per-project in-memory
-//! snapshots ([`FlagStore`]), request decoding (`request`), the pure evaluation engine (`engine`: hashing,
+//! snapshots ([`FlagStore`]), request decoding (`request`), the pure evaluation engine (`evaluation`: hashing,
 //! property matching, cohorts, dependencies) and its orchestration (`evaluate`, `serve`).
 //!
 //! [`Flags`] is the service's door: serving `/flags` ([`Flags::serve`]), the definitions API
@@ -12,10 +12,10 @@
 
 mod coverage;
 mod definitions;
-mod engine;
-#[cfg(test)]
-mod engine_tests;
 mod evaluate;
+mod evaluation;
+#[cfg(test)]
+mod evaluation_tests;
 mod geoip;
 mod hash;
 mod local_eval;
@@ -35,8 +35,8 @@ use std::time::Duration;
 pub use definitions::{CohortChanges, FlagChanges};
 // The pure evaluation engine, for callers that hold definitions and a subject themselves
 // (the in-process benchmarks measure it alone).
-pub use engine::{evaluate_all, Evaluation, Reason, Subject};
 pub use evaluate::FlagsOutcome;
+pub use evaluation::{evaluate_all, Evaluation, Reason, Subject};
 pub use geoip::{GeoIp, GeoIpError};
 pub use local_eval::LocalEvaluation;
 pub use model::{

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::engine::dependencies;
+use super::evaluation::dependencies;
 use super::model::FlagDefinition;
 use super::Flags;
 use corvid_kernel::{blocking, secrets, StoreError};

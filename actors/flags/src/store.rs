@@ -10,7 +10,7 @@ use chrono::Utc;
 use dashmap::DashMap;
 
 use super::coverage::ReadKeys;
-use super::engine::EvaluationPlan;
+use super::evaluation::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
 use corvid_kernel::StoreError;

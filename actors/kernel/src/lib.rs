@@ -39,7 +39,7 @@ pub use disk::power_cut::PowerCutDisk;
 pub use disk::{real as real_disk, Disk, RealDisk};
 pub use error::StoreError;
 pub use pg::migrations::{Migration, MIGRATIONS};
-pub use records::{RecordStore, SledRecords};
+pub use records::{DefinitionRecords, SledRecords};
 pub use records_pg::PgRecords;
 pub use time::parse_timestamp;
 

@@ -1,6 +1,6 @@
 //! Project-scoped definition records: early-access features, surveys, experiments and
-//! holdouts. Each domain keeps its records behind [`RecordStore`], named by what the domain
-//! stores (`RecordStore<Survey>`, …); [`SledRecords`] is the embedded implementation, and every
+//! holdouts. Each domain keeps its records behind [`DefinitionRecords`], named by what the domain
+//! stores (`DefinitionRecords<Survey>`, …); [`SledRecords`] is the embedded implementation, and every
 //! implementation must pass [`contract::suite`].
 //!
 //! These are small configuration documents edited by people, read far more often than written:
@@ -15,7 +15,7 @@ use super::codec::{decode, encode, get, scan_prefix};
 use super::StoreError;
 
 /// Where one kind of project-scoped record lives.
-pub trait RecordStore<T>: Send + Sync {
+pub trait DefinitionRecords<T>: Send + Sync {
     /// Every record of the project, in key order.
     fn list(&self, project: u64) -> Result<Vec<T>, StoreError>;
     /// Every record of every project, as (project, record), for background upkeep.
@@ -59,7 +59,7 @@ fn key(project: u64, id: &str) -> Vec<u8> {
     k
 }
 
-impl<T: Serialize + DeserializeOwned> RecordStore<T> for SledRecords<T> {
+impl<T: Serialize + DeserializeOwned> DefinitionRecords<T> for SledRecords<T> {
     fn list(&self, project: u64) -> Result<Vec<T>, StoreError> {
         scan_prefix(&self.tree, self.name, project.to_be_bytes())
     }
@@ -106,12 +106,12 @@ impl<T: Serialize + DeserializeOwned> RecordStore<T> for SledRecords<T> {
     }
 }
 
-/// The behaviour every [`RecordStore`] implementation must show, written against the trait.
+/// The behaviour every [`DefinitionRecords`] implementation must show, written against the trait.
 #[cfg(test)]
 pub mod contract {
     use serde::{Deserialize, Serialize};
 
-    use super::RecordStore;
+    use super::DefinitionRecords;
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     pub struct Note {
@@ -127,13 +127,13 @@ pub mod contract {
     }
 
     /// Runs every contract check against a fresh, empty store.
-    pub fn suite(store: &dyn RecordStore<Note>) {
+    pub fn suite(store: &dyn DefinitionRecords<Note>) {
         projects_are_isolated(store);
         put_replaces_and_delete_removes(store);
         ids_are_unique_and_increasing(store);
     }
 
-    fn projects_are_isolated(store: &dyn RecordStore<Note>) {
+    fn projects_are_isolated(store: &dyn DefinitionRecords<Note>) {
         store.put(1, "a", &note("a", "one")).expect("put");
         store.put(2, "a", &note("a", "two")).expect("put");
         store.put(1, "b", &note("b", "three")).expect("put");
@@ -169,7 +169,7 @@ pub mod contract {
         );
     }
 
-    fn put_replaces_and_delete_removes(store: &dyn RecordStore<Note>) {
+    fn put_replaces_and_delete_removes(store: &dyn DefinitionRecords<Note>) {
         store.put(5, "r", &note("r", "old")).expect("put");
         store.put(5, "r", &note("r", "new")).expect("put");
         assert_eq!(store.list(5).expect("list"), vec![note("r", "new")]);
@@ -178,7 +178,7 @@ pub mod contract {
         assert_eq!(store.get(5, "r").expect("get"), None);
     }
 
-    fn ids_are_unique_and_increasing(store: &dyn RecordStore<Note>) {
+    fn ids_are_unique_and_increasing(store: &dyn DefinitionRecords<Note>) {
         let ids: Vec<u64> = (0..50).map(|_| store.next_id().expect("id")).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
         assert!(ids[0] >= 1);

@@ -1,4 +1,4 @@
-//! [`RecordStore`] in PostgreSQL (cluster mode): every store's records in one table,
+//! [`DefinitionRecords`] in PostgreSQL (cluster mode): every store's records in one table,
 //! `definition_records`, told apart by the store's name.
 
 use std::marker::PhantomData;
@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pg::{bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg};
-use super::records::RecordStore;
+use super::records::DefinitionRecords;
 use super::StoreError;
 
 pub struct PgRecords<T> {
@@ -28,7 +28,7 @@ impl<T> PgRecords<T> {
     }
 }
 
-impl<T: Serialize + DeserializeOwned + Send + 'static> RecordStore<T> for PgRecords<T> {
+impl<T: Serialize + DeserializeOwned + Send + 'static> DefinitionRecords<T> for PgRecords<T> {
     fn list(&self, project_id: u64) -> Result<Vec<T>, StoreError> {
         let (name, p) = (self.name, bigint(project_id));
         self.pg.run(move |client| async move {

@@ -6,7 +6,7 @@
 //! ([`authorization`]), PKCE ([`pkce`]), scope policy ([`scopes`]), the grants that turn codes
 //! into tokens and refresh tokens into new tokens exactly once ([`grants`]), who may introspect
 //! what and how leaked tokens are revoked ([`introspection`]). Grants live behind
-//! [`GrantStore`] ([`SledGrants`] in the embedded default).
+//! [`GrantRecords`] ([`SledGrants`] in the embedded default).
 //!
 //! Time is an input: every method that judges expiry takes `now`.
 
@@ -52,7 +52,7 @@ pub use redirect::{display_host, is_loopback_uri};
 pub use scopes::{describe as describe_scope, supported as supported_scopes};
 pub use secret_scanning::{verify as verify_report_signature, Report, VerifyingKey};
 pub use sled_store::SledGrants;
-pub use store::GrantStore;
+pub use store::GrantRecords;
 
 pub const ACCESS_TOKEN_PREFIX: &str = "pha_";
 pub const REFRESH_TOKEN_PREFIX: &str = "phr_";
@@ -124,7 +124,7 @@ pub struct OAuth {
 }
 
 struct Inner {
-    grants: Arc<dyn GrantStore>,
+    grants: Arc<dyn GrantRecords>,
     clients: Registry,
     lifetimes: Lifetimes,
     resources: Vec<url::Url>,
@@ -137,7 +137,7 @@ struct Inner {
 
 impl OAuth {
     pub fn new(
-        grants: Arc<dyn GrantStore>,
+        grants: Arc<dyn GrantRecords>,
         tenancy: Tenancy,
         settings: OAuthSettings,
     ) -> Result<OAuth, String> {
@@ -161,7 +161,7 @@ impl OAuth {
     /// Runs grant-store work on the blocking pool.
     async fn grants<T: Send + 'static, E: From<StoreError> + Send + 'static>(
         &self,
-        work: impl FnOnce(&dyn GrantStore) -> Result<T, E> + Send + 'static,
+        work: impl FnOnce(&dyn GrantRecords) -> Result<T, E> + Send + 'static,
     ) -> Result<T, E> {
         let grants = Arc::clone(&self.inner.grants);
         blocking(move || work(grants.as_ref())).await
@@ -311,7 +311,7 @@ impl OAuth {
         self.inner.revoked_families.contains_key(family_id)
     }
 
-    /// Deletes expired codes, tokens and sessions (see [`GrantStore::prune`]). How many
+    /// Deletes expired codes, tokens and sessions (see [`GrantRecords::prune`]). How many
     /// records went.
     pub async fn prune(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         let day = chrono::Duration::days(1);

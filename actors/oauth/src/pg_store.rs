@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
-use super::store::{grant_revoked, GrantStore};
+use super::store::{grant_revoked, GrantRecords};
 use corvid_kernel::pg::{record_json, record_of, Pg, CREDENTIALS_CHANNEL};
 use corvid_kernel::StoreError;
 
@@ -99,7 +99,7 @@ async fn lock_family(
     record_of(&row, "oauth_families", family_id)
 }
 
-impl GrantStore for PgGrants {
+impl GrantRecords for PgGrants {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
         let record = record_json("authorization code", code)?;
         self.put_expiring("oauth_codes", hash, code.expires_at, record)

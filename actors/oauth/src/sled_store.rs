@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
-use super::store::{grant_revoked, GrantStore};
+use super::store::{grant_revoked, GrantRecords};
 use corvid_kernel::codec::{decode, encode};
 use corvid_kernel::StoreError;
 
@@ -74,7 +74,7 @@ impl SledGrants {
     }
 }
 
-impl GrantStore for SledGrants {
+impl GrantRecords for SledGrants {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError> {
         self.codes.insert(hash, encode(code)?)?;
         self.durable()

@@ -1,8 +1,8 @@
 //! Where OAuth grants live. The two races that break OAuth servers are settled by the store,
 //! before any token exists: a code is marked used, and a refresh token marked rotated, by
-//! exactly one of any number of concurrent requests ([`GrantStore::redeem_code`],
-//! [`GrantStore::redeem_refresh`]); and no token is issued into a grant a replay revoked
-//! ([`GrantStore::issue`]). Every write is durable when it returns.
+//! exactly one of any number of concurrent requests ([`GrantRecords::redeem_code`],
+//! [`GrantRecords::redeem_refresh`]); and no token is issued into a grant a replay revoked
+//! ([`GrantRecords::issue`]). Every write is durable when it returns.
 //!
 //! [`super::SledGrants`] is the embedded implementation; every implementation passes
 //! [`contract::suite`].
@@ -22,11 +22,11 @@ pub(crate) fn grant_revoked() -> StoreError {
     }
 }
 
-pub trait GrantStore: Send + Sync {
+pub trait GrantRecords: Send + Sync {
     fn put_code(&self, hash: &str, code: &CodeRecord) -> Result<(), StoreError>;
     /// Marks a code used, atomically: of concurrent redemptions exactly one is `Fresh`.
     fn redeem_code(&self, hash: &str) -> Result<Redeemed<CodeRecord>, StoreError>;
-    /// Marks a refresh token rotated, atomically, like [`GrantStore::redeem_code`].
+    /// Marks a refresh token rotated, atomically, like [`GrantRecords::redeem_code`].
     fn redeem_refresh(&self, hash: &str) -> Result<Redeemed<TokenRecord>, StoreError>;
     /// Stores new tokens in `family`, creating the family from `template` on first use.
     /// `Conflict` when the family was revoked first: then no token is stored.
@@ -63,7 +63,7 @@ pub trait GrantStore: Send + Sync {
     fn verified_clients(&self) -> Result<Vec<VerifiedClient>, StoreError>;
 }
 
-/// The behaviour every [`GrantStore`] must show, written against the trait.
+/// The behaviour every [`GrantRecords`] must show, written against the trait.
 #[cfg(test)]
 pub(crate) mod contract {
     use std::sync::Arc;
@@ -102,14 +102,14 @@ pub(crate) mod contract {
     }
 
     /// Runs every check against an empty store.
-    pub fn suite(store: Arc<dyn GrantStore>) {
+    pub fn suite(store: Arc<dyn GrantRecords>) {
         codes_are_redeemed_exactly_once(Arc::clone(&store));
         refresh_tokens_rotate_once_and_families_revoke_everything(store.as_ref());
         sessions_expire_and_clients_are_verified(store.as_ref());
         pruning_keeps_what_can_still_be_used(store.as_ref());
     }
 
-    fn codes_are_redeemed_exactly_once(store: Arc<dyn GrantStore>) {
+    fn codes_are_redeemed_exactly_once(store: Arc<dyn GrantRecords>) {
         let now = Utc::now();
         store
             .put_code("c1", &code(Uuid::new_v4(), now))
@@ -134,7 +134,7 @@ pub(crate) mod contract {
         ));
     }
 
-    fn refresh_tokens_rotate_once_and_families_revoke_everything(store: &dyn GrantStore) {
+    fn refresh_tokens_rotate_once_and_families_revoke_everything(store: &dyn GrantRecords) {
         let now = Utc::now();
         let family = Uuid::new_v4();
         let template = FamilyRecord::new(7, "https://app.example/c.json", now);
@@ -201,7 +201,7 @@ pub(crate) mod contract {
         assert!(!store.revoke_token("zz", now).expect("unknown"));
     }
 
-    fn sessions_expire_and_clients_are_verified(store: &dyn GrantStore) {
+    fn sessions_expire_and_clients_are_verified(store: &dyn GrantRecords) {
         let now = Utc::now();
         let session = SessionRecord {
             user_id: 7,
@@ -242,7 +242,7 @@ pub(crate) mod contract {
         assert!(!store.is_verified(&client.client_id).expect("read"));
     }
 
-    fn pruning_keeps_what_can_still_be_used(store: &dyn GrantStore) {
+    fn pruning_keeps_what_can_still_be_used(store: &dyn GrantRecords) {
         let now = Utc::now();
         let family = Uuid::new_v4();
         let template = FamilyRecord::new(7, "c", now - Duration::days(3));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use corvid_kernel::pg::migrations::migrate;
 use corvid_kernel::pg::testing::TestPostgres;
-use corvid_kernel::{PgRecords, RecordStore, StoreError};
+use corvid_kernel::{DefinitionRecords, PgRecords, StoreError};
 
 /// Two experiments on one feature flag, from two nodes at once: the store keeps one live.
 #[test]
@@ -38,39 +38,84 @@ fn one_live_experiment_per_flag() {
         .expect("another project");
 }
 
+/// A database whose record table refuses records of `kind` until [`allow`] is called, and a
+/// sled database holding the flags.
+struct Refusing {
+    pg: Arc<corvid_kernel::pg::Pg>,
+    flags: Arc<corvid_flags::FlagStore>,
+    owned: Arc<corvid_flags::OwnedFlags>,
+    fixture: corvid_query::testing::Fixture,
+    runtime: tokio::runtime::Runtime,
+    _server: TestPostgres,
+    _dir: tempfile::TempDir,
+}
+
+fn refusing(kind: &str) -> Refusing {
+    let server = TestPostgres::start();
+    let pg = Arc::new(server.database().connect());
+    migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
+    let statement = format!(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON definition_records \
+         FOR EACH ROW WHEN (NEW.kind = '{kind}') EXECUTE FUNCTION refuse();"
+    );
+    pg.run(move |client| async move {
+        client.batch_execute(&statement).await?;
+        Ok(())
+    })
+    .expect("trigger");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sled = sled::open(dir.path()).expect("sled");
+    let (flags, owned) = crate::surface::testing::flags(&sled);
+    Refusing {
+        pg,
+        flags,
+        owned,
+        fixture: corvid_query::testing::Fixture::new(Vec::new(), Vec::new()),
+        runtime: tokio::runtime::Runtime::new().expect("runtime"),
+        _server: server,
+        _dir: dir,
+    }
+}
+
+impl Refusing {
+    /// Lets records of every kind in again.
+    fn allow(&self) {
+        self.pg
+            .run(|client| async move {
+                client
+                    .batch_execute("DROP TRIGGER refuse ON definition_records")
+                    .await?;
+                Ok(())
+            })
+            .expect("drop trigger");
+    }
+
+    /// The keys of project 1's live flags.
+    fn live_flags(&self) -> Vec<String> {
+        self.flags
+            .flags(1)
+            .expect("flags")
+            .into_iter()
+            .filter(|f| !f.definition.deleted)
+            .map(|f| f.definition.key)
+            .collect()
+    }
+}
+
 /// An experiment whose record cannot be saved leaves no live flag behind: the flag created
 /// for it is withdrawn, so the key is free for the next attempt.
 #[test]
 fn a_failed_experiment_save_withdraws_the_flag_it_created() {
     use crate::experiments::{ExperimentChanges, Experiments};
-    use crate::RecordError;
 
-    let server = TestPostgres::start();
-    let db = server.database();
-    let pg = Arc::new(db.connect());
-    migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
-    // The fault: the record table refuses experiments until the trigger is dropped.
-    pg.run(|client| async move {
-        client
-            .batch_execute(
-                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
-                 $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
-                 CREATE TRIGGER refuse_experiments BEFORE INSERT ON definition_records \
-                 FOR EACH ROW WHEN (NEW.kind = 'experiments') EXECUTE FUNCTION refuse();",
-            )
-            .await?;
-        Ok(())
-    })
-    .expect("trigger");
-    let fixture = corvid_query::testing::Fixture::new(Vec::new(), Vec::new());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sled = sled::open(dir.path()).expect("sled");
-    let (flags, owned) = crate::surface::testing::flags(&sled);
+    let db = refusing("experiments");
     let experiments = Experiments::new(
-        Arc::new(PgRecords::new(Arc::clone(&pg), "experiments")),
-        Arc::new(PgRecords::new(Arc::clone(&pg), "experiment_holdouts")),
-        owned,
-        Arc::clone(&fixture.engine),
+        Arc::new(PgRecords::new(Arc::clone(&db.pg), "experiments")),
+        Arc::new(PgRecords::new(Arc::clone(&db.pg), "experiment_holdouts")),
+        Arc::clone(&db.owned),
+        Arc::clone(&db.fixture.engine),
     );
     let changes = || -> ExperimentChanges {
         serde_json::from_value(
@@ -79,26 +124,82 @@ fn a_failed_experiment_save_withdraws_the_flag_it_created() {
         .expect("changes")
     };
 
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let failed = runtime.block_on(experiments.create(1, changes(), None));
-    assert!(matches!(failed, Err(RecordError::Store(_))), "{failed:?}");
-    let live: Vec<_> = flags
-        .flags(1)
-        .expect("flags")
-        .into_iter()
-        .filter(|f| !f.definition.deleted)
-        .collect();
-    assert!(live.is_empty(), "a flag outlived its experiment: {live:?}");
+    let failed = db.runtime.block_on(experiments.create(1, changes(), None));
+    assert!(
+        matches!(failed, Err(crate::RecordError::Store(_))),
+        "{failed:?}"
+    );
+    assert_eq!(db.live_flags(), Vec::<String>::new());
 
-    pg.run(|client| async move {
-        client
-            .batch_execute("DROP TRIGGER refuse_experiments ON definition_records")
-            .await?;
-        Ok(())
-    })
-    .expect("drop trigger");
-    let view = runtime
+    db.allow();
+    let view = db
+        .runtime
         .block_on(experiments.create(1, changes(), None))
         .expect("the key is free again");
     assert_eq!(view.experiment.feature_flag_key, "checkout");
+    assert_eq!(db.live_flags(), vec!["checkout".to_string()]);
+}
+
+/// A survey that cannot be saved leaves neither its internal flag nor its targeting flag.
+#[test]
+fn a_failed_survey_save_withdraws_both_flags_it_created() {
+    use crate::surveys::{SurveyChanges, Surveys};
+
+    let db = refusing("surveys");
+    let surveys = Surveys::new(
+        Arc::new(PgRecords::new(Arc::clone(&db.pg), "surveys")),
+        Arc::clone(&db.owned),
+        Arc::clone(&db.fixture.engine),
+    );
+    let changes = || -> SurveyChanges {
+        serde_json::from_value(serde_json::json!({
+            "name": "NPS",
+            "type": "popover",
+            "questions": [{"type": "open", "question": "Why?"}],
+            "targeting_flag_filters": {"groups": [{"properties": [], "rollout_percentage": 50}]},
+        }))
+        .expect("changes")
+    };
+
+    let failed = db.runtime.block_on(surveys.create(1, changes(), None));
+    assert!(
+        matches!(failed, Err(crate::RecordError::Store(_))),
+        "{failed:?}"
+    );
+    assert_eq!(db.live_flags(), Vec::<String>::new());
+
+    db.allow();
+    db.runtime
+        .block_on(surveys.create(1, changes(), None))
+        .expect("saved");
+    assert_eq!(db.live_flags().len(), 2, "internal and targeting flags");
+}
+
+/// An early-access feature that cannot be saved gives its flag key back.
+#[test]
+fn a_failed_feature_save_withdraws_the_flag_it_created() {
+    use crate::early_access::{EarlyAccess, FeatureChanges};
+
+    let db = refusing("early_access_features");
+    let features = EarlyAccess::new(
+        Arc::new(PgRecords::new(Arc::clone(&db.pg), "early_access_features")),
+        Arc::clone(&db.owned),
+    );
+    let changes = || -> FeatureChanges {
+        serde_json::from_value(serde_json::json!({"name": "Dark mode", "stage": "beta"}))
+            .expect("changes")
+    };
+
+    let failed = db.runtime.block_on(features.create(1, changes()));
+    assert!(
+        matches!(failed, Err(crate::RecordError::Store(_))),
+        "{failed:?}"
+    );
+    assert_eq!(db.live_flags(), Vec::<String>::new());
+
+    db.allow();
+    db.runtime
+        .block_on(features.create(1, changes()))
+        .expect("the key is free again");
+    assert_eq!(db.live_flags(), vec!["dark-mode".to_string()]);
 }

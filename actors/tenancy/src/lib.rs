@@ -1,7 +1,7 @@
 //! Tenancy: organizations, projects, users, personal API keys and the credentials they grant.
 //!
 //! [`Tenancy`] is the one door: it holds the rules and the in-memory cache every request reads
-//! (credentials and projects, invalidated on write). Records live behind [`MetadataStore`]
+//! (credentials and projects, invalidated on write). Records live behind [`MetadataRecords`]
 //! ([`SledMetadata`] in the embedded default).
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
@@ -27,7 +27,7 @@ pub use model::{
 pub use pg_store::PgMetadata;
 pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
 pub use sled_store::{SledMetadata, SCHEMA_VERSION};
-pub use store::MetadataStore;
+pub use store::MetadataRecords;
 pub use tenancy::{
     Bootstrapped, MintKey, OrganizationUpdate, Tenancy, TenancySettings, ADMIN_EMAIL,
     DEFAULT_ORGANIZATION, DEFAULT_PROJECT,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::{MetadataStore, OnRevoked, ROTATED_PROJECT};
+use super::store::{MetadataRecords, OnRevoked, ROTATED_PROJECT};
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
     RESYNC,
@@ -26,7 +26,7 @@ impl PgMetadata {
     }
 }
 
-/// Advisory-lock key of [`MetadataStore::exclusively`] ("tenancy").
+/// Advisory-lock key of [`MetadataRecords::exclusively`] ("tenancy").
 const TENANCY_LOCK: i64 = 0x7465_6e61_6e63;
 
 fn conflict(err: tokio_postgres::Error, what: impl Into<String>) -> StoreError {
@@ -37,7 +37,7 @@ fn conflict(err: tokio_postgres::Error, what: impl Into<String>) -> StoreError {
     }
 }
 
-impl MetadataStore for PgMetadata {
+impl MetadataRecords for PgMetadata {
     fn exclusively(
         &self,
         work: &mut dyn FnMut() -> Result<(), StoreError>,
@@ -356,7 +356,7 @@ mod tests {
         let db = server.database();
         let pg = Arc::new(db.connect());
         migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
-        super::super::store::contract::suite(&|| -> Box<dyn MetadataStore> {
+        super::super::store::contract::suite(&|| -> Box<dyn MetadataRecords> {
             Box::new(PgMetadata::new(Arc::new(db.connect())))
         });
     }

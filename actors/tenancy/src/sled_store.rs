@@ -11,7 +11,7 @@ use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::MetadataStore;
+use super::store::MetadataRecords;
 use corvid_kernel::codec::{encode, get, u64_key};
 use corvid_kernel::StoreError;
 
@@ -98,7 +98,7 @@ impl SledMetadata {
     }
 }
 
-impl MetadataStore for SledMetadata {
+impl MetadataRecords for SledMetadata {
     fn next_id(&self, sequence: &str) -> Result<u64, StoreError> {
         let id = corvid_kernel::sequence::next(&self.meta, &format!("seq/{sequence}"))?;
         self.durable()?;
@@ -304,7 +304,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().to_path_buf();
         crate::store::contract::suite(&|| {
-            Box::new(SledMetadata::open(&path).expect("opens")) as Box<dyn MetadataStore>
+            Box::new(SledMetadata::open(&path).expect("opens")) as Box<dyn MetadataRecords>
         });
     }
 

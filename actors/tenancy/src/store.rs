@@ -19,7 +19,7 @@ pub type OnRevoked = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// The prefix of a revocation notice that names a project whose token was rotated.
 pub const ROTATED_PROJECT: &str = "project:";
 
-pub trait MetadataStore: Send + Sync {
+pub trait MetadataRecords: Send + Sync {
     /// Runs `work` while no other node sharing this store runs work through here: for
     /// check-then-create sequences such as bootstrapping the default tenancy. A store one
     /// process owns (the embedded one) just runs it; the process serializes its callers.
@@ -82,7 +82,7 @@ pub trait MetadataStore: Send + Sync {
     }
 }
 
-/// The behaviour every [`MetadataStore`] must show, written against the trait.
+/// The behaviour every [`MetadataRecords`] must show, written against the trait.
 #[cfg(test)]
 pub(crate) mod contract {
     use chrono::Utc;
@@ -143,7 +143,7 @@ pub(crate) mod contract {
 
     /// Runs every check; `open` gives a store over the same storage each time (empty at the
     /// first call), so a reopen shows what is durable.
-    pub fn suite(open: &dyn Fn() -> Box<dyn MetadataStore>) {
+    pub fn suite(open: &dyn Fn() -> Box<dyn MetadataRecords>) {
         let store = open();
         let acme = org("Acme");
         store.put_organization(&acme).expect("org");

@@ -1,5 +1,5 @@
 //! Execution logs: one entry per endpoint run (success INFO, failure ERROR), written off the
-//! request path ([`writer`]) into an [`ExecutionLogStore`] ([`SledExecutionLog`] in the
+//! request path ([`writer`]) into an [`ExecutionLogRecords`] ([`SledExecutionLog`] in the
 //! embedded default; every implementation passes [`contract::suite`]) and searched by endpoint,
 //! level, text, time and instance.
 
@@ -21,7 +21,7 @@ pub use writer::LogStats;
 pub(crate) use writer::{ExecutionLogHandle, GetLogStats};
 
 /// Where execution logs live. Appends are durable when they return.
-pub trait ExecutionLogStore: Send + Sync {
+pub trait ExecutionLogRecords: Send + Sync {
     /// Appends entries of any endpoints.
     fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError>;
     /// Entries of one endpoint that match `query`, newest first, at most `query.limit`.
@@ -134,7 +134,7 @@ impl LogQuery {
     }
 }
 
-/// The behaviour every [`ExecutionLogStore`] must show, written against the trait.
+/// The behaviour every [`ExecutionLogRecords`] must show, written against the trait.
 #[cfg(test)]
 pub(crate) mod contract {
     use chrono::TimeZone;
@@ -165,13 +165,15 @@ pub(crate) mod contract {
     }
 
     /// Runs every check; `open` gives an empty store each time.
-    pub fn suite(open: &dyn Fn() -> Box<dyn ExecutionLogStore>) {
+    pub fn suite(open: &dyn Fn() -> Box<dyn ExecutionLogRecords>) {
         search_filters_by_level_text_time_and_instance_newest_first(open().as_ref());
         many_entries_page_newest_first(open().as_ref());
         pruning_drops_entries_past_the_cutoff(open().as_ref());
     }
 
-    fn search_filters_by_level_text_time_and_instance_newest_first(store: &dyn ExecutionLogStore) {
+    fn search_filters_by_level_text_time_and_instance_newest_first(
+        store: &dyn ExecutionLogRecords,
+    ) {
         let ep = Uuid::new_v4();
         let other = Uuid::new_v4();
         let entries = vec![
@@ -237,7 +239,7 @@ pub(crate) mod contract {
         );
     }
 
-    fn many_entries_page_newest_first(store: &dyn ExecutionLogStore) {
+    fn many_entries_page_newest_first(store: &dyn ExecutionLogRecords) {
         let ep = Uuid::new_v4();
         for i in 0..1100i64 {
             store
@@ -259,7 +261,7 @@ pub(crate) mod contract {
         );
     }
 
-    fn pruning_drops_entries_past_the_cutoff(store: &dyn ExecutionLogStore) {
+    fn pruning_drops_entries_past_the_cutoff(store: &dyn ExecutionLogRecords) {
         let ep = Uuid::new_v4();
         let mut fresh = entry(ep, 0, Level::Info, "fresh");
         fresh.timestamp = Utc::now();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{ExecutionLogStore, Level, LogEntry, LogQuery};
+use super::{ExecutionLogRecords, Level, LogEntry, LogQuery};
 use corvid_kernel::pg::Pg;
 use corvid_kernel::StoreError;
 
@@ -28,7 +28,7 @@ fn level_text(level: Level) -> &'static str {
     }
 }
 
-impl ExecutionLogStore for PgExecutionLog {
+impl ExecutionLogRecords for PgExecutionLog {
     fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn postgres_execution_logs_pass_the_contract() {
         let server = TestPostgres::start();
-        super::super::contract::suite(&|| -> Box<dyn ExecutionLogStore> {
+        super::super::contract::suite(&|| -> Box<dyn ExecutionLogRecords> {
             let db = server.database();
             let pg = Arc::new(db.connect());
             migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");

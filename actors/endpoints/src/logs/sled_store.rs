@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
-use super::{ExecutionLogStore, Level, LogEntry, LogQuery};
+use super::{ExecutionLogRecords, Level, LogEntry, LogQuery};
 use corvid_kernel::StoreError;
 
 const TREE: &str = "endpoint_logs";
@@ -118,7 +118,7 @@ impl SledExecutionLog {
     }
 }
 
-impl ExecutionLogStore for SledExecutionLog {
+impl ExecutionLogRecords for SledExecutionLog {
     /// One sled batch and one flush for the whole append, whatever its size: the writer
     /// thread hands over everything recorded in the last 20 ms at once.
     fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError> {

@@ -1,6 +1,6 @@
 //! The write path of execution logs. Handlers append entries to a pending list that the
 //! [`ExecutionLog`] actor takes every 20 ms and passes over a channel to the `corvid-exec-log`
-//! writer thread, which appends them to the [`ExecutionLogStore`] in one write per batch and
+//! writer thread, which appends them to the [`ExecutionLogRecords`] in one write per batch and
 //! prunes entries past retention once an hour.
 //!
 //! Bounded end to end: at most [`WRITER_QUEUE`] batches wait for the writer and at most
@@ -17,7 +17,7 @@ use actix::prelude::*;
 use chrono::Utc;
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{ExecutionLogStore, LogEntry};
+use super::{ExecutionLogRecords, LogEntry};
 use corvid_kernel::StoreError;
 
 /// How often buffered entries are handed to the writer.
@@ -160,7 +160,7 @@ pub struct ExecutionLogHandle {
 impl ExecutionLogHandle {
     /// Starts the actor (in the current actix system) and the writer thread.
     pub fn start(
-        store: Arc<dyn ExecutionLogStore>,
+        store: Arc<dyn ExecutionLogRecords>,
         retention: Duration,
     ) -> Result<ExecutionLogHandle, StoreError> {
         let (tx, rx) = crossbeam_channel::bounded(WRITER_QUEUE);
@@ -230,7 +230,7 @@ impl ExecutionLogHandle {
 }
 
 fn write_loop(
-    store: &dyn ExecutionLogStore,
+    store: &dyn ExecutionLogRecords,
     rx: Receiver<ToWriter>,
     retention: Duration,
     counters: &WriterCounters,

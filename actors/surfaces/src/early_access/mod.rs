@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::surface::RecordError;
 use corvid_flags::{Condition, FlagDefinition, FlagFilters};
 use corvid_flags::{FlagRecord, OwnedFlags};
-use corvid_kernel::{blocking, RecordStore};
+use corvid_kernel::{blocking, DefinitionRecords};
 
 /// A feature's release stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,7 +158,7 @@ pub struct EarlyAccess {
 }
 
 struct Inner {
-    store: Arc<dyn RecordStore<Feature>>,
+    store: Arc<dyn DefinitionRecords<Feature>>,
     flags: Arc<OwnedFlags>,
     writes: Mutex<()>,
 }
@@ -177,7 +177,7 @@ pub fn slugify(name: &str) -> String {
 }
 
 impl EarlyAccess {
-    pub fn new(store: Arc<dyn RecordStore<Feature>>, flags: Arc<OwnedFlags>) -> EarlyAccess {
+    pub fn new(store: Arc<dyn DefinitionRecords<Feature>>, flags: Arc<OwnedFlags>) -> EarlyAccess {
         EarlyAccess {
             inner: Arc::new(Inner {
                 store,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use corvid_flags::Holdout as FlagHoldout;
 use corvid_flags::OwnedFlags;
-use corvid_kernel::RecordStore;
+use corvid_kernel::DefinitionRecords;
 use corvid_query::QueryEngine;
 
 pub use model::{Action, Experiment, ExperimentChanges, Holdout, HoldoutChanges, Status};
@@ -29,8 +29,8 @@ pub struct Experiments {
 }
 
 struct Inner {
-    experiments: Arc<dyn RecordStore<Experiment>>,
-    holdouts: Arc<dyn RecordStore<Holdout>>,
+    experiments: Arc<dyn DefinitionRecords<Experiment>>,
+    holdouts: Arc<dyn DefinitionRecords<Holdout>>,
     flags: Arc<OwnedFlags>,
     query: Arc<QueryEngine>,
     writes: Mutex<()>,

@@ -10,13 +10,13 @@ use super::results::ExperimentResults;
 use super::{exclusion, results, ExperimentView, Experiments, FlagHoldout, Inner, ListFilter};
 use crate::surface::RecordError;
 use corvid_flags::OwnedFlags;
-use corvid_kernel::{blocking, RecordStore};
+use corvid_kernel::{blocking, DefinitionRecords};
 use corvid_query::QueryEngine;
 
 impl Experiments {
     pub fn new(
-        experiments: Arc<dyn RecordStore<Experiment>>,
-        holdouts: Arc<dyn RecordStore<Holdout>>,
+        experiments: Arc<dyn DefinitionRecords<Experiment>>,
+        holdouts: Arc<dyn DefinitionRecords<Holdout>>,
         flags: Arc<OwnedFlags>,
         query: Arc<QueryEngine>,
     ) -> Experiments {

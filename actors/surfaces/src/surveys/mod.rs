@@ -17,7 +17,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use corvid_flags::{FlagRecord, OwnedFlags};
-use corvid_kernel::RecordStore;
+use corvid_kernel::DefinitionRecords;
 use corvid_query::QueryEngine;
 
 pub use model::{EventStats, Survey, SurveyChanges, SurveyStats, SurveyType};
@@ -38,7 +38,7 @@ pub struct Surveys {
 }
 
 struct Inner {
-    store: Arc<dyn RecordStore<Survey>>,
+    store: Arc<dyn DefinitionRecords<Survey>>,
     flags: Arc<OwnedFlags>,
     query: Arc<QueryEngine>,
     /// Each project's surveys, loaded on first use and replaced on every write.

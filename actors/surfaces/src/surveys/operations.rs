@@ -12,12 +12,12 @@ use super::stats::Period;
 use super::{stats, Creator, Inner, SurveyView, Surveys, UPKEEP_RETRY, UPKEEP_RETRY_MAX};
 use crate::surface::RecordError;
 use corvid_flags::OwnedFlags;
-use corvid_kernel::{blocking, RecordStore};
+use corvid_kernel::{blocking, DefinitionRecords};
 use corvid_query::QueryEngine;
 
 impl Surveys {
     pub fn new(
-        store: Arc<dyn RecordStore<Survey>>,
+        store: Arc<dyn DefinitionRecords<Survey>>,
         flags: Arc<OwnedFlags>,
         query: Arc<QueryEngine>,
     ) -> Surveys {

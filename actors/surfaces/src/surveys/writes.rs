@@ -153,10 +153,13 @@ impl Inner {
             }
             None => None,
         };
+        // Flags created by this write, withdrawn if the survey itself cannot be saved.
+        let mut created = Vec::new();
         if survey.internal_targeting_flag_id.is_none() {
             let flag = self
                 .flags
                 .create(project, targeting::internal_flag(&survey))?;
+            created.push(flag.definition.id);
             survey.internal_targeting_flag_id = Some(flag.definition.id);
         }
 
@@ -166,37 +169,64 @@ impl Inner {
             || changes.targeting_flag_filters == Some(Value::Null)
         {
             if let Some(id) = survey.targeting_flag_id.take() {
-                self.flags.modify(project, id, |f| f.deleted = true)?;
+                let removed = self.flags.modify(project, id, |f| f.deleted = true);
+                self.withdrawing(project, &created, removed)?;
             }
         } else if let Some(filters) = targeting {
             let existing = match survey.targeting_flag_id {
-                Some(id) => self.flags.modify(project, id, |f| {
-                    f.filters = filters.clone();
-                    f.active = targeting_active;
-                })?,
+                Some(id) => {
+                    let changed = self.flags.modify(project, id, |f| {
+                        f.filters = filters.clone();
+                        f.active = targeting_active;
+                    });
+                    self.withdrawing(project, &created, changed)?
+                }
                 None => None,
             };
             let flag = match existing {
                 Some(flag) => flag,
-                None => self.flags.create(
-                    project,
-                    FlagDefinition::new(
-                        targeting::new_key(""),
-                        format!("Targeting flag for survey {}", survey.name),
-                        filters,
-                        targeting_active,
-                    ),
-                )?,
+                None => {
+                    let flag = self.flags.create(
+                        project,
+                        FlagDefinition::new(
+                            targeting::new_key(""),
+                            format!("Targeting flag for survey {}", survey.name),
+                            filters,
+                            targeting_active,
+                        ),
+                    );
+                    let flag = self.withdrawing(project, &created, flag)?;
+                    created.push(flag.definition.id);
+                    flag
+                }
             };
             survey.targeting_flag_id = Some(flag.definition.id);
         } else if let Some(id) = survey.targeting_flag_id {
-            self.flags
-                .modify(project, id, |f| f.active = targeting_active)?;
+            let changed = self
+                .flags
+                .modify(project, id, |f| f.active = targeting_active);
+            self.withdrawing(project, &created, changed)?;
         }
 
-        self.store.put(project, &survey.id.to_string(), &survey)?;
+        let saved = self.store.put(project, &survey.id.to_string(), &survey);
+        self.withdrawing(project, &created, saved)?;
         self.reload(project)?;
         Ok(survey)
+    }
+
+    /// `result`, after withdrawing the flags `created` for a survey when it failed.
+    fn withdrawing<T, E: Into<RecordError>>(
+        &self,
+        project: u64,
+        created: &[i64],
+        result: Result<T, E>,
+    ) -> Result<T, RecordError> {
+        result.map_err(|e| {
+            for id in created {
+                self.flags.withdraw(project, *id);
+            }
+            e.into()
+        })
     }
 
     /// The plain fields of a create or update body.

@@ -1,13 +1,13 @@
 //! The tenancy facade: organizations, projects, users and personal API keys, with their rules
 //! (names, time zones, emails, labels and scopes, ids, tokens, secrets), the in-memory cache
-//! every request reads, and credential lookup. The one door to [`MetadataStore`].
+//! every request reads, and credential lookup. The one door to [`MetadataRecords`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::cache::MetaCache;
 use super::model::{Project, User};
-use super::store::{MetadataStore, ROTATED_PROJECT};
+use super::store::{MetadataRecords, ROTATED_PROJECT};
 use corvid_kernel::{blocking, StoreError};
 
 /// Blocking store work off the async threads.
@@ -65,7 +65,7 @@ pub enum MintKey {
 /// The tenancy facade. Cheap to clone.
 #[derive(Clone)]
 pub struct Tenancy {
-    store: Arc<dyn MetadataStore>,
+    store: Arc<dyn MetadataRecords>,
     cache: Arc<MetaCache>,
     settings: TenancySettings,
     /// Password verification's own threads, started on the first sign-in.

@@ -8,13 +8,13 @@ use super::{
     validate_key, validate_project_name, validate_timezone, Arc, MetaCache, ROTATED_PROJECT,
 };
 use crate::{
-    Bootstrapped, Credential, CredentialSource, MetadataStore, MintKey, NewPersonalApiKey,
+    Bootstrapped, Credential, CredentialSource, MetadataRecords, MintKey, NewPersonalApiKey,
     NewProject, Organization, OrganizationUpdate, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, Tenancy, TenancySettings, User,
 };
 use corvid_kernel::{secrets, StoreError};
 impl Tenancy {
-    pub fn new(store: Arc<dyn MetadataStore>, settings: TenancySettings) -> Tenancy {
+    pub fn new(store: Arc<dyn MetadataRecords>, settings: TenancySettings) -> Tenancy {
         let cache = Arc::new(MetaCache::new(settings.cache_ttl));
         let revoked = Arc::clone(&cache);
         store.watch_credentials(Arc::new(move |notice| match notice {

@@ -4,12 +4,12 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::{
-    Bootstrapped, MetadataStore, MintKey, NewPersonalApiKey, Organization, PersonalApiKey, Project,
-    ProjectSettings, User, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
+    Bootstrapped, MetadataRecords, MintKey, NewPersonalApiKey, Organization, PersonalApiKey,
+    Project, ProjectSettings, User, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
 };
 use corvid_kernel::{secrets, StoreError};
 pub(super) fn projects_of(
-    store: &dyn MetadataStore,
+    store: &dyn MetadataRecords,
     org: Uuid,
 ) -> Result<Vec<Project>, StoreError> {
     Ok(store
@@ -20,7 +20,7 @@ pub(super) fn projects_of(
 }
 
 pub(super) fn create_user(
-    store: &dyn MetadataStore,
+    store: &dyn MetadataRecords,
     organization_id: Uuid,
     email: String,
     password: &str,
@@ -41,7 +41,7 @@ pub(super) fn create_user(
 }
 
 pub(super) fn mint_key(
-    store: &dyn MetadataStore,
+    store: &dyn MetadataRecords,
     new: NewPersonalApiKey,
     label: String,
 ) -> Result<(PersonalApiKey, String), StoreError> {
@@ -63,7 +63,7 @@ pub(super) fn mint_key(
 }
 
 pub(super) fn bootstrap(
-    store: &dyn MetadataStore,
+    store: &dyn MetadataRecords,
     mint: MintKey,
 ) -> Result<Bootstrapped, StoreError> {
     let organization = match store
