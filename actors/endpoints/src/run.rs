@@ -81,16 +81,8 @@ impl Endpoints {
         execution_id: Uuid,
         error: EndpointError,
     ) -> EndpointError {
-        self.record(
-            endpoint,
-            execution_id,
-            Level::Error,
-            format!(
-                "Endpoint execution failed · invalid request · {}",
-                flattened(&error)
-            ),
-        );
-        error
+        let why = format!("invalid request · {}", flattened(&error));
+        self.failed(endpoint, execution_id, why, error)
     }
 
     async fn run_version(
@@ -112,7 +104,8 @@ impl Endpoints {
             let refused = EndpointError::Throttled {
                 retry_after_secs: wait.as_secs().max(1),
             };
-            return Err(self.failed(endpoint, execution_id, &version, path, refused));
+            let why = failure(path, &version, &refused);
+            return Err(self.failed(endpoint, execution_id, why, refused));
         }
         let (answer, is_cached) = match self.cached(endpoint, &version, &req) {
             Some(hit) => (hit, true),
@@ -123,7 +116,8 @@ impl Endpoints {
                     (answer, false)
                 }
                 Err((e, path)) => {
-                    return Err(self.failed(endpoint, execution_id, &version, path, e));
+                    let why = failure(path, &version, &e);
+                    return Err(self.failed(endpoint, execution_id, why, e));
                 }
             },
         };
@@ -161,25 +155,17 @@ impl Endpoints {
         })
     }
 
-    /// Logs a run that failed on `path` and hands its error back.
+    /// Logs a run that failed (`why` follows "Endpoint execution failed · ") and hands its
+    /// error back.
     fn failed(
         &self,
         endpoint: &Endpoint,
         execution_id: Uuid,
-        version: &EndpointVersion,
-        path: &str,
+        why: String,
         error: EndpointError,
     ) -> EndpointError {
-        self.record(
-            endpoint,
-            execution_id,
-            Level::Error,
-            format!(
-                "Endpoint execution failed · path={path} version={} error={}",
-                version.version,
-                error.log_code()
-            ),
-        );
+        let message = format!("Endpoint execution failed · {why}");
+        self.record(endpoint, execution_id, Level::Error, message);
         error
     }
 
@@ -398,6 +384,15 @@ impl Endpoints {
             materialized_at: None,
         })
     }
+}
+
+/// Where a run failed, as its log entry says it: the path, the version and the error's code.
+fn failure(path: &str, version: &EndpointVersion, error: &EndpointError) -> String {
+    format!(
+        "path={path} version={} error={}",
+        version.version,
+        error.log_code()
+    )
 }
 
 /// The stored result a run may read: enabled, completed, fresh, and not bypassed.

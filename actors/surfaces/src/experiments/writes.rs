@@ -135,7 +135,7 @@ impl Inner {
             }),
             ..FlagFilters::default()
         };
-        let (flag, created) = self.experiment_flag(project, &key, &name, filters)?;
+        let flag = self.experiment_flag(project, &key, &name, filters)?;
         let experiment = Experiment {
             id: self.experiments.next_id()?,
             project_id: project,
@@ -168,31 +168,28 @@ impl Inner {
             updated_at: now,
             created_by,
         };
-        // Two experiments reusing one flag at once, on two nodes: the store keeps one.
-        let saved = self
-            .experiments
-            .put(project, &experiment.id.to_string(), &experiment);
-        if let Err(e) = saved {
-            if created {
-                self.flags.withdraw(project, flag.definition.id);
-            }
-            return Err(match e {
+        // Two experiments reusing one flag at once, on two nodes: the store keeps one. A flag
+        // this call created stays when the save fails: another node's experiment may have
+        // taken it meanwhile, and if none did, it is an inactive flag the next create with its
+        // key reuses.
+        self.experiments
+            .put(project, &experiment.id.to_string(), &experiment)
+            .map_err(|e| match e {
                 StoreError::Conflict { .. } => flag_key_taken(),
                 other => other.into(),
-            });
-        }
+            })?;
         Ok(experiment)
     }
 
     /// The flag a new experiment runs on: the live flag with its key when that is a free
-    /// multivariate flag with a control variant, else a new one (`true`: created here).
+    /// multivariate flag with a control variant, else a new one.
     fn experiment_flag(
         &self,
         project: u64,
         key: &str,
         name: &str,
         filters: FlagFilters,
-    ) -> Result<(FlagRecord, bool), RecordError> {
+    ) -> Result<FlagRecord, RecordError> {
         let found = match self.flags.live_flag_by_key(project, key)? {
             Some(existing) => {
                 let reusable = existing
@@ -211,7 +208,7 @@ impl Inner {
                 if !reusable || used {
                     return Err(flag_key_taken());
                 }
-                (existing, false)
+                existing
             }
             None => {
                 let definition = FlagDefinition::new(
@@ -221,16 +218,14 @@ impl Inner {
                     false,
                 );
                 // Another writer may create the key first, on any node: the store decides.
-                let flag = self
-                    .flags
+                self.flags
                     .create(project, definition)
                     .map_err(|e| match e {
                         StoreError::Invalid {
                             attr: Some("key"), ..
                         } => flag_key_taken(),
                         other => other.into(),
-                    })?;
-                (flag, true)
+                    })?
             }
         };
         Ok(found)
