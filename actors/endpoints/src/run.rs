@@ -107,12 +107,12 @@ impl Endpoints {
             let why = failure(path, &version, &refused);
             return Err(self.failed(endpoint, execution_id, why, refused));
         }
-        let (answer, is_cached) = match self.cached(endpoint, &version, &req) {
+        let key = self.cache_key(endpoint, &version, &req);
+        let (answer, is_cached) = match self.cached(&key, &version, req.refresh) {
             Some(hit) => (hit, true),
             None => match self.compute(caller, endpoint, &version, &req, usable).await {
                 Ok(answer) => {
-                    self.cache
-                        .put(self.cache_key(endpoint, &version, &req), answer.clone());
+                    self.cache.put(key, answer.clone());
                     (answer, false)
                 }
                 Err((e, path)) => {
@@ -185,21 +185,14 @@ impl Endpoints {
     }
 
     /// A fresh cached answer, unless the request skips the cache.
-    fn cached(
-        &self,
-        endpoint: &Endpoint,
-        version: &EndpointVersion,
-        req: &RunRequest,
-    ) -> Option<Answer> {
-        if req.refresh != Refresh::Cache {
+    fn cached(&self, key: &str, version: &EndpointVersion, refresh: Refresh) -> Option<Answer> {
+        if refresh != Refresh::Cache {
             return None;
         }
         let materialized_at = version.materialization.as_ref().and_then(|m| m.last_run_at);
-        let mut hit = self.cache.get(
-            &self.cache_key(endpoint, version, req),
-            version.data_freshness_seconds,
-            materialized_at,
-        )?;
+        let mut hit = self
+            .cache
+            .get(key, version.data_freshness_seconds, materialized_at)?;
         if hit.materialized_at.is_none() {
             hit.path = "inline";
         }
