@@ -10,6 +10,8 @@
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
+mod deletion;
+mod erasure;
 mod model;
 mod pg_store;
 pub(crate) mod records;
@@ -18,13 +20,20 @@ mod store;
 
 use std::sync::Arc;
 
+pub use deletion::{
+    BulkErasure, DeletionError, ErasureSummary, ErasureTargets, PersonRef, StatusFilter,
+    MAX_BULK_IDS,
+};
+pub use erasure::{ErasedSet, Erasure, ProjectErasures, HIDE_AFTER_VERIFIED};
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
 pub use records::{PersonRecords, Touched};
 pub use sled_store::SledPersons;
-pub use store::PersonStore;
+pub use store::{ErasureOptions, PersonStore};
 
+use chrono::Utc;
 use corvid_kernel::{blocking, StoreError};
+use uuid::Uuid;
 
 /// The persons facade the service uses. Cheap to clone.
 #[derive(Clone)]
@@ -52,6 +61,128 @@ impl Persons {
             None => store.persons(project_id),
         })
         .await
+    }
+
+    /// The person a path names; `None` when there is none (numeric ids name nobody: Corvid
+    /// keeps none).
+    pub async fn person(
+        &self,
+        project_id: u64,
+        person: PersonRef,
+    ) -> Result<Option<Person>, StoreError> {
+        let PersonRef::Uuid(id) = person else {
+            return Ok(None);
+        };
+        let store = Arc::clone(&self.store);
+        blocking(move || store.person(project_id, id)).await
+    }
+
+    /// Erases the persons `request` names: each person's request is recorded (its events
+    /// captured until now are hidden from every read at once and removed from storage by the
+    /// compactor), then its profile and distinct ids are deleted unless `keep_person`.
+    pub async fn erase(
+        &self,
+        project_id: u64,
+        request: BulkErasure,
+    ) -> Result<ErasureSummary, StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || {
+            let now = Utc::now();
+            let mut persons: Vec<Uuid> = match &request.targets {
+                ErasureTargets::Ids(ids) => ids
+                    .iter()
+                    .filter_map(|id| Uuid::try_parse(id).ok())
+                    .map(|id| Ok(store.person(project_id, id)?.map(|p| p.id)))
+                    .filter_map(Result::transpose)
+                    .collect::<Result<_, StoreError>>()?,
+                ErasureTargets::DistinctIds(ids) => ids
+                    .iter()
+                    .map(|did| store.person_id_by_distinct_id(project_id, did))
+                    .filter_map(Result::transpose)
+                    .collect::<Result<_, StoreError>>()?,
+            };
+            persons.sort_unstable();
+            persons.dedup();
+            let mut summary = ErasureSummary {
+                persons_found: persons.len(),
+                events_queued_for_deletion: request.options.delete_events && !persons.is_empty(),
+                ..ErasureSummary::default()
+            };
+            for person in persons {
+                match store.erase(project_id, person, &request.options, now) {
+                    Ok(Some(_)) if !request.options.keep_person => summary.persons_deleted += 1,
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(project_id, %person, error = %err, "a person could not be erased");
+                        summary.deletion_errors.push(DeletionError { person_uuid: person });
+                    }
+                }
+            }
+            Ok(summary)
+        })
+        .await
+    }
+
+    /// The event erasures of a project, newest request first (PostHog's `deletion_status`).
+    pub async fn deletion_status(
+        &self,
+        project_id: u64,
+        status: StatusFilter,
+        person: Option<Uuid>,
+    ) -> Result<Vec<Erasure>, StoreError> {
+        let store = Arc::clone(&self.store);
+        let erasures = blocking(move || store.erasures(project_id)).await?;
+        Ok(erasures
+            .records
+            .iter()
+            .rev()
+            .filter(|e| e.events)
+            .filter(|e| person.is_none_or(|p| e.person_uuid == p))
+            .filter(|e| match status {
+                StatusFilter::All => true,
+                StatusFilter::Pending => e.verified_at.is_none(),
+                StatusFilter::Completed => e.verified_at.is_some(),
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Every erasure request of a project (profile deletions too), newest first: the
+    /// deletions' activity.
+    pub async fn deletions(&self, project_id: u64) -> Result<Vec<Erasure>, StoreError> {
+        let store = Arc::clone(&self.store);
+        let erasures = blocking(move || store.erasures(project_id)).await?;
+        Ok(erasures.records.iter().rev().cloned().collect())
+    }
+
+    /// Whether `distinct_id` belongs to a person or to an erased one (what
+    /// `reset_person_distinct_id` may reset).
+    pub async fn distinct_id_known(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Result<bool, StoreError> {
+        let (store, did) = (Arc::clone(&self.store), distinct_id.to_string());
+        blocking(move || {
+            Ok(store.person_id_by_distinct_id(project_id, &did)?.is_some()
+                || store
+                    .erasures(project_id)?
+                    .records
+                    .iter()
+                    .any(|e| e.distinct_ids.contains(&did)))
+        })
+        .await
+    }
+
+    /// Removes one property from a person; false when the person does not exist.
+    pub async fn unset_property(
+        &self,
+        project_id: u64,
+        person: Uuid,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        let (store, key) = (Arc::clone(&self.store), key.to_string());
+        blocking(move || store.unset_property(project_id, person, &key)).await
     }
 
     /// A project's groups, optionally of one type.
@@ -95,8 +226,15 @@ impl Persons {
 
 /// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
 /// other crate's.
-pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
-    version: 3,
-    name: "persons",
-    sql: include_str!("../migrations/0003_persons.sql"),
-}];
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[
+    corvid_kernel::Migration {
+        version: 3,
+        name: "persons",
+        sql: include_str!("../migrations/0003_persons.sql"),
+    },
+    corvid_kernel::Migration {
+        version: 9,
+        name: "person_erasures",
+        sql: include_str!("../migrations/0009_person_erasures.sql"),
+    },
+];

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::erasure::Erasure;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::{OnPersonChange, PersonChange, PersonRecords, Touched};
 use corvid_kernel::pg::{bigint, record_json, record_of, Pg, RESYNC};
@@ -169,6 +170,87 @@ impl PersonRecords for PgPersons {
             rows.iter()
                 .map(|r| record_of(r, "persons", r.get::<_, Uuid>(0)))
                 .collect()
+        })
+    }
+
+    fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        let (p, id) = (bigint(project_id), person.id);
+        let changed = payload(&PersonChange::Persons {
+            project: project_id,
+            distinct_ids: person.distinct_ids.clone(),
+        });
+        self.pg.run(move |mut client| async move {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "DELETE FROM person_distinct_ids WHERE project_id = $1 AND person_id = $2",
+                &[&p, &id],
+            )
+            .await?;
+            tx.execute(
+                "DELETE FROM persons WHERE project_id = $1 AND id = $2",
+                &[&p, &id],
+            )
+            .await?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
+        let p = bigint(project_id);
+        let rows = erasures
+            .iter()
+            .map(|e| Ok((e.id, e.requested_at, record_json("person erasure", e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let changed = payload(&PersonChange::Project {
+            project: project_id,
+        });
+        self.pg.run(move |mut client| async move {
+            let tx = client.transaction().await?;
+            for (id, at, record) in &rows {
+                tx.execute(
+                    "INSERT INTO person_erasures (project_id, id, requested_at, record)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (project_id, id) DO UPDATE SET record = $4",
+                    &[&p, id, at, record],
+                )
+                .await?;
+            }
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
+        let p = project_id.map(bigint);
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT id, record FROM person_erasures
+                     WHERE $1::bigint IS NULL OR project_id = $1
+                     ORDER BY requested_at, id",
+                    &[&p],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| record_of(r, "person_erasures", r.get::<_, Uuid>(0)))
+                .collect()
+        })
+    }
+
+    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.pg.run(move |client| async move {
+            let n = client
+                .execute(
+                    "DELETE FROM person_erasures WHERE requested_at < $1",
+                    &[&before],
+                )
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
     }
 

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::erasure::Erasure;
 use super::model::{Group, Person, UsageKind, UsageRow};
 use corvid_kernel::StoreError;
 
@@ -122,6 +123,16 @@ pub trait PersonRecords: Send + Sync {
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError>;
     /// All persons of a project.
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError>;
+    /// Deletes a person and those of its distinct ids that still point at it.
+    fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError>;
+
+    /// Stores erasure records of `project_id`, new or changed (keyed by their id); other
+    /// nodes drop their copies of the project's erasures.
+    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError>;
+    /// The erasure records of a project, or of every project.
+    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError>;
+    /// Deletes the erasure records requested before `before`; returns how many went.
+    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError>;
 
     /// Group types of a project as `(name, index)`, by index.
     fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError>;
@@ -186,6 +197,76 @@ pub(crate) mod contract {
         group_types_are_numbered_up_to_the_limit(records);
         groups_are_kept_per_type(records);
         usage_adds_up_per_month_and_kind(records);
+        a_removed_person_takes_its_distinct_ids_along(records);
+        erasures_are_kept_per_project_until_they_expire(records);
+    }
+
+    fn a_removed_person_takes_its_distinct_ids_along(records: &dyn PersonRecords) {
+        let gone = person(&["g1", "g2"]);
+        let stays = person(&["s"]);
+        records.put_person(9, &gone).expect("put");
+        records.put_person(9, &stays).expect("put");
+        records.remove_person(9, &gone).expect("remove");
+        assert_eq!(records.person(9, gone.id).expect("read"), None);
+        for did in ["g1", "g2"] {
+            assert_eq!(
+                records.person_id_by_distinct_id(9, did).expect("read"),
+                None
+            );
+        }
+        assert_eq!(records.persons(9).expect("list"), vec![stays.clone()]);
+        // A distinct id that moved to another person meanwhile stays with it.
+        let moved = person(&["m"]);
+        records.put_person(9, &moved).expect("put");
+        let mut stale = moved.clone();
+        stale.id = Uuid::new_v4();
+        records.remove_person(9, &stale).expect("remove");
+        assert_eq!(
+            records.person_id_by_distinct_id(9, "m").expect("read"),
+            Some(moved.id)
+        );
+    }
+
+    fn erasures_are_kept_per_project_until_they_expire(records: &dyn PersonRecords) {
+        let erasure = |project: u64, at: &str| Erasure {
+            id: Uuid::new_v4(),
+            project_id: project,
+            person_uuid: Uuid::new_v4(),
+            distinct_ids: vec!["a".into()],
+            requested_at: at.parse().expect("time"),
+            requested_by: Some("someone@example.com".into()),
+            person_deleted: true,
+            events: true,
+            verified_at: None,
+            events_removed: 0,
+        };
+        let old = erasure(10, "2026-01-01T00:00:00Z");
+        let mut new = erasure(10, "2026-03-01T00:00:00Z");
+        let other = erasure(11, "2026-02-01T00:00:00Z");
+        records
+            .put_erasures(10, &[old.clone(), new.clone()])
+            .expect("put");
+        records.put_erasures(11, &[other.clone()]).expect("put");
+        let sorted = |mut v: Vec<Erasure>| {
+            v.sort_by_key(|e| e.requested_at);
+            v
+        };
+        assert_eq!(
+            sorted(records.erasures(Some(10)).expect("list")),
+            vec![old.clone(), new.clone()]
+        );
+        new.verified_at = Some(Utc::now());
+        new.events_removed = 12;
+        records.put_erasures(10, &[new.clone()]).expect("update");
+        assert_eq!(
+            sorted(records.erasures(None).expect("all")),
+            vec![old, other.clone(), new.clone()]
+        );
+        let expired = records
+            .expire_erasures("2026-02-15T00:00:00Z".parse().expect("time"))
+            .expect("expire");
+        assert_eq!(expired, 2);
+        assert_eq!(records.erasures(None).expect("all"), vec![new]);
     }
 
     fn persons_are_found_by_every_distinct_id(records: &dyn PersonRecords) {

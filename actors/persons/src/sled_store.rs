@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::erasure::Erasure;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
 use corvid_kernel::codec::{encode, get, scan_prefix};
@@ -15,6 +16,8 @@ pub struct SledPersons {
     group_types: sled::Tree,
     groups: sled::Tree,
     usage: sled::Tree,
+    /// Key project ‖ record id.
+    erasures: sled::Tree,
 }
 
 fn key(project_id: u64, rest: &[u8]) -> Vec<u8> {
@@ -38,6 +41,7 @@ impl SledPersons {
             group_types: db.open_tree("group_type_mappings")?,
             groups: db.open_tree("groups")?,
             usage: db.open_tree("usage")?,
+            erasures: db.open_tree("person_erasures")?,
             db: db.clone(),
         })
     }
@@ -89,6 +93,47 @@ impl PersonRecords for SledPersons {
 
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
         scan_prefix(&self.persons, "persons", project_id.to_be_bytes())
+    }
+
+    fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        for did in &person.distinct_ids {
+            // Only while it still points at this person: a merge may have moved it.
+            let _ = self.distinct_ids.compare_and_swap(
+                key(project_id, did.as_bytes()),
+                Some(person.id.as_bytes().as_slice()),
+                None::<&[u8]>,
+            )?;
+        }
+        self.persons.remove(key(project_id, person.id.as_bytes()))?;
+        Ok(())
+    }
+
+    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for erasure in erasures {
+            batch.insert(key(project_id, erasure.id.as_bytes()), encode(erasure)?);
+        }
+        self.erasures.apply_batch(batch)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
+        let prefix = project_id.map(u64::to_be_bytes).unwrap_or_default();
+        let prefix: &[u8] = if project_id.is_some() { &prefix } else { &[] };
+        scan_prefix(&self.erasures, "person_erasures", prefix)
+    }
+
+    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let mut expired = 0;
+        for erasure in self.erasures(None)? {
+            if erasure.requested_at < before {
+                self.erasures
+                    .remove(key(erasure.project_id, erasure.id.as_bytes()))?;
+                expired += 1;
+            }
+        }
+        Ok(expired)
     }
 
     fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {

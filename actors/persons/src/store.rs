@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::erasure::{Erasure, ProjectErasures};
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{PersonChange, PersonRecords, Touched};
 use super::sled_store::SledPersons;
@@ -28,6 +29,9 @@ struct ReadCache {
     persons: StartOverMap<(u64, String), Option<Arc<Person>>>,
     groups: StartOverMap<(u64, u8, String), Option<Arc<Group>>>,
     group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
+    /// Each project's erasure records and the sets readers hide by, with when they were read
+    /// (re-read after [`ERASURES_KEPT_FOR`], so verified requests stop costing readers).
+    erasures: dashmap::DashMap<u64, (std::time::Instant, Arc<ProjectErasures>)>,
     /// Counts other nodes' announced changes: a fill that read before one is not kept.
     remote_changes: AtomicU64,
 }
@@ -56,11 +60,13 @@ impl ReadCache {
                 self.persons.retain(|(p, _), _| *p != project);
                 self.groups.retain(|(p, _, _), _| *p != project);
                 self.group_types.remove(&project);
+                self.erasures.remove(&project);
             }
             None => {
                 self.persons.start_over();
                 self.groups.start_over();
                 self.group_types.clear();
+                self.erasures.clear();
             }
         }
     }
@@ -70,6 +76,7 @@ impl ReadCache {
             persons: StartOverMap::new(READ_CACHE_ENTRIES),
             groups: StartOverMap::new(READ_CACHE_ENTRIES),
             group_types: dashmap::DashMap::new(),
+            erasures: dashmap::DashMap::new(),
             remote_changes: AtomicU64::new(0),
         }
     }
@@ -82,6 +89,20 @@ impl ReadCache {
 
 /// Entries the read cache holds at most (persons and groups each).
 pub const READ_CACHE_ENTRIES: usize = 200_000;
+
+/// How long a project's erasures are used from memory before they are read again.
+const ERASURES_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What an erasure request asks for besides deleting the profile.
+#[derive(Debug, Clone, Default)]
+pub struct ErasureOptions {
+    /// Erase the person's events captured before the request.
+    pub delete_events: bool,
+    /// Keep the person profile (only the events go).
+    pub keep_person: bool,
+    /// Who asked, for the activity list.
+    pub requested_by: Option<String>,
+}
 
 pub struct PersonStore {
     records: Arc<dyn PersonRecords>,
@@ -340,6 +361,126 @@ impl PersonStore {
     /// Deletes a person record (its distinct ids must already point elsewhere).
     pub fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
         self.records.delete_person(project_id, id)
+    }
+
+    /// `project_id`'s erasure records and the sets readers hide events by, from memory when
+    /// read within the last minute (another node's request drops them at once).
+    pub fn erasures(&self, project_id: u64) -> Result<Arc<ProjectErasures>, StoreError> {
+        if let Some(entry) = self.cache.erasures.get(&project_id) {
+            if entry.0.elapsed() < ERASURES_KEPT_FOR {
+                return Ok(Arc::clone(&entry.1));
+            }
+        }
+        let epoch = self.cache.epoch();
+        let loaded = Arc::new(ProjectErasures::new(
+            self.records.erasures(Some(project_id))?,
+            Utc::now(),
+        ));
+        if self.cache.epoch() == epoch {
+            self.cache
+                .erasures
+                .insert(project_id, (std::time::Instant::now(), Arc::clone(&loaded)));
+        }
+        Ok(loaded)
+    }
+
+    /// Every project's erasure records.
+    pub fn all_erasures(&self) -> Result<Vec<Erasure>, StoreError> {
+        self.records.erasures(None)
+    }
+
+    /// Stores changed erasure records (the compactor's progress) and drops the project's copy.
+    pub fn update_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
+        self.records.put_erasures(project_id, erasures)?;
+        self.cache.erasures.remove(&project_id);
+        Ok(())
+    }
+
+    /// Deletes erasure records requested before `before`.
+    pub fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let n = self.records.expire_erasures(before)?;
+        self.cache.erasures.clear();
+        Ok(n)
+    }
+
+    /// Erases `person` as `options` say, at `now`: the request is recorded first (readers
+    /// hide the events it covers from then on), then the profile and its distinct ids are
+    /// deleted. Reads the person again under the writer lock (a merge may have moved ids);
+    /// `None` when it is gone already.
+    pub fn erase(
+        &self,
+        project_id: u64,
+        person: Uuid,
+        options: &ErasureOptions,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Erasure>, StoreError> {
+        let _writer = self.lock();
+        let Some(found) = self.person(project_id, person)? else {
+            return Ok(None);
+        };
+        let mut touched: Vec<Touched> = found
+            .distinct_ids
+            .iter()
+            .map(|d| Touched::DistinctId(d.clone()))
+            .collect();
+        touched.push(Touched::Person(person));
+        self.exclusively(project_id, touched, || {
+            let Some(current) = self.person(project_id, person)? else {
+                return Ok(None);
+            };
+            let erasure = Erasure {
+                id: Uuid::new_v4(),
+                project_id,
+                person_uuid: current.id,
+                distinct_ids: current.distinct_ids.clone(),
+                requested_at: now,
+                requested_by: options.requested_by.clone(),
+                person_deleted: !options.keep_person,
+                events: options.delete_events,
+                verified_at: None,
+                events_removed: 0,
+            };
+            self.records
+                .put_erasures(project_id, std::slice::from_ref(&erasure))?;
+            self.cache.erasures.remove(&project_id);
+            if !options.keep_person {
+                self.records.remove_person(project_id, &current)?;
+                for did in &current.distinct_ids {
+                    self.cache_person(project_id, did, None);
+                }
+            }
+            Ok(Some(erasure))
+        })
+    }
+
+    /// Removes `key` from a person's properties (PostHog's `$unset` through
+    /// `delete_property`); false when the person does not exist.
+    pub fn unset_property(
+        &self,
+        project_id: u64,
+        person: Uuid,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        let _writer = self.lock();
+        let Some(found) = self.person(project_id, person)? else {
+            return Ok(false);
+        };
+        let mut touched: Vec<Touched> = found
+            .distinct_ids
+            .iter()
+            .map(|d| Touched::DistinctId(d.clone()))
+            .collect();
+        touched.push(Touched::Person(person));
+        self.exclusively(project_id, touched, || {
+            let Some(mut current) = self.person(project_id, person)? else {
+                return Ok(false);
+            };
+            if current.properties.remove(key).is_some() {
+                current.version += 1;
+                self.put_person(project_id, current)?;
+            }
+            Ok(true)
+        })
     }
 
     /// All persons of a project (for queries and exports).
