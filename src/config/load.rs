@@ -10,7 +10,7 @@ use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
 use corvid_engine::{
     ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
 };
-use corvid_events::{CompactionConfig, IngestConfig, Limits};
+use corvid_events::{CompactionConfig, ErasureConfig, IngestConfig, Limits};
 use corvid_flags::FlagsSettings;
 use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
 use corvid_query::QuerySettings;
@@ -250,6 +250,12 @@ impl Config {
             min_share: 0.2,
             sample_rows: 100_000,
             grace: self.ingest.compaction_grace,
+            erasure: ErasureConfig {
+                interval: self.lifecycle.erasure_interval,
+                settle: self.lifecycle.erasure_settle,
+                grace: self.lifecycle.erasure_grace,
+                record_ttl: self.lifecycle.deletion_record_ttl,
+            },
         }
     }
 

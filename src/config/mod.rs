@@ -41,6 +41,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
+    pub lifecycle: LifecycleConfig,
     pub flags: FlagsConfig,
     pub browser: BrowserConfig,
     pub surveys: SurveysConfig,

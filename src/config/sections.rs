@@ -57,6 +57,25 @@ pub struct RateLimitsConfig {
     pub tracked: NonZeroUsize,
 }
 
+/// `[lifecycle]`: how erasure requests are carried out and how long their records stay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleConfig {
+    /// How often the compactor works on pending person erasures.
+    #[serde(with = "humantime_serde")]
+    pub erasure_interval: Duration,
+    /// A request waits this long before segments are rewritten (flushes under way commit).
+    #[serde(with = "humantime_serde")]
+    pub erasure_settle: Duration,
+    /// A version superseded by an erasure's rewrite is deleted once the new one is this old.
+    #[serde(with = "humantime_serde")]
+    pub erasure_grace: Duration,
+    /// Finished erasure records (`deletion_status`, the deletions' activity) are kept this
+    /// long after their request.
+    #[serde(with = "humantime_serde")]
+    pub deletion_record_ttl: Duration,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaptureConfig {

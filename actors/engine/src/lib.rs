@@ -469,6 +469,8 @@ impl Engine {
                 &node_id,
                 settings.compaction_interval + Duration::from_secs(3600),
             ),
+            Arc::clone(&persons),
+            ingest.tails().to_vec(),
         )
         .spawn(settings.compaction_interval, Arc::clone(&compactor_stop))?;
         let flags = Flags::new(

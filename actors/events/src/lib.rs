@@ -31,7 +31,7 @@ mod shard;
 mod time;
 mod wal;
 
-pub use compaction::CompactionConfig;
+pub use compaction::{CompactionConfig, ErasureConfig, ErasureReport};
 pub use decode::{
     decode, CaptureQuery, DecodeError, DecodedRequest, ErrorClass, Limits, Payload, RouteKind,
 };

@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::catalog::{SegmentCatalog, SegmentRef};
 use super::files::SegmentFiles;
 use super::segment::{read_segment_filtered, SegmentError, SegmentFilter, StoredEvent};
+use corvid_persons::ErasedSet;
 
 /// A shard's buffered rows, shared read-only with readers: the `active` rows being appended
 /// to, and `frozen` batches handed to the shard's flusher but not yet committed to segments.
@@ -171,16 +172,20 @@ pub fn snapshot(
 }
 
 /// Events matching `filter`, newest first, at most `filter.limit`.
+///
+/// Events `erased` covers are left out (an erasure hides them at once; the compactor removes
+/// them from segments later).
 pub fn query_events(
     catalog: &dyn SegmentCatalog,
     files: &SegmentFiles,
     tails: &[Arc<Tail>],
     filter: &EventFilter,
+    erased: &ErasedSet,
 ) -> Result<Vec<StoredEvent>, SegmentError> {
     let from = filter.after.map(|a| a.date_naive());
     let to = filter.scan_before().map(|b| b.date_naive());
     let snap = snapshot(catalog, tails, filter.project_id, from, to, |e| {
-        filter.matches(e)
+        filter.matches(e) && !e.erased_by(erased)
     })?;
     // Newest day first; stop once a whole day leaves us with enough rows.
     let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<SegmentRef>> = Default::default();
@@ -205,7 +210,7 @@ pub fn query_events(
             rows.extend(
                 read_segment_filtered(file, &segment.key(), &segment_filter)?
                     .into_iter()
-                    .filter(|e| filter.matches(e)),
+                    .filter(|e| filter.matches(e) && !e.erased_by(erased)),
             );
         }
     }

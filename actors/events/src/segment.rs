@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use corvid_kernel::disk::{create_dirs, Disk, DiskFile};
 use corvid_kernel::json::{property_text, top_level_values};
+use corvid_persons::ErasedSet;
 
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +52,15 @@ impl StoredEvent {
             + self.properties.len()
             + self.person_properties.len()
             + 160
+    }
+
+    /// Whether `erased` covers this event.
+    pub fn erased_by(&self, erased: &ErasedSet) -> bool {
+        erased.hides(
+            &self.person_id,
+            &self.distinct_id,
+            self.created_at.timestamp_micros(),
+        )
     }
 
     pub fn day(&self) -> NaiveDate {
@@ -442,6 +452,36 @@ pub fn from_record_batch(
             window_id: opt(window, i),
         })
         .collect())
+}
+
+/// How many rows of a segment `erased` covers, reading only the three columns that decide it
+/// (person id, distinct id, capture time).
+pub fn count_erased(
+    file: impl ChunkReader + 'static,
+    source: &str,
+    erased: &ErasedSet,
+) -> Result<usize, SegmentError> {
+    use parquet::arrow::ProjectionMask;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let descr = builder.metadata().file_metadata().schema_descr_ptr();
+    let roots = ["person_id", "distinct_id", "created_at"]
+        .iter()
+        .map(|name| builder.schema().index_of(name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reader = builder
+        .with_projection(ProjectionMask::roots(&descr, roots))
+        .build()?;
+    let mut count = 0;
+    for batch in reader {
+        let batch = batch?;
+        let person = column::<StringArray>(&batch, "person_id", source)?;
+        let distinct_id = column::<StringArray>(&batch, "distinct_id", source)?;
+        let created = column::<TimestampMicrosecondArray>(&batch, "created_at", source)?;
+        count += (0..batch.num_rows())
+            .filter(|&i| erased.hides_text(person.value(i), distinct_id.value(i), created.value(i)))
+            .count();
+    }
+    Ok(count)
 }
 
 /// Column names of a segment (its bytes, or an open file), from its footer.

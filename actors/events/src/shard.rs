@@ -472,6 +472,16 @@ impl Flusher {
                         .push(row);
                 }
                 for ((project, day), mut events) in partitions {
+                    // Events an erasure covers never reach a segment (they may be here
+                    // because the request came while they were buffered, or the WAL replayed
+                    // them).
+                    let erased = self.persons.erasures(project)?;
+                    if !erased.all.is_empty() {
+                        events.retain(|e| !e.erased_by(&erased.all));
+                        if events.is_empty() {
+                            continue;
+                        }
+                    }
                     let segment = SegmentRef {
                         project,
                         day,

@@ -7,6 +7,7 @@
 //! none left, sets `verified_at`: the request is complete.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -138,10 +139,10 @@ pub struct ProjectErasures {
     /// Every record, oldest request first.
     pub records: Vec<Erasure>,
     /// Every event erasure: what a flush drops and what tails hide.
-    pub all: ErasedSet,
+    pub all: Arc<ErasedSet>,
     /// Pending erasures and those verified within [`HIDE_AFTER_VERIFIED`]: what segment reads
     /// hide.
-    pub hidden: ErasedSet,
+    pub hidden: Arc<ErasedSet>,
 }
 
 impl ProjectErasures {
@@ -154,8 +155,8 @@ impl ProjectErasures {
         });
         ProjectErasures {
             records,
-            all,
-            hidden,
+            all: Arc::new(all),
+            hidden: Arc::new(hidden),
         }
     }
 }

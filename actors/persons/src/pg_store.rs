@@ -246,7 +246,8 @@ impl PersonRecords for PgPersons {
         self.pg.run(move |client| async move {
             let n = client
                 .execute(
-                    "DELETE FROM person_erasures WHERE requested_at < $1",
+                    "DELETE FROM person_erasures WHERE requested_at < $1
+                     AND (record->>'verified_at' IS NOT NULL OR record->>'events' = 'false')",
                     &[&before],
                 )
                 .await?;

@@ -131,7 +131,8 @@ pub trait PersonRecords: Send + Sync {
     fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError>;
     /// The erasure records of a project, or of every project.
     fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError>;
-    /// Deletes the erasure records requested before `before`; returns how many went.
+    /// Deletes the finished erasure records (verified, or without events to erase) requested
+    /// before `before`; returns how many went. Pending ones stay, however old.
     fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError>;
 
     /// Group types of a project as `(name, index)`, by index.
@@ -240,13 +241,17 @@ pub(crate) mod contract {
             verified_at: None,
             events_removed: 0,
         };
-        let old = erasure(10, "2026-01-01T00:00:00Z");
+        let mut old = erasure(10, "2026-01-01T00:00:00Z");
+        old.verified_at = Some("2026-01-01T00:05:00Z".parse().expect("time"));
         let mut new = erasure(10, "2026-03-01T00:00:00Z");
-        let other = erasure(11, "2026-02-01T00:00:00Z");
+        let mut other = erasure(11, "2026-02-01T00:00:00Z");
+        other.events = false;
+        let pending = erasure(12, "2025-01-01T00:00:00Z");
         records
             .put_erasures(10, &[old.clone(), new.clone()])
             .expect("put");
         records.put_erasures(11, &[other.clone()]).expect("put");
+        records.put_erasures(12, &[pending.clone()]).expect("put");
         let sorted = |mut v: Vec<Erasure>| {
             v.sort_by_key(|e| e.requested_at);
             v
@@ -260,13 +265,16 @@ pub(crate) mod contract {
         records.put_erasures(10, &[new.clone()]).expect("update");
         assert_eq!(
             sorted(records.erasures(None).expect("all")),
-            vec![old, other.clone(), new.clone()]
+            vec![pending.clone(), old, other.clone(), new.clone()]
         );
         let expired = records
             .expire_erasures("2026-02-15T00:00:00Z".parse().expect("time"))
             .expect("expire");
-        assert_eq!(expired, 2);
-        assert_eq!(records.erasures(None).expect("all"), vec![new]);
+        assert_eq!(expired, 2, "finished ones go, pending ones stay");
+        assert_eq!(
+            sorted(records.erasures(None).expect("all")),
+            vec![pending, new]
+        );
     }
 
     fn persons_are_found_by_every_distinct_id(records: &dyn PersonRecords) {

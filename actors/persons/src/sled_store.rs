@@ -127,7 +127,7 @@ impl PersonRecords for SledPersons {
     fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
         let mut expired = 0;
         for erasure in self.erasures(None)? {
-            if erasure.requested_at < before {
+            if erasure.requested_at < before && !erasure.pending() {
                 self.erasures
                     .remove(key(erasure.project_id, erasure.id.as_bytes()))?;
                 expired += 1;

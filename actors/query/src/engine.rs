@@ -373,6 +373,8 @@ async fn execute(
 struct EventsSnapshot {
     files: Vec<(chrono::NaiveDate, String)>,
     tail: Vec<corvid_events::StoredEvent>,
+    /// Erasures the files' rows are filtered by (the tail is already without them).
+    erased: Arc<corvid_persons::ErasedSet>,
     /// Materialized keys every file has.
     available: BTreeSet<String>,
 }
@@ -387,6 +389,7 @@ impl EventsSnapshot {
             self.files.clone(),
             &self.tail,
             &keys,
+            Some(Arc::clone(&self.erased)),
         )?))
     }
 }
@@ -427,13 +430,17 @@ async fn session(
     let wants = |name: &str| prepared.tables.contains(name);
     let mut events = None;
     if wants("events") {
+        let erasures = sources
+            .persons
+            .erasures(project_id)
+            .map_err(|e| QueryError::Internal(Box::new(e)))?;
         let snap = tail_snapshot(
             sources.catalog.as_ref(),
             &sources.tails,
             project_id,
             None,
             None,
-            |e| e.project_id == project_id,
+            |e| e.project_id == project_id && !e.erased_by(&erasures.all),
         )
         .map_err(|e| QueryError::Internal(Box::new(e)))?;
         events = Some(EventsSnapshot {
@@ -448,6 +455,7 @@ async fn session(
                 .map(|s| (s.day, sources.files.url(s)))
                 .collect(),
             tail: snap.tail,
+            erased: Arc::clone(&erasures.hidden),
         });
     }
     if wants("persons") || wants("person_distinct_ids") {

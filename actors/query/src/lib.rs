@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
 mod engine;
+mod erased;
 mod error;
 mod functions;
 mod gate;

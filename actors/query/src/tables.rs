@@ -23,11 +23,15 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::erased::KeepUnerased;
 use corvid_events::StoredEvent;
-use corvid_persons::{Group, Person};
+use corvid_persons::{ErasedSet, Group, Person};
 
 /// The `events` table of one project at one instant.
 pub struct EventsTable {
@@ -35,6 +39,8 @@ pub struct EventsTable {
     files: Vec<(NaiveDate, String)>,
     tail: Arc<MemTable>,
     schema: SchemaRef,
+    /// Erasures whose events segment reads must leave out (the tail comes without them).
+    erased: Option<Arc<ErasedSet>>,
 }
 
 impl fmt::Debug for EventsTable {
@@ -46,11 +52,13 @@ impl fmt::Debug for EventsTable {
 }
 
 impl EventsTable {
-    /// `materialized`: property keys every file has as a column (the tail computes them).
+    /// `materialized`: property keys every file has as a column (the tail computes them);
+    /// `erased`: events the files' rows are filtered by (`None` or empty: none).
     pub fn new(
         files: Vec<(NaiveDate, String)>,
         tail: &[StoredEvent],
         materialized: &[String],
+        erased: Option<Arc<ErasedSet>>,
     ) -> DfResult<EventsTable> {
         let rows: Vec<&StoredEvent> = tail.iter().collect();
         let schema = string_views(&corvid_events::segment_schema_with(materialized));
@@ -67,9 +75,40 @@ impl EventsTable {
             files,
             tail,
             schema,
+            erased: erased.filter(|e| !e.is_empty()),
         })
     }
+
+    /// `plan` (a scan of the files with columns `scanned`, which hold the three the filter
+    /// reads) filtered by the erasures, answering the first `wanted` columns.
+    fn without_erased(
+        &self,
+        erased: &Arc<ErasedSet>,
+        plan: Arc<dyn ExecutionPlan>,
+        scanned: &[usize],
+        wanted: usize,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let columns = ERASURE_COLUMNS
+            .iter()
+            .map(|name| {
+                let index = self.schema.index_of(name)?;
+                let at = scanned.iter().position(|i| *i == index).ok_or_else(|| {
+                    datafusion::error::DataFusionError::Internal(format!("{name} is not scanned"))
+                })?;
+                Ok(Arc::new(Column::new(name, at)) as Arc<dyn PhysicalExpr>)
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let keep = Arc::new(KeepUnerased::new(Arc::clone(erased), columns));
+        Ok(Arc::new(
+            FilterExecBuilder::new(keep, plan)
+                .apply_projection(Some((0..wanted).collect()))?
+                .build()?,
+        ))
+    }
 }
+
+/// The columns that decide whether an erasure covers a row.
+const ERASURE_COLUMNS: [&str; 3] = ["person_id", "distinct_id", "created_at"];
 
 /// `schema` with string columns as `Utf8View`: Parquet strings decode into views without
 /// copying, and DataFusion groups and compares views fastest.
@@ -186,7 +225,25 @@ impl TableProvider for EventsTable {
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&self.schema));
             let files = ListingTable::try_new(config)?;
-            plans.push(files.scan(state, projection, filters, limit).await?);
+            match &self.erased {
+                None => plans.push(files.scan(state, projection, filters, limit).await?),
+                Some(erased) => {
+                    // Scan what the statement reads plus what the filter reads; the filter
+                    // answers only the former, and no limit applies before it.
+                    let mut scanned: Vec<usize> = projection
+                        .cloned()
+                        .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+                    let wanted = scanned.len();
+                    for name in ERASURE_COLUMNS {
+                        let index = self.schema.index_of(name)?;
+                        if !scanned.contains(&index) {
+                            scanned.push(index);
+                        }
+                    }
+                    let plan = files.scan(state, Some(&scanned), filters, None).await?;
+                    plans.push(self.without_erased(erased, plan, &scanned, wanted)?);
+                }
+            }
         }
         UnionExec::try_new(plans)
     }

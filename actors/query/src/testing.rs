@@ -22,6 +22,7 @@ pub struct Fixture {
     pub columns: Arc<PropertyColumns>,
     pub catalog: Arc<dyn SegmentCatalog>,
     pub files: Arc<SegmentFiles>,
+    pub persons: Arc<PersonStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -111,7 +112,7 @@ impl Fixture {
                     Arc::clone(&catalog),
                     Arc::clone(&files),
                     vec![t],
-                    persons,
+                    Arc::clone(&persons),
                     Arc::clone(&columns),
                 ),
             )
@@ -122,6 +123,7 @@ impl Fixture {
             columns,
             catalog,
             files,
+            persons,
             _dir: dir,
         }
     }

@@ -718,8 +718,16 @@ fn materialized_property_columns_answer_like_json() {
             min_share: 1.0,
             sample_rows: 0,
             grace: Duration::ZERO,
+            erasure: corvid_events::ErasureConfig {
+                interval: Duration::from_secs(10),
+                settle: Duration::ZERO,
+                grace: Duration::ZERO,
+                record_ttl: Duration::from_secs(3600),
+            },
         },
         corvid_kernel::JobLease::local(Duration::from_secs(60)),
+        Arc::clone(&f.persons),
+        Vec::new(),
     );
     let report = compactor.run_once().expect("compacts");
     assert_eq!((report.rewritten, report.deleted), (1, 1));
@@ -818,4 +826,61 @@ fn the_querys_own_errors_are_its_own_wherever_datafusion_wraps_them() {
             other => panic!("{sql}: {:?}", other.map(|o| o.rows)),
         }
     }
+}
+
+/// An erasure hides what it covers from every statement at once: segment rows (JSON and
+/// materialized columns, with and without a limit) and tail rows, by person or distinct id,
+/// only up to the request's instant.
+#[test]
+fn erased_events_are_hidden_from_every_statement() {
+    let f = standard();
+    let erasure = |person: uuid::Uuid, did: &str, at: &str| corvid_persons::Erasure {
+        id: uuid::Uuid::new_v4(),
+        project_id: 1,
+        person_uuid: person,
+        distinct_ids: vec![did.into()],
+        requested_at: at.parse().expect("time"),
+        requested_by: None,
+        person_deleted: true,
+        events: true,
+        verified_at: None,
+        events_removed: 0,
+    };
+    f.persons
+        .update_erasures(
+            1,
+            &[
+                // alice by her person id, asked between her second and third event.
+                erasure(
+                    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, b"alice"),
+                    "someone-else",
+                    "2024-01-02T20:00:00Z",
+                ),
+                // dave (whose events are in the tail) by distinct id.
+                erasure(uuid::Uuid::new_v4(), "dave", "2024-01-04T00:00:00Z"),
+            ],
+        )
+        .expect("erasures");
+    assert_eq!(f.one("SELECT count() FROM events"), json!(4));
+    assert_eq!(f.rows("SELECT * FROM events").len(), 4);
+    assert_eq!(
+        f.rows("SELECT event, count() AS c FROM events GROUP BY event ORDER BY event"),
+        vec![
+            vec![json!("$pageview"), json!(3)],
+            vec![json!("signup"), json!(1)],
+        ]
+    );
+    assert_eq!(
+        f.one("SELECT count() FROM events WHERE properties.$browser = 'Chrome'"),
+        json!(1)
+    );
+    assert_eq!(
+        f.one("SELECT distinct_id FROM events ORDER BY timestamp LIMIT 1"),
+        json!("bob")
+    );
+    assert_eq!(
+        f.one("SELECT count() FROM events WHERE distinct_id = 'alice'"),
+        json!(1),
+        "captured after the request"
+    );
 }

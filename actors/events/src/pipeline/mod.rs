@@ -17,7 +17,7 @@ use super::error::IngestError;
 use super::files::SegmentFiles;
 use super::messages::{BatchDone, FlushNow, GetStats, ShardStats};
 use super::read::{query_events, EventFilter, Tail};
-use super::segment::{SegmentError, StoredEvent};
+use super::segment::StoredEvent;
 use super::shard::{drop_unread_properties, IngestShard, ShardConfig, ShardShared};
 use super::wal::Wal;
 use super::CapturedEvent;
@@ -99,6 +99,8 @@ struct Inner {
     catalog: Arc<dyn SegmentCatalog>,
     files: Arc<SegmentFiles>,
     columns: Arc<PropertyColumns>,
+    /// Person records, and the erasures readers hide events by.
+    persons: Arc<PersonStore>,
     wal_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -219,6 +221,7 @@ impl Ingest {
                 catalog,
                 files,
                 columns,
+                persons,
                 wal_thread: Mutex::new(Some(wal_thread)),
             }),
         })
@@ -361,13 +364,16 @@ impl Ingest {
     }
 
     /// Events of a project matching `filter`, newest first (blocking: call off the event loop).
-    pub fn query_events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>, SegmentError> {
-        query_events(
+    /// Events an erasure covers are left out.
+    pub fn query_events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>, IngestError> {
+        let erased = self.inner.persons.erasures(filter.project_id)?;
+        Ok(query_events(
             self.inner.catalog.as_ref(),
             &self.inner.files,
             &self.inner.tails,
             filter,
-        )
+            &erased.all,
+        )?)
     }
 
     /// The segment catalog the shards commit to.

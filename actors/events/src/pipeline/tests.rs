@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::*;
 use crate::catalog::DirCatalog;
 use corvid_kernel::StoreError;
-use corvid_persons::{Group, Person, PersonRecords, SledPersons, UsageKind, UsageRow};
+use corvid_persons::{Erasure, Group, Person, PersonRecords, SledPersons, UsageKind, UsageRow};
 
 /// Sled's records, whose person writes fail while `failing` is set.
 struct Flaky {
@@ -41,6 +41,18 @@ impl PersonRecords for Flaky {
     }
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
         self.inner.persons(project_id)
+    }
+    fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        self.inner.remove_person(project_id, person)
+    }
+    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
+        self.inner.put_erasures(project_id, erasures)
+    }
+    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
+        self.inner.erasures(project_id)
+    }
+    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.inner.expire_erasures(before)
     }
     fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
         self.inner.group_types(project_id)

@@ -18,8 +18,14 @@ use serde::de::IgnoredAny;
 use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
 use super::columns::PropertyColumns;
 use super::files::SegmentFiles;
+use super::read::Tail;
 use super::segment::{self, materialized_column, read_segment, write_segment, StoredEvent};
 use corvid_kernel::JobLease;
+use corvid_persons::PersonStore;
+
+mod erasure;
+
+pub use erasure::{ErasureConfig, ErasureReport};
 
 /// Settings of the property-column compactor.
 #[derive(Debug, Clone)]
@@ -32,6 +38,8 @@ pub struct CompactionConfig {
     pub sample_rows: usize,
     /// Superseded segment versions are deleted once the newer version is this old.
     pub grace: Duration,
+    /// How erasure requests are carried out.
+    pub erasure: ErasureConfig,
 }
 
 /// What one compaction pass did.
@@ -70,6 +78,11 @@ pub struct Compactor {
     lease: JobLease,
     /// Projects whose last compaction failed, and until when they wait.
     backoff: std::sync::Mutex<corvid_kernel::Backoff<u64>>,
+    /// Erasure requests, and where they are recorded as done.
+    persons: Arc<PersonStore>,
+    /// This node's shard tails: an erasure is verified only once none of them holds a row
+    /// it covers.
+    tails: Vec<Arc<Tail>>,
 }
 
 impl Compactor {
@@ -79,6 +92,8 @@ impl Compactor {
         columns: Arc<PropertyColumns>,
         config: CompactionConfig,
         lease: JobLease,
+        persons: Arc<PersonStore>,
+        tails: Vec<Arc<Tail>>,
     ) -> Compactor {
         Compactor {
             catalog,
@@ -90,6 +105,8 @@ impl Compactor {
                 FIRST_RETRY_WAIT,
                 MAX_RETRY_WAIT,
             )),
+            persons,
+            tails,
         }
     }
 
@@ -118,7 +135,9 @@ impl Compactor {
         result.map(Some)
     }
 
-    /// Runs a pass every `interval` on the `corvid-compact` thread until `stop` is set.
+    /// Runs a compaction pass every `interval` and an erasure pass every erasure interval on
+    /// the `corvid-compact` thread until `stop` is set. One thread does both, so they never
+    /// rewrite one segment at once (across nodes, the project's lease keeps them apart).
     pub fn spawn(
         self,
         interval: Duration,
@@ -127,10 +146,23 @@ impl Compactor {
         std::thread::Builder::new()
             .name("corvid-compact".into())
             .spawn(move || {
+                let step = Duration::from_millis(200);
                 let mut waited = Duration::ZERO;
+                let mut erasure_waited = Duration::ZERO;
                 while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    waited += Duration::from_millis(200);
+                    std::thread::sleep(step);
+                    waited += step;
+                    erasure_waited += step;
+                    if erasure_waited >= self.config.erasure.interval {
+                        erasure_waited = Duration::ZERO;
+                        match corvid_kernel::contain(|| self.erase_once(Utc::now())) {
+                            Ok(report) if report != ErasureReport::default() => {
+                                tracing::info!(?report, "erasure pass")
+                            }
+                            Ok(_) => {}
+                            Err(err) => tracing::warn!(error = %err, "erasure pass failed"),
+                        }
+                    }
                     if waited < interval {
                         continue;
                     }
@@ -202,7 +234,7 @@ impl Compactor {
                 report.rewritten += 1;
             }
         }
-        report.deleted += self.delete_superseded(project)?;
+        report.deleted += self.delete_superseded(project, self.config.grace)?.0;
         Ok(())
     }
 
@@ -271,11 +303,13 @@ impl Compactor {
     }
 
     /// Deletes versions older than the current one of their segment, once that one is older
-    /// than the grace period (no query can still be reading the old file).
-    fn delete_superseded(&self, project: u64) -> std::io::Result<usize> {
+    /// than `grace` (no query can still be reading the old file). Returns how many went and
+    /// how many superseded versions are left.
+    fn delete_superseded(&self, project: u64, grace: Duration) -> std::io::Result<(usize, usize)> {
         let all = self.catalog.versions(project)?;
         let current = newest_versions(all.clone());
         let mut deleted = 0;
+        let mut left = 0;
         for old in all.iter().filter(|s| !current.contains(s)) {
             let successor = current
                 .iter()
@@ -285,15 +319,17 @@ impl Compactor {
                     .catalog
                     .published_at(s)?
                     .and_then(|t| SystemTime::now().duration_since(t).ok())
-                    .is_some_and(|age| age >= self.config.grace),
+                    .is_some_and(|age| age >= grace),
                 None => false,
             };
             if old_enough {
                 self.catalog.remove(old)?;
                 deleted += 1;
+            } else {
+                left += 1;
             }
         }
-        Ok(deleted)
+        Ok((deleted, left))
     }
 }
 
@@ -333,7 +369,10 @@ mod tests {
     }
 
     /// Fifty events of `project` committed as one segment.
-    fn one_segment(catalog: &dyn SegmentCatalog, project: u64) -> (SegmentRef, Vec<StoredEvent>) {
+    pub(super) fn one_segment(
+        catalog: &dyn SegmentCatalog,
+        project: u64,
+    ) -> (SegmentRef, Vec<StoredEvent>) {
         let rows: Vec<StoredEvent> = (0..50).map(event).collect();
         let mut refs: Vec<&StoredEvent> = rows.iter().collect();
         let written = SegmentRef {
@@ -366,16 +405,30 @@ mod tests {
 
     /// A temporary event store: property columns with `pinned` keys, the catalog and the
     /// segment files under `root`.
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        root: std::path::PathBuf,
-        db: sled::Db,
-        columns: Arc<PropertyColumns>,
-        catalog: Arc<dyn SegmentCatalog>,
-        files: Arc<SegmentFiles>,
+    pub(super) struct Fixture {
+        pub(super) _dir: tempfile::TempDir,
+        pub(super) root: std::path::PathBuf,
+        pub(super) db: sled::Db,
+        pub(super) columns: Arc<PropertyColumns>,
+        pub(super) catalog: Arc<dyn SegmentCatalog>,
+        pub(super) files: Arc<SegmentFiles>,
     }
 
-    fn fixture(pinned: Vec<String>) -> Fixture {
+    pub(super) fn erasure_config() -> ErasureConfig {
+        ErasureConfig {
+            interval: Duration::from_secs(10),
+            settle: Duration::ZERO,
+            grace: Duration::ZERO,
+            // Longer than the test events have existed.
+            record_ttl: Duration::from_secs(100 * 365 * 86_400),
+        }
+    }
+
+    pub(super) fn persons(db: &sled::Db) -> Arc<PersonStore> {
+        Arc::new(PersonStore::open(db).expect("test setup"))
+    }
+
+    pub(super) fn fixture(pinned: Vec<String>) -> Fixture {
         let dir = tempfile::tempdir().expect("test setup");
         let root = dir.path().join("events");
         let db = sled::Config::new()
@@ -401,10 +454,10 @@ mod tests {
         let Fixture {
             _dir,
             root,
+            db,
             columns,
             catalog,
             files,
-            ..
         } = fixture(vec![]);
         one_segment(catalog.as_ref(), 7);
         // Project 3's only segment is not Parquet at all.
@@ -419,8 +472,11 @@ mod tests {
                 min_share: 0.5,
                 sample_rows: 1_000,
                 grace: Duration::from_secs(3600),
+                erasure: erasure_config(),
             },
             JobLease::local(Duration::from_secs(60)),
+            persons(&db),
+            Vec::new(),
         );
         let report = compactor.run_once().expect("the pass goes on");
         assert_eq!(
@@ -451,6 +507,7 @@ mod tests {
             min_share: 0.5,
             sample_rows: 1_000,
             grace: Duration::from_secs(3600),
+            erasure: erasure_config(),
         };
         // While another node holds the project, this one leaves it alone.
         let claims: Arc<dyn JobClaims> = Arc::new(LocalClaims::default());
@@ -473,6 +530,8 @@ mod tests {
             Arc::clone(&columns),
             config.clone(),
             lease("this"),
+            persons(&db),
+            Vec::new(),
         );
         assert_eq!(
             compactor.run_once().expect("test setup"),
@@ -519,6 +578,8 @@ mod tests {
                 ..config
             },
             lease("this"),
+            persons(&db),
+            Vec::new(),
         );
         let report = later.run_once().expect("test setup");
         assert_eq!(
