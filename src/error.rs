@@ -50,6 +50,9 @@ pub enum ApiError {
     },
     #[error("{what} not found.")]
     NotFound { what: String },
+    /// A 404 whose text is not "<what> not found." (PostHog words some differently).
+    #[error("{detail}")]
+    Missing { detail: String },
     #[error("{detail}")]
     Validation {
         detail: String,
@@ -165,7 +168,7 @@ impl ApiError {
                 "permission_denied",
                 None,
             ),
-            ApiError::NotFound { .. } => {
+            ApiError::NotFound { .. } | ApiError::Missing { .. } => {
                 (StatusCode::NOT_FOUND, "invalid_request", "not_found", None)
             }
             ApiError::Validation { attr, .. } => (

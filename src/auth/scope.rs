@@ -22,6 +22,7 @@ required_scopes! {
     ProjectWrite => "project:write",
     UserRead => "user:read",
     PersonRead => "person:read",
+    PersonWrite => "person:write",
     GroupRead => "group:read",
     QueryRead => "query:read",
     EndpointRead => "endpoint:read",

@@ -17,6 +17,7 @@ mod health;
 mod insight_variables;
 mod oauth;
 mod organizations;
+mod person_deletion;
 mod personal_api_keys;
 mod persons;
 mod projects;
@@ -46,6 +47,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     personal_api_keys::configure(cfg);
     users::configure(cfg);
     persons::configure(cfg);
+    person_deletion::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

@@ -44,7 +44,7 @@ fn page(results: Vec<Value>) -> HttpResponse {
     HttpResponse::Ok().json(json!({"results": results, "next": null, "previous": null}))
 }
 
-fn person_json(p: &Person) -> Value {
+pub(super) fn person_json(p: &Person) -> Value {
     let name = p
         .properties
         .get("email")

@@ -306,8 +306,9 @@ impl TestServer {
             &format!("/api/projects/{project}/events/?{query}"),
             Some(self.admin_key()),
         );
-        assert_eq!(res.status(), 200, "events API");
+        let status = res.status();
         let body: Value = res.json().expect("json");
+        assert_eq!(status, 200, "events API: {body}");
         body["results"].as_array().expect("results").clone()
     }
 

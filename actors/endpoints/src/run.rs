@@ -94,7 +94,16 @@ impl Endpoints {
         execution_id: Uuid,
     ) -> Result<RunAnswer, EndpointError> {
         let started = Instant::now();
-        let usable = usable_materialization(&version, req.refresh);
+        // An answer computed before the newest erasure may hold erased events: neither a
+        // stored result nor a cached answer older than it is served.
+        let erased_at = match self.engine.last_erasure(caller.project_id).await {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::warn!(error = %e, "erasures unreadable; computing the answer afresh");
+                Some(Utc::now())
+            }
+        };
+        let usable = usable_materialization(&version, req.refresh, erased_at);
         let path = if usable.is_some() {
             "materialized"
         } else {
@@ -108,7 +117,7 @@ impl Endpoints {
             return Err(self.failed(endpoint, execution_id, why, refused));
         }
         let key = self.cache_key(endpoint, &version, &req);
-        let (answer, is_cached) = match self.cached(&key, &version, req.refresh) {
+        let (answer, is_cached) = match self.cached(&key, &version, req.refresh, erased_at) {
             Some(hit) => (hit, true),
             None => match self.compute(caller, endpoint, &version, &req, usable).await {
                 Ok(answer) => {
@@ -184,15 +193,22 @@ impl Endpoints {
         )
     }
 
-    /// A fresh cached answer, unless the request skips the cache.
-    fn cached(&self, key: &str, version: &EndpointVersion, refresh: Refresh) -> Option<Answer> {
+    /// A fresh cached answer computed after `erased_at`, unless the request skips the cache.
+    fn cached(
+        &self,
+        key: &str,
+        version: &EndpointVersion,
+        refresh: Refresh,
+        erased_at: Option<DateTime<Utc>>,
+    ) -> Option<Answer> {
         if refresh != Refresh::Cache {
             return None;
         }
         let materialized_at = version.materialization.as_ref().and_then(|m| m.last_run_at);
+        let not_before = materialized_at.max(erased_at);
         let mut hit = self
             .cache
-            .get(key, version.data_freshness_seconds, materialized_at)?;
+            .get(key, version.data_freshness_seconds, not_before)?;
         if hit.materialized_at.is_none() {
             hit.path = "inline";
         }
@@ -388,10 +404,12 @@ fn failure(path: &str, version: &EndpointVersion, error: &EndpointError) -> Stri
     )
 }
 
-/// The stored result a run may read: enabled, completed, fresh, and not bypassed.
+/// The stored result a run may read: enabled, completed, fresh, computed after the newest
+/// erasure (`erased_at`), and not bypassed.
 pub(super) fn usable_materialization(
     version: &EndpointVersion,
     refresh: Refresh,
+    erased_at: Option<DateTime<Utc>>,
 ) -> Option<(String, DateTime<Utc>)> {
     if refresh == Refresh::Direct {
         return None;
@@ -401,6 +419,9 @@ pub(super) fn usable_materialization(
         return None;
     }
     let at = m.last_run_at?;
+    if erased_at.is_some_and(|erased| at < erased) {
+        return None;
+    }
     let fresh_until = corvid_kernel::time::add_or_max(
         at,
         corvid_kernel::time::seconds(version.data_freshness_seconds),

@@ -174,8 +174,31 @@ pub fn snapshot(
 /// Events matching `filter`, newest first, at most `filter.limit`.
 ///
 /// Events `erased` covers are left out (an erasure hides them at once; the compactor removes
-/// them from segments later).
+/// them from segments later). A read that fails while the project's segments changed (a
+/// version it listed was superseded and deleted meanwhile) is done again on a fresh listing.
 pub fn query_events(
+    catalog: &dyn SegmentCatalog,
+    files: &SegmentFiles,
+    tails: &[Arc<Tail>],
+    filter: &EventFilter,
+    erased: &ErasedSet,
+) -> Result<Vec<StoredEvent>, SegmentError> {
+    let mut attempts = 0;
+    loop {
+        let listed = catalog.segments(filter.project_id, None, None)?;
+        match query_once(catalog, files, tails, filter, erased) {
+            Err(err)
+                if attempts < 3 && catalog.segments(filter.project_id, None, None)? != listed =>
+            {
+                attempts += 1;
+                tracing::debug!(error = %err, "segments changed during an events read; reading again");
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+fn query_once(
     catalog: &dyn SegmentCatalog,
     files: &SegmentFiles,
     tails: &[Arc<Tail>],

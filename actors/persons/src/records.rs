@@ -250,8 +250,12 @@ pub(crate) mod contract {
         records
             .put_erasures(10, &[old.clone(), new.clone()])
             .expect("put");
-        records.put_erasures(11, &[other.clone()]).expect("put");
-        records.put_erasures(12, &[pending.clone()]).expect("put");
+        records
+            .put_erasures(11, std::slice::from_ref(&other))
+            .expect("put");
+        records
+            .put_erasures(12, std::slice::from_ref(&pending))
+            .expect("put");
         let sorted = |mut v: Vec<Erasure>| {
             v.sort_by_key(|e| e.requested_at);
             v

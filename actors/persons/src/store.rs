@@ -384,6 +384,12 @@ impl PersonStore {
         Ok(loaded)
     }
 
+    /// `project_id`'s erasures when memory holds a recent copy (never reads storage).
+    pub fn cached_erasures(&self, project_id: u64) -> Option<Arc<ProjectErasures>> {
+        let entry = self.cache.erasures.get(&project_id)?;
+        (entry.0.elapsed() < ERASURES_KEPT_FOR).then(|| Arc::clone(&entry.1))
+    }
+
     /// Every project's erasure records.
     pub fn all_erasures(&self) -> Result<Vec<Erasure>, StoreError> {
         self.records.erasures(None)

@@ -240,6 +240,34 @@ impl QueryEngine {
         self.node_memory.reserved()
     }
 
+    /// When the newest erasure of `project`'s events was requested: an answer computed before
+    /// it (a cached or materialized result) may still hold events it covers.
+    pub async fn last_erasure(
+        &self,
+        project: u64,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, QueryError> {
+        let persons = Arc::clone(&self.sources.persons);
+        let erasures = match persons.cached_erasures(project) {
+            Some(cached) => cached,
+            None => corvid_kernel::blocking(move || persons.erasures(project))
+                .await
+                .map_err(|e| QueryError::Internal(Box::new(e)))?,
+        };
+        Ok(erasures.all.latest_request())
+    }
+
+    /// [`QueryEngine::last_erasure`] from a blocking thread.
+    pub fn last_erasure_blocking(
+        &self,
+        project: u64,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, QueryError> {
+        self.sources
+            .persons
+            .erasures(project)
+            .map(|e| e.all.latest_request())
+            .map_err(|e| QueryError::Internal(Box::new(e)))
+    }
+
     pub fn settings(&self) -> &QuerySettings {
         &self.settings
     }

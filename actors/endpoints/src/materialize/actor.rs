@@ -144,6 +144,9 @@ struct Job {
     due_since: DateTime<Utc>,
     /// Failures in a row before this run.
     failures: u32,
+    /// When the newest erasure of the project's events was requested: a result computed
+    /// before it is due again.
+    erased_at: Option<DateTime<Utc>>,
 }
 
 /// A failing version's retry wait doubles this many times at most (64 × `retry_after`).
@@ -156,9 +159,17 @@ fn backoff(retry_after: Duration, failures: u32) -> chrono::TimeDelta {
 }
 
 /// The versions due now, those that never failed first, then by how long they have waited.
-fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration) -> Vec<Job> {
+/// `erased_at` says when a project's newest erasure was requested: a result computed before
+/// it is due at once.
+fn due_jobs(
+    endpoints: Vec<Endpoint>,
+    now: DateTime<Utc>,
+    retry_after: Duration,
+    erased_at: &dyn Fn(u64) -> Option<DateTime<Utc>>,
+) -> Vec<Job> {
     let mut jobs = Vec::new();
     for e in endpoints.into_iter().filter(|e| e.is_active) {
+        let erased = erased_at(e.project_id);
         for v in e.versions.iter().filter(|v| v.is_active) {
             let Some(m) = &v.materialization else {
                 continue;
@@ -173,6 +184,11 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
                 }
             } else {
                 match (m.status, m.last_run_at) {
+                    (MaterializationStatus::Completed, Some(t))
+                        if erased.is_some_and(|erased| t < erased) =>
+                    {
+                        erased
+                    }
                     (MaterializationStatus::Completed, Some(t)) => {
                         Some(add_or_max(t, freshness)).filter(|at| *at <= now)
                     }
@@ -189,6 +205,7 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
                     previous_key: m.object_key.clone(),
                     due_since,
                     failures: m.failures,
+                    erased_at: erased,
                 });
             }
         }
@@ -200,14 +217,24 @@ fn due_jobs(endpoints: Vec<Endpoint>, now: DateTime<Utc>, retry_after: Duration)
 impl Materializer {
     fn schedule(&mut self, ctx: &mut Context<Self>) {
         let store = Arc::clone(&self.store);
+        let engine = Arc::clone(&self.engine);
         let retry_after = self.retry_after;
         let now = Utc::now();
         let scan = async move {
-            tokio::task::spawn_blocking(move || store.all_endpoints())
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map(|all| due_jobs(all, now, retry_after))
+            tokio::task::spawn_blocking(move || {
+                let all = store.all_endpoints()?;
+                let erased_at = |project: u64| match engine.last_erasure_blocking(project) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        tracing::warn!(project, error = %e, "erasures unreadable");
+                        None
+                    }
+                };
+                Ok::<_, corvid_kernel::StoreError>(due_jobs(all, now, retry_after, &erased_at))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
         };
         ctx.spawn(
             scan.into_actor(self)
@@ -286,7 +313,7 @@ where
             let due = store
                 .stored(job.project_id, &job.name)?
                 .into_iter()
-                .flat_map(|e| due_jobs(vec![e], now, retry_after))
+                .flat_map(|e| due_jobs(vec![e], now, retry_after, &|_| job.erased_at))
                 .any(|j| j.endpoint_id == job.endpoint_id && j.version == job.version);
             if !due {
                 lease.claims.release(&key, &lease.holder)?;
@@ -481,9 +508,11 @@ mod tests {
         )));
         let endpoint = due_endpoint();
         store.create(&endpoint).expect("create");
-        let job = due_jobs(vec![endpoint], Utc::now(), Duration::from_secs(60))
-            .pop()
-            .expect("due");
+        let job = due_jobs(vec![endpoint], Utc::now(), Duration::from_secs(60), &|_| {
+            None
+        })
+        .pop()
+        .expect("due");
         let claims: Arc<dyn corvid_kernel::JobClaims> = Arc::new(LocalClaims::default());
         let runs = Arc::new(AtomicUsize::new(0));
         let nodes = (0..3).map(|n| {

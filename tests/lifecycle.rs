@@ -1,0 +1,456 @@
+//! Data lifecycle over real HTTP: person erasure on PostHog's routes (one person, bulk, events
+//! only), every read path hiding erased events at once, the compactor removing them from the
+//! segment files (read back with a Parquet reader), and `deletion_status` going from pending
+//! to completed.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{error_body, fresh, wait_until, TestServer};
+use corvid::config::Config;
+use serde_json::{json, Value};
+
+/// Erasure settings short enough for a test: a request is worked on after a second.
+fn quick(config: &mut Config) {
+    config.lifecycle.erasure_interval = Duration::from_millis(200);
+    config.lifecycle.erasure_settle = Duration::from_secs(1);
+    config.lifecycle.erasure_grace = Duration::from_secs(3);
+    config.ingest.flush_interval = Duration::from_secs(1);
+}
+
+fn persons_path(server: &TestServer, rest: &str) -> String {
+    format!("/api/projects/{}/persons/{rest}", server.creds.project_id)
+}
+
+fn hogql(server: &TestServer, sql: &str) -> Value {
+    let res = server.post_json(
+        &format!("/api/projects/{}/query/", server.creds.project_id),
+        Some(server.admin_key()),
+        &json!({"query": {"kind": "HogQLQuery", "query": sql}}),
+    );
+    assert_eq!(res.status(), 200, "{sql}");
+    res.json::<Value>().expect("json")["results"].clone()
+}
+
+fn count(server: &TestServer, condition: &str) -> u64 {
+    hogql(
+        server,
+        &format!("SELECT count() FROM events WHERE {condition}"),
+    )[0][0]
+        .as_u64()
+        .expect("count")
+}
+
+fn deletion_status(server: &TestServer, query: &str) -> Value {
+    let res = server.get(
+        &persons_path(server, &format!("deletion_status/?{query}")),
+        Some(server.admin_key()),
+    );
+    assert_eq!(res.status(), 200);
+    res.json().expect("json")
+}
+
+/// Every `(distinct_id, created_at µs)` row of the project's current segment files, read with
+/// a Parquet reader.
+fn rows_in_segments(data_dir: &Path, project: u64) -> Vec<(String, i64)> {
+    use arrow::array::{Array, StringArray, TimestampMicrosecondArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let mut rows = Vec::new();
+    let root = data_dir.join("events").join(format!("project={project}"));
+    let Ok(days) = std::fs::read_dir(&root) else {
+        return rows;
+    };
+    for day in days.flatten() {
+        for file in std::fs::read_dir(day.path()).expect("day").flatten() {
+            let path = file.path();
+            if path.extension().is_none_or(|e| e != "parquet") {
+                continue;
+            }
+            let reader = ParquetRecordBatchReaderBuilder::try_new(
+                std::fs::File::open(&path).expect("segment"),
+            )
+            .expect("parquet")
+            .build()
+            .expect("reader");
+            for batch in reader {
+                let batch = batch.expect("batch");
+                let ids = batch
+                    .column_by_name("distinct_id")
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .expect("distinct_id");
+                let created = batch
+                    .column_by_name("created_at")
+                    .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
+                    .expect("created_at");
+                for i in 0..batch.num_rows() {
+                    rows.push((ids.value(i).to_string(), created.value(i)));
+                }
+            }
+        }
+    }
+    rows
+}
+
+fn capture(server: &TestServer, events: &[Value]) {
+    for chunk in events.chunks(1000) {
+        assert_eq!(server.capture_batch(chunk).status(), 200);
+    }
+}
+
+/// Events of many people over thirty days, and of one person (first anonymous, then
+/// identified) among them.
+fn population(total: usize, victim: usize) -> Vec<Value> {
+    let others = total - victim;
+    let day = |i: usize| format!("2026-10-{:02}T12:00:00Z", 1 + i % 30);
+    let mut events: Vec<Value> = (0..others)
+        .map(|i| {
+            json!({"event": if i % 3 == 0 { "signup" } else { "$pageview" },
+                   "distinct_id": format!("user-{}", i % 5000),
+                   "timestamp": day(i),
+                   "properties": {"$browser": if i % 2 == 0 { "Chrome" } else { "Firefox" }, "n": i}})
+        })
+        .collect();
+    for i in 0..victim {
+        let id = if i < victim / 2 {
+            "victim-anon"
+        } else {
+            "victim"
+        };
+        events.push(
+            json!({"event": "$pageview", "distinct_id": id, "timestamp": day(i),
+                           "properties": {"$browser": "Chrome", "email": "victim@example.com"}}),
+        );
+    }
+    // The anonymous id becomes the identified person's.
+    events.push(json!({"event": "$identify", "distinct_id": "victim", "timestamp": day(0),
+                       "properties": {"$anon_distinct_id": "victim-anon", "$set": {"email": "victim@example.com"}}}));
+    events
+}
+
+#[test]
+fn an_erased_person_is_hidden_at_once_and_gone_from_segments_after_the_compactor() {
+    const TOTAL: usize = 200_000;
+    const VICTIM: usize = 10_000;
+    let (dir, mut config) = fresh();
+    quick(&mut config);
+    config.lifecycle.erasure_settle = Duration::from_secs(5);
+    let server = TestServer::start_in(dir, config);
+    let project = server.creds.project_id;
+    let key = server.admin_key().to_string();
+    capture(&server, &population(TOTAL, VICTIM));
+    let victim_rows = (VICTIM + 1) as u64;
+    assert_eq!(
+        count(&server, "distinct_id IN ('victim', 'victim-anon')"),
+        victim_rows
+    );
+    // Most rows are in segments, the rest still in the tails.
+    assert!(wait_until(Duration::from_secs(30), || {
+        rows_in_segments(&server.data_dir, project).len() >= TOTAL / 2
+    }));
+
+    // An endpoint, run once so its answer is cached.
+    let endpoint = server.post_json(
+        &format!("/api/environments/{project}/endpoints/"),
+        Some(&key),
+        &json!({"name": "total", "is_materialized": false,
+                "query": {"kind": "HogQLQuery", "query": "SELECT count() AS c FROM events"}}),
+    );
+    assert_eq!(endpoint.status(), 201);
+    let run = || {
+        let res = server.post_json(
+            &format!("/api/environments/{project}/endpoints/total/run"),
+            Some(&key),
+            &json!({}),
+        );
+        assert_eq!(res.status(), 200);
+        res.json::<Value>().expect("json")["results"][0][0].clone()
+    };
+    assert_eq!(run(), json!(TOTAL as u64 + 1));
+
+    let person = server.persons(project, "victim");
+    assert_eq!(person.len(), 1);
+    let uuid = person[0]["uuid"].as_str().expect("uuid").to_string();
+    assert_eq!(
+        person[0]["distinct_ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from(["victim", "victim-anon"])
+    );
+
+    let res = server.delete(
+        &persons_path(&server, &format!("{uuid}/?delete_events=true")),
+        Some(&key),
+    );
+    assert_eq!(res.status(), 202);
+    let requested = chrono::Utc::now().timestamp_micros();
+    // The compactor waits `erasure_settle` before it starts.
+    let status = deletion_status(&server, "");
+    assert_eq!(status["count"], json!(1));
+    assert_eq!(status["results"][0]["person_uuid"], json!(uuid));
+    assert_eq!(status["results"][0]["status"], json!("pending"));
+    assert_eq!(status["results"][0]["delete_verified_at"], Value::Null);
+
+    // Gone from every read path at once.
+    assert!(server.persons(project, "victim").is_empty());
+    assert!(server.persons(project, "victim-anon").is_empty());
+    assert_eq!(
+        server
+            .get(&persons_path(&server, &format!("{uuid}/")), Some(&key))
+            .status(),
+        404
+    );
+    assert!(server.events(project, "distinct_id=victim").is_empty());
+    assert!(server.events(project, "distinct_id=victim-anon").is_empty());
+    assert_eq!(
+        count(&server, "distinct_id IN ('victim', 'victim-anon')"),
+        0
+    );
+    assert_eq!(
+        count(&server, "properties.$browser = 'Chrome'"),
+        (TOTAL - VICTIM) as u64 / 2
+    );
+    assert_eq!(
+        run(),
+        json!((TOTAL - VICTIM) as u64),
+        "the cached answer is not served"
+    );
+    let trends = server.post_json(
+        &format!("/api/projects/{project}/query/"),
+        Some(&key),
+        &json!({"query": {"kind": "TrendsQuery", "series": [{"kind": "EventsNode", "event": "$pageview", "math": "total"}],
+                "dateRange": {"date_from": "2026-10-01", "date_to": "2026-10-31"}, "interval": "month"}}),
+    );
+    assert_eq!(trends.status(), 200);
+    let trends: Value = trends.json().expect("json");
+    let pageviews = (0..TOTAL - VICTIM).filter(|i| i % 3 != 0).count() as f64;
+    assert_eq!(trends["results"][0]["count"].as_f64(), Some(pageviews));
+
+    // The distinct id seen again makes a new person, whose events stay.
+    capture(
+        &server,
+        &[json!({"event": "came back", "distinct_id": "victim", "properties": {}})],
+    );
+    assert_eq!(server.persons(project, "victim").len(), 1);
+    assert_eq!(server.events(project, "distinct_id=victim").len(), 1);
+
+    // The compactor removes the rows from the files, then verifies.
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            deletion_status(&server, "status=completed")["count"] == json!(1)
+        }),
+        "completed: {}",
+        deletion_status(&server, "")
+    );
+    let completed = deletion_status(&server, &format!("person_uuid={uuid}"));
+    assert_eq!(completed["results"][0]["status"], json!("completed"));
+    assert!(completed["results"][0]["delete_verified_at"].is_string());
+    assert_eq!(
+        deletion_status(&server, "status=pending")["count"],
+        json!(0)
+    );
+    let rows = rows_in_segments(&server.data_dir, project);
+    let leftovers = rows
+        .iter()
+        .filter(|(id, at)| (id == "victim" || id == "victim-anon") && *at <= requested)
+        .count();
+    assert_eq!(leftovers, 0, "no erased event is left in any segment file");
+    assert!(rows.len() >= TOTAL / 2, "the other events are still stored");
+    assert_eq!(
+        count(&server, "1 = 1"),
+        (TOTAL - VICTIM) as u64 + 1,
+        "and the new one"
+    );
+
+    // The deletion is in the activity list: who, when, what, how many events.
+    let activity: Value = server
+        .get(&persons_path(&server, "activity/"), Some(&key))
+        .json()
+        .expect("json");
+    let entry = &activity["results"][0];
+    assert_eq!(entry["scope"], json!("Person"));
+    assert_eq!(entry["activity"], json!("deleted"));
+    assert_eq!(entry["item_id"], json!(uuid));
+    assert!(entry["user"]["email"].is_string());
+    assert!(entry["detail"]["events_removed"].as_u64().expect("count") <= victim_rows);
+}
+
+#[test]
+fn bulk_delete_speaks_posthogs_contract() {
+    let (dir, mut config) = fresh();
+    quick(&mut config);
+    let server = TestServer::start_in(dir, config);
+    let project = server.creds.project_id;
+    let key = server.admin_key().to_string();
+    let events: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .flat_map(|d| {
+            (0..3).map(move |i| {
+                json!({"event": "e", "distinct_id": d, "properties": {"$set": {"plan": "pro", "i": i}}})
+            })
+        })
+        .collect();
+    capture(&server, &events);
+    let bulk =
+        |body: Value| server.post_json(&persons_path(&server, "bulk_delete/"), Some(&key), &body);
+
+    // PostHog's 400 texts, in its order.
+    let many: Vec<String> = (0..1001).map(|i| format!("d{i}")).collect();
+    for (body, text) in [
+        (
+            json!({"ids": ["x"], "distinct_ids": ["a"]}),
+            "You must provide either distinct_ids or ids, not both",
+        ),
+        (
+            json!({"distinct_ids": many}),
+            "You can only pass 1000 distinct_ids in one call",
+        ),
+        (
+            json!({"ids": many}),
+            "You can only pass 1000 ids in one call",
+        ),
+        (json!({}), "You need to specify either distinct_ids or ids"),
+    ] {
+        let err = error_body(bulk(body));
+        assert_eq!(err["detail"], json!(text));
+        assert_eq!(err["type"], json!("validation_error"));
+    }
+    let err = error_body(server.delete(&persons_path(&server, "not-a-person/"), Some(&key)));
+    assert_eq!(
+        err["detail"],
+        json!("The ID provided does not look like a personID. If you are using a distinctId, please use /persons?distinct_id=not-a-person instead.")
+    );
+    let missing = server.delete(
+        &persons_path(&server, &format!("{}/", uuid::Uuid::new_v4())),
+        Some(&key),
+    );
+    assert_eq!(missing.status(), 404);
+    assert_eq!(error_body(missing)["detail"], json!("Person not found."));
+    let err = error_body(server.get(
+        &persons_path(&server, "deletion_status/?status=done"),
+        Some(&key),
+    ));
+    assert_eq!(err["attr"], json!("status"));
+
+    // By distinct ids, events too: a and b go, an unknown id is not counted.
+    let res = bulk(json!({"distinct_ids": ["a", "b", "nobody"], "delete_events": true}));
+    assert_eq!(res.status(), 202);
+    assert_eq!(
+        res.json::<Value>().expect("json"),
+        json!({"persons_found": 2, "persons_deleted": 2, "events_queued_for_deletion": true,
+               "recordings_queued_for_deletion": false, "deletion_errors": []})
+    );
+    assert!(server.persons(project, "a").is_empty());
+    assert_eq!(count(&server, "distinct_id IN ('a', 'b')"), 0);
+    assert_eq!(
+        deletion_status(&server, "status=pending")["count"],
+        json!(2)
+    );
+
+    // keep_person: the person stays, its events go.
+    let c = server.persons(project, "c")[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let res = bulk(json!({"ids": [c], "delete_events": true, "keep_person": true}));
+    assert_eq!(
+        res.json::<Value>().expect("json"),
+        json!({"persons_found": 1, "persons_deleted": 0, "events_queued_for_deletion": true,
+               "recordings_queued_for_deletion": false, "deletion_errors": []})
+    );
+    assert_eq!(server.persons(project, "c").len(), 1);
+    assert_eq!(count(&server, "distinct_id = 'c'"), 0);
+
+    // Without delete_events the events stay (PostHog's default).
+    let d = server.persons(project, "d")[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    assert_eq!(
+        server
+            .delete(&persons_path(&server, &format!("{d}/")), Some(&key))
+            .status(),
+        202
+    );
+    assert!(server.persons(project, "d").is_empty());
+    assert_eq!(count(&server, "distinct_id = 'd'"), 3);
+    assert_eq!(
+        deletion_status(&server, "")["count"],
+        json!(3),
+        "only event erasures are listed"
+    );
+
+    // delete_events on one person, delete_property, reset_person_distinct_id.
+    capture(
+        &server,
+        &[
+            json!({"event": "e", "distinct_id": "f", "properties": {"$set": {"plan": "pro", "email": "f@example.com"}}}),
+        ],
+    );
+    let f = server.persons(project, "f")[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let res = server.post_json(
+        &persons_path(&server, &format!("{f}/delete_property/")),
+        Some(&key),
+        &json!({"$unset": "email"}),
+    );
+    assert_eq!(res.status(), 201);
+    assert_eq!(res.json::<Value>().expect("json"), json!({"success": true}));
+    let props = &server.persons(project, "f")[0]["properties"];
+    assert_eq!(props, &json!({"plan": "pro"}));
+    let res = server.post_json(
+        &persons_path(&server, &format!("{f}/delete_events/")),
+        Some(&key),
+        &json!({}),
+    );
+    assert_eq!(res.status(), 202);
+    assert_eq!(count(&server, "distinct_id = 'f'"), 0);
+    assert_eq!(server.persons(project, "f").len(), 1);
+    let reset = |id: &str| {
+        server.post_json(
+            &persons_path(&server, "reset_person_distinct_id/"),
+            Some(&key),
+            &json!({"distinct_id": id}),
+        )
+    };
+    assert_eq!(reset("a").status(), 202, "an erased person's id");
+    let err = error_body(reset("never-seen"));
+    assert_eq!(err["detail"], json!("Distinct id never-seen not found"));
+    let err = error_body(server.post_json(
+        &persons_path(&server, "reset_person_distinct_id/"),
+        Some(&key),
+        &json!({}),
+    ));
+    assert_eq!(err["detail"], json!("distinct_id is required"));
+
+    // Reading keys cannot delete.
+    let (_, reader) = server.create_key(&["person:read"], None);
+    assert_eq!(
+        bulk_with(&server, &reader, json!({"distinct_ids": ["c"]})).status(),
+        403
+    );
+
+    assert!(wait_until(Duration::from_secs(60), || {
+        deletion_status(&server, "status=pending")["count"] == json!(0)
+    }));
+    let activity: Value = server
+        .get(&persons_path(&server, "activity/?limit=2"), Some(&key))
+        .json()
+        .expect("json");
+    assert_eq!(activity["count"], json!(5));
+    assert_eq!(activity["results"].as_array().expect("page").len(), 2);
+    assert!(activity["next"]
+        .as_str()
+        .is_some_and(|n| n.contains("offset=2")));
+}
+
+fn bulk_with(server: &TestServer, key: &str, body: Value) -> reqwest::blocking::Response {
+    server.post_json(&persons_path(server, "bulk_delete/"), Some(key), &body)
+}
