@@ -285,6 +285,9 @@ impl Services {
         c.oauth.dev_allow_loopback_fetch = true;
         c.oauth.dev_extra_ca_file = Some(self.cimd.ca());
         c.oauth.cimd_fetch_timeout = Duration::from_secs(10);
+        c.lifecycle.erasure_interval = Duration::from_millis(200);
+        c.lifecycle.erasure_settle = Duration::from_secs(3);
+        c.lifecycle.erasure_grace = Duration::from_secs(2);
         c
     }
 
@@ -297,7 +300,9 @@ impl Services {
              [cluster.object_store]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\n\
              region = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
              allow_http = true\n\
-             [surveys]\nmaintenance_interval = \"200ms\"\n",
+             [surveys]\nmaintenance_interval = \"200ms\"\n\
+             [lifecycle]\nerasure_interval = \"200ms\"\nerasure_settle = \"3s\"\n\
+             erasure_grace = \"2s\"\n",
             self.pg_url, self.s3.url
         );
         std::fs::write(&path, text).expect("node config");
@@ -381,6 +386,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
     concurrent_writers_on_every_node_lose_nothing(&node1, &node2, &node3);
     one_person_written_on_three_nodes_at_once_keeps_every_write(&node1, &node2, &node3);
     one_node_jobs_run_once_per_period_across_the_cluster(&node1, &node2, &node3);
+    a_person_erased_through_one_node_is_gone_from_every_node(&services, &node1, &node2, &node3);
 
     // SIGKILL node 2 mid-ingest, restart it: every acknowledged event is stored exactly once.
     let acked = kill_9_while_posting(&node1, &mut node2);
@@ -635,6 +641,103 @@ fn one_node_jobs_run_once_per_period_across_the_cluster(
         flushes.iter().all(|n| *n >= 1.0),
         "every node flushes its own usage counts: {flushes:?}"
     );
+}
+
+/// `count()` of `events` matching `condition`, asked of a node by its base URL.
+fn count_on(http: &reqwest::blocking::Client, base: &str, key: &str, condition: &str) -> u64 {
+    let res = http
+        .post(format!("{base}/api/projects/1/query/"))
+        .bearer_auth(key)
+        .json(&json!({"query": {"kind": "HogQLQuery",
+                                "query": format!("SELECT count() FROM events WHERE {condition}")}}))
+        .send()
+        .expect("query");
+    let body: Value = res.json().expect("json");
+    body["results"][0][0].as_u64().expect("count")
+}
+
+/// A person erased through one node is hidden by every node from the next read on, one node
+/// rewrites the bucket's segments without their events, and the request completes.
+fn a_person_erased_through_one_node_is_gone_from_every_node(
+    services: &Services,
+    node1: &TestServer,
+    node2: &ChildNode,
+    node3: &TestServer,
+) {
+    let key = node1.admin_key();
+    // One day of their own, so the bucket listing below stays one page.
+    let events = |who: &str, n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                json!({"event": "erasable", "distinct_id": who,
+                            "timestamp": "2020-02-02T12:00:00Z", "properties": {"i": i}})
+            })
+            .collect()
+    };
+    assert_eq!(node1.capture_batch(&events("gone", 50)).status(), 200);
+    assert_eq!(node1.capture_batch(&events("kept", 50)).status(), 200);
+    assert_eq!(node3.capture_batch(&events("gone", 50)).status(), 200);
+    let prefix = "events/project=1/day=2020-02-02/";
+    assert!(wait_until(Duration::from_secs(20), || {
+        count_on(&node1.client, &node1.base, key, "event = 'erasable'") == 150
+            && !services.s3.keys(BUCKET, prefix).is_empty()
+    }));
+    let uuid = node3.persons(1, "gone")[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let res = node2
+        .http
+        .delete(node2.url(&format!("/api/projects/1/persons/{uuid}/?delete_events")))
+        .bearer_auth(key)
+        .send()
+        .expect("delete");
+    assert_eq!(res.status(), 202);
+    for (http, base) in [
+        (&node1.client, node1.base.as_str()),
+        (&node2.http, node2.base.as_str()),
+        (&node3.client, node3.base.as_str()),
+    ] {
+        assert_eq!(
+            count_on(http, base, key, "distinct_id = 'gone'"),
+            0,
+            "{base}"
+        );
+        assert_eq!(
+            count_on(http, base, key, "distinct_id = 'kept'"),
+            50,
+            "{base}"
+        );
+    }
+    for node in [node1, node3] {
+        assert!(node.events(1, "distinct_id=gone").is_empty());
+        assert!(node.persons(1, "gone").is_empty());
+    }
+    let completed = || {
+        let res = node3.get(
+            &format!("/api/projects/1/persons/deletion_status/?person_uuid={uuid}"),
+            Some(key),
+        );
+        let body: Value = res.json().expect("json");
+        body["results"][0]["status"] == json!("completed")
+    };
+    assert!(
+        wait_until(Duration::from_secs(90), completed),
+        "the erasure completes"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut kept = 0;
+    for object in services.s3.keys(BUCKET, prefix) {
+        let path = dir.path().join("segment.parquet");
+        std::fs::write(&path, services.s3.get(BUCKET, &object)).expect("copy");
+        let rows = common::segment_rows(std::fs::File::open(&path).expect("segment"));
+        assert!(
+            rows.iter().all(|(id, _)| id != "gone"),
+            "{object} holds no erased event"
+        );
+        kept += rows.iter().filter(|(id, _)| id == "kept").count();
+    }
+    assert_eq!(kept, 50, "the other person's events stay, once");
 }
 
 fn events_captured_on_one_node_are_queryable_on_another(node1: &TestServer, node3: &TestServer) {

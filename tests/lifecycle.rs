@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{error_body, fresh, wait_until, TestServer};
+use common::{error_body, fresh, segment_rows, wait_until, TestServer};
 use corvid::config::Config;
 use serde_json::{json, Value};
 
@@ -53,11 +53,8 @@ fn deletion_status(server: &TestServer, query: &str) -> Value {
     res.json().expect("json")
 }
 
-/// Every `(distinct_id, created_at µs)` row of the project's current segment files, read with
-/// a Parquet reader.
+/// Every `(distinct_id, created_at µs)` row of the project's segment files on disk.
 fn rows_in_segments(data_dir: &Path, project: u64) -> Vec<(String, i64)> {
-    use arrow::array::{Array, StringArray, TimestampMicrosecondArray};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let mut rows = Vec::new();
     let root = data_dir.join("events").join(format!("project={project}"));
     let Ok(days) = std::fs::read_dir(&root) else {
@@ -66,28 +63,8 @@ fn rows_in_segments(data_dir: &Path, project: u64) -> Vec<(String, i64)> {
     for day in days.flatten() {
         for file in std::fs::read_dir(day.path()).expect("day").flatten() {
             let path = file.path();
-            if path.extension().is_none_or(|e| e != "parquet") {
-                continue;
-            }
-            let reader = ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(&path).expect("segment"),
-            )
-            .expect("parquet")
-            .build()
-            .expect("reader");
-            for batch in reader {
-                let batch = batch.expect("batch");
-                let ids = batch
-                    .column_by_name("distinct_id")
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .expect("distinct_id");
-                let created = batch
-                    .column_by_name("created_at")
-                    .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
-                    .expect("created_at");
-                for i in 0..batch.num_rows() {
-                    rows.push((ids.value(i).to_string(), created.value(i)));
-                }
+            if path.extension().is_some_and(|e| e == "parquet") {
+                rows.extend(segment_rows(std::fs::File::open(&path).expect("segment")));
             }
         }
     }

@@ -275,6 +275,32 @@ pub fn error_body(res: Response) -> Value {
     body
 }
 
+/// Every `(distinct_id, created_at µs)` row of a segment file, read with a Parquet reader.
+pub fn segment_rows(file: std::fs::File) -> Vec<(String, i64)> {
+    use arrow::array::{Array, StringArray, TimestampMicrosecondArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.expect("batch");
+        let ids = batch
+            .column_by_name("distinct_id")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .expect("distinct_id");
+        let created = batch
+            .column_by_name("created_at")
+            .and_then(|c| c.as_any().downcast_ref::<TimestampMicrosecondArray>())
+            .expect("created_at");
+        for i in 0..batch.num_rows() {
+            rows.push((ids.value(i).to_string(), created.value(i)));
+        }
+    }
+    rows
+}
+
 pub mod oauth;
 pub mod process;
 pub mod sdk;

@@ -115,6 +115,36 @@ impl S3Server {
         assert_eq!(res.status(), 200, "bucket {bucket} created");
     }
 
+    /// The bytes of one object (read as the nodes read it: signed, through `object_store`).
+    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
+        let store = corvid_kernel::bucket::s3_store(&corvid_kernel::bucket::S3Settings {
+            bucket: bucket.into(),
+            region: Some("us-east-1".into()),
+            endpoint: Some(self.url.clone()),
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            prefix: None,
+            allow_http: true,
+        })
+        .expect("bucket");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            use object_store::ObjectStoreExt;
+            let path = object_store::path::Path::from(key);
+            store
+                .get(&path)
+                .await
+                .expect("get object")
+                .bytes()
+                .await
+                .expect("body")
+                .to_vec()
+        })
+    }
+
     /// The keys in `bucket` under `prefix` (one listing page).
     pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let xml = reqwest::blocking::Client::new()

@@ -363,9 +363,17 @@ impl PersonStore {
         self.records.delete_person(project_id, id)
     }
 
-    /// `project_id`'s erasure records and the sets readers hide events by, from memory when
-    /// read within the last minute (another node's request drops them at once).
+    /// `project_id`'s erasure records and the sets readers hide events by. From memory when
+    /// read within the last minute and only this process writes the records; records other
+    /// nodes share are read every time, so a request made on any node is honoured by the very
+    /// next read here (an announcement could arrive after it).
     pub fn erasures(&self, project_id: u64) -> Result<Arc<ProjectErasures>, StoreError> {
+        if self.records.shared() {
+            return Ok(Arc::new(ProjectErasures::new(
+                self.records.erasures(Some(project_id))?,
+                Utc::now(),
+            )));
+        }
         if let Some(entry) = self.cache.erasures.get(&project_id) {
             if entry.0.elapsed() < ERASURES_KEPT_FOR {
                 return Ok(Arc::clone(&entry.1));
@@ -384,8 +392,12 @@ impl PersonStore {
         Ok(loaded)
     }
 
-    /// `project_id`'s erasures when memory holds a recent copy (never reads storage).
+    /// `project_id`'s erasures when memory holds a recent copy (never reads storage; never
+    /// for records other nodes share).
     pub fn cached_erasures(&self, project_id: u64) -> Option<Arc<ProjectErasures>> {
+        if self.records.shared() {
+            return None;
+        }
         let entry = self.cache.erasures.get(&project_id)?;
         (entry.0.elapsed() < ERASURES_KEPT_FOR).then(|| Arc::clone(&entry.1))
     }
