@@ -431,3 +431,107 @@ fn bulk_delete_speaks_posthogs_contract() {
 fn bulk_with(server: &TestServer, key: &str, body: Value) -> reqwest::blocking::Response {
     server.post_json(&persons_path(server, "bulk_delete/"), Some(key), &body)
 }
+
+/// Every segment file of the project (current and superseded versions).
+fn segment_files(data_dir: &Path, project: u64) -> Vec<std::path::PathBuf> {
+    let root = data_dir.join("events").join(format!("project={project}"));
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|day| {
+            std::fs::read_dir(day.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect()
+}
+
+#[test]
+fn an_erasure_cut_short_by_kill_9_completes_after_restart() {
+    use common::process::spawn_corvid;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("corvid.toml");
+    std::fs::write(
+        &config,
+        "[ingest]\nflush_interval = \"1s\"\n\
+         [lifecycle]\nerasure_interval = \"100ms\"\nerasure_settle = \"0s\"\nerasure_grace = \"1s\"\n",
+    )
+    .expect("config");
+    let data = dir.path().join("data");
+    let (mut child, base) = spawn_corvid(&data, Some(&config));
+    let creds = common::read_credentials(&data);
+    let http = reqwest::blocking::Client::new();
+    let events = population(60_000, 6_000);
+    for chunk in events.chunks(1000) {
+        let res = http
+            .post(format!("{base}/batch/"))
+            .json(&json!({"api_key": creds.project_token, "batch": chunk}))
+            .send()
+            .expect("capture");
+        assert_eq!(res.status(), 200);
+    }
+    let persons: Value = http
+        .get(format!("{base}/api/projects/1/persons/?distinct_id=victim"))
+        .bearer_auth(&creds.personal_api_key)
+        .send()
+        .expect("persons")
+        .json()
+        .expect("json");
+    let uuid = persons["results"][0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    // Everything is in segments before the request, so the pass has thirty days to rewrite.
+    assert!(wait_until(Duration::from_secs(30), || {
+        segment_files(&data, 1)
+            .iter()
+            .map(|p| segment_rows(std::fs::File::open(p).expect("segment")).len())
+            .sum::<usize>()
+            == 60_001
+    }));
+    let res = http
+        .delete(format!(
+            "{base}/api/projects/1/persons/{uuid}/?delete_events"
+        ))
+        .bearer_auth(&creds.personal_api_key)
+        .send()
+        .expect("delete");
+    assert_eq!(res.status(), 202);
+    let requested = chrono::Utc::now().timestamp_micros();
+    // Killed as soon as the first rewritten version is published.
+    assert!(wait_until(Duration::from_secs(60), || {
+        segment_files(&data, 1)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".v1."))
+    }));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    let mut config = corvid::config::Config::for_test(&data);
+    quick(&mut config);
+    let server = TestServer::start(config);
+    // Nothing half-done shows: the person's events are hidden, everyone else's are all there.
+    assert_eq!(
+        count(&server, "distinct_id IN ('victim', 'victim-anon')"),
+        0
+    );
+    assert_eq!(count(&server, "1 = 1"), 54_000);
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            deletion_status(&server, "status=completed")["count"] == json!(1)
+        }),
+        "the erasure completes after the restart: {}",
+        deletion_status(&server, "")
+    );
+    let leftovers: usize = segment_files(&data, 1)
+        .iter()
+        .flat_map(|p| segment_rows(std::fs::File::open(p).expect("segment")))
+        .filter(|(id, at)| (id == "victim" || id == "victim-anon") && *at <= requested)
+        .count();
+    assert_eq!(leftovers, 0);
+    assert_eq!(count(&server, "1 = 1"), 54_000);
+}
