@@ -535,3 +535,63 @@ fn an_erasure_cut_short_by_kill_9_completes_after_restart() {
     assert_eq!(leftovers, 0);
     assert_eq!(count(&server, "1 = 1"), 54_000);
 }
+
+#[test]
+fn materialized_endpoint_answers_forget_an_erased_person() {
+    let (dir, mut config) = fresh();
+    quick(&mut config);
+    config.endpoints.materialize_check_interval = Duration::from_millis(200);
+    let server = TestServer::start_in(dir, config);
+    let project = server.creds.project_id;
+    let key = server.admin_key().to_string();
+    let events: Vec<Value> = ["a", "a", "b"]
+        .iter()
+        .map(|d| json!({"event": "e", "distinct_id": d, "properties": {}}))
+        .collect();
+    capture(&server, &events);
+    let res = server.post_json(
+        &format!("/api/environments/{project}/endpoints/"),
+        Some(&key),
+        &json!({"name": "per-person", "is_materialized": true, "data_freshness_seconds": 3600,
+                "query": {"kind": "HogQLQuery",
+                          "query": "SELECT distinct_id, count() AS c FROM events GROUP BY distinct_id ORDER BY distinct_id"}}),
+    );
+    assert_eq!(res.status(), 201);
+    let status = || -> Value {
+        server
+            .get(
+                &format!("/api/environments/{project}/endpoints/per-person/materialization_status"),
+                Some(&key),
+            )
+            .json()
+            .expect("json")
+    };
+    let run = || -> Value {
+        let res = server.post_json(
+            &format!("/api/environments/{project}/endpoints/per-person/run"),
+            Some(&key),
+            &json!({}),
+        );
+        assert_eq!(res.status(), 200);
+        res.json().expect("json")
+    };
+    assert!(wait_until(Duration::from_secs(30), || status()["status"] == json!("Completed")));
+    let before = status()["last_materialized_at"].clone();
+    assert_eq!(run()["results"], json!([["a", 2], ["b", 1]]));
+
+    let res = server.post_json(
+        &persons_path(&server, "bulk_delete/"),
+        Some(&key),
+        &json!({"distinct_ids": ["a"], "delete_events": true}),
+    );
+    assert_eq!(res.status(), 202);
+    // The stored result predates the erasure: not served; the run goes to the events.
+    assert_eq!(run()["results"], json!([["b", 1]]));
+    // The materializer computes it again, and runs read it.
+    assert!(wait_until(Duration::from_secs(30), || {
+        status()["status"] == json!("Completed") && status()["last_materialized_at"] != before
+    }));
+    let answer = run();
+    assert_eq!(answer["results"], json!([["b", 1]]));
+    assert_eq!(answer["endpoint_materialized"], json!(true));
+}
