@@ -575,7 +575,8 @@ fn materialized_endpoint_answers_forget_an_erased_person() {
         assert_eq!(res.status(), 200);
         res.json().expect("json")
     };
-    assert!(wait_until(Duration::from_secs(30), || status()["status"] == json!("Completed")));
+    assert!(wait_until(Duration::from_secs(30), || status()["status"]
+        == json!("Completed")));
     let before = status()["last_materialized_at"].clone();
     assert_eq!(run()["results"], json!([["a", 2], ["b", 1]]));
 
@@ -594,4 +595,111 @@ fn materialized_endpoint_answers_forget_an_erased_person() {
     let answer = run();
     assert_eq!(answer["results"], json!([["b", 1]]));
     assert_eq!(answer["endpoint_materialized"], json!(true));
+}
+
+#[test]
+fn retention_drops_old_days_and_keeps_the_rest() {
+    let (dir, mut config) = fresh();
+    quick(&mut config);
+    config.lifecycle.retention_interval = Duration::from_millis(200);
+    let server = TestServer::start_in(dir, config);
+    let project = server.creds.project_id;
+    let key = server.admin_key().to_string();
+    let today = chrono::Utc::now().date_naive();
+    let at = |days_ago: u64| {
+        let day = today - chrono::Days::new(days_ago);
+        format!("{day}T12:00:00Z")
+    };
+    let mut events = Vec::new();
+    for (days_ago, n) in [(0, 3), (5, 4), (29, 2), (30, 5), (100, 6)] {
+        for i in 0..n {
+            events.push(json!({"event": "e", "distinct_id": format!("u{i}"), "timestamp": at(days_ago), "properties": {}}));
+        }
+    }
+    capture(&server, &events);
+    assert!(wait_until(Duration::from_secs(20), || {
+        rows_in_segments(&server.data_dir, project).len() == 20
+    }));
+    assert_eq!(count(&server, "1 = 1"), 20);
+
+    let patch = |body: Value| {
+        server
+            .client
+            .patch(server.url(&format!("/api/projects/{project}/")))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .expect("patch")
+    };
+    for bad in [json!(0), json!(-3), json!("thirty"), json!(36_501)] {
+        let res = patch(json!({"event_retention_days": bad}));
+        assert_eq!(res.status(), 400, "{bad}");
+    }
+    let res = patch(json!({"event_retention_days": 30}));
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.json::<Value>().expect("json")["event_retention_days"],
+        json!(30)
+    );
+
+    // Today and the 29 days before it stay; the older days leave every read path.
+    assert!(wait_until(Duration::from_secs(20), || count(
+        &server, "1 = 1"
+    ) == 9));
+    let kept: BTreeSet<String> = server
+        .events(project, "limit=100")
+        .iter()
+        .map(|e| e["timestamp"].as_str().expect("ts")[..10].to_string())
+        .collect();
+    assert_eq!(
+        kept,
+        [0u64, 5, 29]
+            .iter()
+            .map(|d| (today - chrono::Days::new(*d)).to_string())
+            .collect()
+    );
+    assert_eq!(rows_in_segments(&server.data_dir, project).len(), 9);
+    let drops: Value = server
+        .get(
+            &format!("/api/projects/{project}/retention_drops/"),
+            Some(&key),
+        )
+        .json()
+        .expect("json");
+    assert_eq!(drops["count"], json!(2));
+    assert_eq!(drops["results"][0]["event_retention_days"], json!(30));
+    let dropped: BTreeSet<(String, u64)> = drops["results"]
+        .as_array()
+        .expect("drops")
+        .iter()
+        .map(|d| {
+            (
+                d["day"].as_str().expect("day").to_string(),
+                d["events"].as_u64().expect("n"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        dropped,
+        BTreeSet::from([
+            ((today - chrono::Days::new(30)).to_string(), 5),
+            ((today - chrono::Days::new(100)).to_string(), 6),
+        ])
+    );
+
+    // Back to the instance's default (keep everything): nothing more goes.
+    let res = patch(json!({"event_retention_days": null}));
+    assert_eq!(
+        res.json::<Value>().expect("json")["event_retention_days"],
+        Value::Null
+    );
+    capture(
+        &server,
+        &[json!({"event": "e", "distinct_id": "late", "timestamp": at(200), "properties": {}})],
+    );
+    assert!(wait_until(Duration::from_secs(10), || count(
+        &server, "1 = 1"
+    ) == 10));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(count(&server, "1 = 1"), 10);
 }

@@ -425,6 +425,8 @@ impl Config {
             materialized_properties: self.ingest.materialized_properties.clone(),
             compaction: self.compaction_config(),
             compaction_interval: self.ingest.compaction_interval,
+            default_event_retention_days: self.lifecycle.event_retention_days.map(|d| d.get()),
+            retention_interval: self.lifecycle.retention_interval,
             query: self.query_settings(),
             endpoints: self.endpoint_settings(),
             results: self.result_storage()?,

@@ -74,6 +74,13 @@ pub struct LifecycleConfig {
     /// long after their request.
     #[serde(with = "humantime_serde")]
     pub deletion_record_ttl: Duration,
+    /// Days of events a project keeps when it sets no `event_retention_days` of its own;
+    /// absent: every event is kept.
+    #[serde(default)]
+    pub event_retention_days: Option<std::num::NonZeroU32>,
+    /// How often days past a project's retention are dropped.
+    #[serde(with = "humantime_serde")]
+    pub retention_interval: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -24,6 +24,7 @@ mod projects;
 mod query;
 pub mod recover;
 mod remote_config;
+mod retention;
 pub mod starting;
 mod surveys;
 mod users;
@@ -31,6 +32,7 @@ mod users;
 use actix_web::{web, HttpResponse};
 
 use crate::error::ApiError;
+use serde_json::{json, Value};
 
 /// Routes are tried in registration order, so the hottest dynamic paths (endpoint runs) come
 /// first; static paths (capture, flags) cost a string compare wherever they are.
@@ -48,6 +50,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     users::configure(cfg);
     persons::configure(cfg);
     person_deletion::configure(cfg);
+    retention::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);
@@ -123,4 +126,44 @@ pub fn user_summary(user: &corvid_tenancy::User) -> serde_json::Value {
 /// Unknown routes get the same JSON error shape as everything else.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::not_found("Endpoint"))
+}
+
+/// PostHog's limit/offset page: `{count, next, previous, results}`.
+pub(crate) fn paged(
+    req: &actix_web::HttpRequest,
+    state: &crate::state::AppState,
+    params: &web::Query<std::collections::HashMap<String, String>>,
+    rows: Vec<Value>,
+) -> Result<HttpResponse, ApiError> {
+    let number = |name: &'static str, default: usize| -> Result<usize, ApiError> {
+        params.get(name).map_or(Ok(default), |t| {
+            t.parse::<usize>().map_err(|_| {
+                ApiError::validation(format!("{name} must be a non-negative integer"), Some(name))
+            })
+        })
+    };
+    let limit = number("limit", 100)?.clamp(1, 1000);
+    let offset = number("offset", 0)?;
+    let count = rows.len();
+    let link = |offset: usize| {
+        let mut pairs: Vec<(String, String)> = params
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "limit" | "offset"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        pairs.sort();
+        pairs.push(("limit".into(), limit.to_string()));
+        pairs.push(("offset".into(), offset.to_string()));
+        let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+        format!("{}{}?{query}", state.public_url, req.path())
+    };
+    let next = (offset.saturating_add(limit) < count).then(|| link(offset + limit));
+    let previous = (offset > 0).then(|| link(offset.saturating_sub(limit)));
+    let results: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "count": count,
+        "next": next,
+        "previous": previous,
+        "results": results,
+    })))
 }

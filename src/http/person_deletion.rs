@@ -130,46 +130,6 @@ async fn bulk_delete(
     Ok(HttpResponse::Accepted().json(summary))
 }
 
-/// PostHog's limit/offset page: `{count, next, previous, results}`.
-fn paged(
-    req: &actix_web::HttpRequest,
-    state: &AppState,
-    params: &Params,
-    rows: Vec<Value>,
-) -> Result<HttpResponse, ApiError> {
-    let number = |name: &'static str, default: usize| -> Result<usize, ApiError> {
-        params.get(name).map_or(Ok(default), |t| {
-            t.parse::<usize>().map_err(|_| {
-                ApiError::validation(format!("{name} must be a non-negative integer"), Some(name))
-            })
-        })
-    };
-    let limit = number("limit", 100)?.clamp(1, 1000);
-    let offset = number("offset", 0)?;
-    let count = rows.len();
-    let link = |offset: usize| {
-        let mut pairs: Vec<(String, String)> = params
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "limit" | "offset"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        pairs.sort();
-        pairs.push(("limit".into(), limit.to_string()));
-        pairs.push(("offset".into(), offset.to_string()));
-        let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
-        format!("{}{}?{query}", state.public_url, req.path())
-    };
-    let next = (offset.saturating_add(limit) < count).then(|| link(offset + limit));
-    let previous = (offset > 0).then(|| link(offset.saturating_sub(limit)));
-    let results: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
-    Ok(HttpResponse::Ok().json(json!({
-        "count": count,
-        "next": next,
-        "previous": previous,
-        "results": results,
-    })))
-}
-
 /// `GET …/persons/deletion_status/`: the event erasures, newest first.
 async fn deletion_status(
     req: actix_web::HttpRequest,
@@ -201,7 +161,7 @@ async fn deletion_status(
             })
         })
         .collect();
-    paged(&req, &state, &params, rows)
+    super::paged(&req, &state, &params, rows)
 }
 
 /// One deletion as an activity-log entry (PostHog's shape), with what was asked for and how
@@ -241,7 +201,7 @@ async fn activity(
         .iter()
         .map(activity_json)
         .collect();
-    paged(&req, &state, &params, rows)
+    super::paged(&req, &state, &params, rows)
 }
 
 /// `POST …/persons/reset_person_distinct_id/` `{distinct_id}`: a deleted person's distinct

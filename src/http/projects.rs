@@ -40,6 +40,8 @@ pub struct ProjectView {
     timezone: String,
     anonymize_ips: bool,
     created_at: DateTime<Utc>,
+    /// Days of events kept (`null`: the instance's default, `lifecycle.event_retention_days`).
+    event_retention_days: Option<u32>,
     #[serde(flatten)]
     settings: ProjectSettings,
 }
@@ -55,6 +57,7 @@ impl From<&Project> for ProjectView {
             timezone: p.timezone.clone(),
             anonymize_ips: p.anonymize_ips,
             created_at: p.created_at,
+            event_retention_days: p.event_retention_days,
             settings: p.settings.clone(),
         }
     }

@@ -94,12 +94,12 @@ impl Endpoints {
         execution_id: Uuid,
     ) -> Result<RunAnswer, EndpointError> {
         let started = Instant::now();
-        // An answer computed before the newest erasure may hold erased events: neither a
-        // stored result nor a cached answer older than it is served.
-        let erased_at = match self.engine.last_erasure(caller.project_id).await {
+        // An answer computed before the newest erasure or retention drop may hold what was
+        // removed: neither a stored result nor a cached answer older than it is served.
+        let erased_at = match self.engine.last_removal(caller.project_id).await {
             Ok(at) => at,
             Err(e) => {
-                tracing::warn!(error = %e, "erasures unreadable; computing the answer afresh");
+                tracing::warn!(error = %e, "removals unreadable; computing the answer afresh");
                 Some(Utc::now())
             }
         };

@@ -23,7 +23,7 @@ use corvid_endpoints::{
 use corvid_events::CachedSegments;
 use corvid_events::PropertyColumns;
 use corvid_events::SegmentFiles;
-use corvid_events::{CompactionConfig, Compactor};
+use corvid_events::{CompactionConfig, Compactor, RetentionPolicy};
 use corvid_events::{DirCatalog, PgCatalog, SegmentCatalog};
 use corvid_events::{Ingest, IngestConfig, IngestError, ShardStats};
 use corvid_flags::{FlagRecords, FlagStore, GeoIp, OwnedFlags, PgFlags, SledFlags};
@@ -110,6 +110,10 @@ pub struct EngineSettings {
     pub materialized_properties: Vec<String>,
     pub compaction: CompactionConfig,
     pub compaction_interval: Duration,
+    /// How many days a project keeps when it sets no retention of its own (`None`: all).
+    pub default_event_retention_days: Option<u32>,
+    /// How often retention drops days past it.
+    pub retention_interval: Duration,
     pub query: QuerySettings,
     pub endpoints: EndpointSettings,
     pub results: ResultStorage,
@@ -472,6 +476,10 @@ impl Engine {
             Arc::clone(&persons),
             ingest.tails().to_vec(),
         )
+        .with_retention(
+            retention_policy(tenancy.clone(), settings.default_event_retention_days),
+            settings.retention_interval,
+        )
         .spawn(settings.compaction_interval, Arc::clone(&compactor_stop))?;
         let flags = Flags::new(
             flags,
@@ -679,6 +687,17 @@ fn product_surfaces(
         early_access,
         surveys,
         experiments,
+    })
+}
+
+/// Each project's retention: its own setting, else the instance's default. Read from the
+/// records at every pass (another node may have changed it).
+fn retention_policy(tenancy: Tenancy, default: Option<u32>) -> RetentionPolicy {
+    Arc::new(move |project| {
+        let stored = tenancy
+            .project_blocking(project)
+            .map_err(|e| e.to_string())?;
+        Ok(stored.and_then(|p| p.event_retention_days).or(default))
     })
 }
 

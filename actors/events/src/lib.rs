@@ -31,7 +31,9 @@ mod shard;
 mod time;
 mod wal;
 
-pub use compaction::{CompactionConfig, ErasureConfig, ErasureReport};
+pub use compaction::{
+    first_kept_day, CompactionConfig, ErasureConfig, ErasureReport, RetentionPolicy,
+};
 pub use decode::{
     decode, CaptureQuery, DecodeError, DecodedRequest, ErrorClass, Limits, Payload, RouteKind,
 };
@@ -48,7 +50,7 @@ pub use segment::StoredEvent;
 // in-memory tails hold what the shards have not flushed yet; property columns say which
 // properties a segment stores as columns of their own.
 pub use catalog::{
-    write_committed, DirCatalog, PgCatalog, SegmentCatalog, SegmentName, SegmentRef,
+    write_committed, DayDrop, DirCatalog, PgCatalog, SegmentCatalog, SegmentName, SegmentRef,
 };
 pub use columns::PropertyColumns;
 pub use compaction::Compactor;
@@ -66,8 +68,15 @@ pub mod testing;
 
 /// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
 /// other crate's.
-pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
-    version: 7,
-    name: "segments",
-    sql: include_str!("../migrations/0007_segments.sql"),
-}];
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[
+    corvid_kernel::Migration {
+        version: 7,
+        name: "segments",
+        sql: include_str!("../migrations/0007_segments.sql"),
+    },
+    corvid_kernel::Migration {
+        version: 10,
+        name: "retention_drops",
+        sql: include_str!("../migrations/0010_retention_drops.sql"),
+    },
+];

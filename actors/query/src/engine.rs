@@ -133,6 +133,28 @@ impl Sources {
         }
     }
 
+    /// The newest erasure request or retention drop of `project` (blocking).
+    fn last_removal(
+        &self,
+        project: u64,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, QueryError> {
+        let internal = |e: corvid_kernel::StoreError| QueryError::Internal(Box::new(e));
+        let erased = self
+            .persons
+            .erasures(project)
+            .map_err(internal)?
+            .all
+            .latest_request();
+        let dropped = self
+            .catalog
+            .drops(project)
+            .map_err(|e| QueryError::Internal(Box::new(e)))?
+            .iter()
+            .map(|d| d.dropped_at)
+            .max();
+        Ok(erased.max(dropped))
+    }
+
     /// `project`'s materialized keys present in every one of `segments`.
     async fn materialized_in(&self, project: u64, segments: &[SegmentRef]) -> Vec<String> {
         let mut keys: Vec<String> = self.columns.keys_for(project);
@@ -240,32 +262,25 @@ impl QueryEngine {
         self.node_memory.reserved()
     }
 
-    /// When the newest erasure of `project`'s events was requested: an answer computed before
-    /// it (a cached or materialized result) may still hold events it covers.
-    pub async fn last_erasure(
+    /// When data of `project` was last removed: the newest erasure's request or retention
+    /// drop. An answer computed before it (a cached or materialized result) may still hold
+    /// what was removed.
+    pub async fn last_removal(
         &self,
         project: u64,
     ) -> Result<Option<chrono::DateTime<chrono::Utc>>, QueryError> {
-        let persons = Arc::clone(&self.sources.persons);
-        let erasures = match persons.cached_erasures(project) {
-            Some(cached) => cached,
-            None => corvid_kernel::blocking(move || persons.erasures(project))
-                .await
-                .map_err(|e| QueryError::Internal(Box::new(e)))?,
-        };
-        Ok(erasures.all.latest_request())
+        let sources = Arc::clone(&self.sources);
+        tokio::task::spawn_blocking(move || sources.last_removal(project))
+            .await
+            .map_err(|e| QueryError::Internal(Box::new(e)))?
     }
 
-    /// [`QueryEngine::last_erasure`] from a blocking thread.
-    pub fn last_erasure_blocking(
+    /// [`QueryEngine::last_removal`] from a blocking thread.
+    pub fn last_removal_blocking(
         &self,
         project: u64,
     ) -> Result<Option<chrono::DateTime<chrono::Utc>>, QueryError> {
-        self.sources
-            .persons
-            .erasures(project)
-            .map(|e| e.all.latest_request())
-            .map_err(|e| QueryError::Internal(Box::new(e)))
+        self.sources.last_removal(project)
     }
 
     pub fn settings(&self) -> &QuerySettings {

@@ -189,6 +189,7 @@ mod tests {
             timezone: "UTC".into(),
             anonymize_ips: false,
             created_at: Utc::now(),
+            event_retention_days: None,
             settings,
         }
     }

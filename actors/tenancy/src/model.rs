@@ -30,6 +30,10 @@ pub struct Project {
     #[serde(default)]
     pub anonymize_ips: bool,
     pub created_at: DateTime<Utc>,
+    /// Events whose day is more than this many days before today (UTC) are dropped; `None`:
+    /// the instance's default (`lifecycle.event_retention_days`; unset keeps everything).
+    #[serde(default)]
+    pub event_retention_days: Option<u32>,
     /// What browser SDKs are told to do (remote config). Stored and shown flat, with PostHog's
     /// field names.
     #[serde(flatten)]
@@ -95,6 +99,14 @@ pub struct ProjectUpdate {
     pub surveys_opt_in: Option<bool>,
     pub session_recording_opt_in: Option<bool>,
     pub default_identified_only: Option<bool>,
+    /// `Some(None)`: `null` was sent (back to the instance's default).
+    #[serde(default, deserialize_with = "present")]
+    pub event_retention_days: Option<Option<u32>>,
+}
+
+/// A field that may be sent as `null`: `Some(None)` then, `None` when absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
 }
 
 /// What a caller supplies to create a project.

@@ -109,6 +109,7 @@ pub(crate) mod contract {
             timezone: "UTC".into(),
             anonymize_ips: false,
             created_at: Utc::now(),
+            event_retention_days: None,
             settings: ProjectSettings::default(),
         }
     }

@@ -223,10 +223,10 @@ impl Materializer {
         let scan = async move {
             tokio::task::spawn_blocking(move || {
                 let all = store.all_endpoints()?;
-                let erased_at = |project: u64| match engine.last_erasure_blocking(project) {
+                let erased_at = |project: u64| match engine.last_removal_blocking(project) {
                     Ok(at) => at,
                     Err(e) => {
-                        tracing::warn!(project, error = %e, "erasures unreadable");
+                        tracing::warn!(project, error = %e, "removals unreadable");
                         None
                     }
                 };

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use chrono::NaiveDate;
 
-use super::{current_within, Flush, SegmentCatalog, SegmentName, SegmentRef};
+use super::{current_within, DayDrop, Flush, SegmentCatalog, SegmentName, SegmentRef};
 use corvid_kernel::disk::{create_dirs, replace_file, Disk};
 
 const STAGED: &str = ".tmp";
@@ -31,6 +31,8 @@ const COMPACTING: &str = ".compacting";
 pub struct DirCatalog {
     root: PathBuf,
     disk: Arc<dyn Disk>,
+    /// Retention drops read or written so far, per project (this process is the only writer).
+    drops: std::sync::Mutex<std::collections::HashMap<u64, Vec<DayDrop>>>,
 }
 
 impl DirCatalog {
@@ -42,7 +44,11 @@ impl DirCatalog {
     /// The catalog under `root`, writing through `disk`.
     pub fn open_on(root: PathBuf, disk: Arc<dyn Disk>) -> std::io::Result<DirCatalog> {
         create_dirs(disk.as_ref(), &root)?;
-        Ok(DirCatalog { root, disk })
+        Ok(DirCatalog {
+            root,
+            disk,
+            drops: Default::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -61,6 +67,26 @@ impl DirCatalog {
 
     fn checkpoint_dir(&self) -> PathBuf {
         self.root.join("_checkpoints")
+    }
+
+    /// A project's retention drops as stored.
+    fn read_drops(&self, project: u64) -> std::io::Result<Vec<DayDrop>> {
+        let text = match fs::read_to_string(self.drops_path(project)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).map_err(std::io::Error::other))
+            .collect()
+    }
+
+    /// Retention drops of a project: one JSON line each.
+    fn drops_path(&self, project: u64) -> PathBuf {
+        self.root
+            .join("_retention")
+            .join(format!("project-{project}.jsonl"))
     }
 
     fn checkpoint_path(&self, shard: usize) -> PathBuf {
@@ -281,6 +307,37 @@ impl SegmentCatalog for DirCatalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn record_drop(&self, drop: &DayDrop) -> std::io::Result<()> {
+        let mut known = self.drops.lock().unwrap_or_else(|p| p.into_inner());
+        let mut drops = match known.get(&drop.project) {
+            Some(drops) => drops.clone(),
+            None => self.read_drops(drop.project)?,
+        };
+        drops.push(drop.clone());
+        let mut text = String::new();
+        for d in &drops {
+            text.push_str(&serde_json::to_string(d).map_err(std::io::Error::other)?);
+            text.push('\n');
+        }
+        let path = self.drops_path(drop.project);
+        if let Some(dir) = path.parent() {
+            create_dirs(self.disk.as_ref(), dir)?;
+        }
+        replace_file(self.disk.as_ref(), &path, text.as_bytes())?;
+        known.insert(drop.project, drops);
+        Ok(())
+    }
+
+    fn drops(&self, project: u64) -> std::io::Result<Vec<DayDrop>> {
+        let mut known = self.drops.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(drops) = known.get(&project) {
+            return Ok(drops.clone());
+        }
+        let drops = self.read_drops(project)?;
+        known.insert(project, drops.clone());
+        Ok(drops)
     }
 
     fn remove(&self, segment: &SegmentRef) -> std::io::Result<()> {

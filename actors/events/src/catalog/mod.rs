@@ -239,12 +239,33 @@ pub trait SegmentCatalog: Send + Sync {
     /// Removes a segment version and its file.
     fn remove(&self, segment: &SegmentRef) -> std::io::Result<()>;
 
+    /// Records that retention removed a day of a project (after its segments went): kept for
+    /// the activity list, and so readers know answers computed before it may hold that day.
+    fn record_drop(&self, drop: &DayDrop) -> std::io::Result<()>;
+
+    /// The drops recorded for `project`, oldest first.
+    fn drops(&self, project: u64) -> std::io::Result<Vec<DayDrop>>;
+
     /// Deletes stored files no listed segment owns, left by a node that died between writing
     /// a file and recording it; returns how many. Nothing to do where recording and writing
     /// are one step (the local directory).
     fn sweep_orphans(&self) -> std::io::Result<usize> {
         Ok(0)
     }
+}
+
+/// A `(project, day)` partition retention removed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DayDrop {
+    pub project: u64,
+    pub day: NaiveDate,
+    /// Events the day held.
+    pub rows: u64,
+    /// Segment files removed (every version).
+    pub files: usize,
+    /// The project's retention when it was dropped.
+    pub retention_days: u32,
+    pub dropped_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Writes `rows` as one committed segment, outside any running ingest (staged, recorded with
@@ -314,6 +335,30 @@ pub(crate) mod contract {
         checkpoints_are_kept_per_shard(catalog);
         versions_replace_and_are_removed(catalog, files);
         recovery_keeps_recorded_flushes_only(catalog, reopen);
+        drops_are_kept_per_project(catalog, reopen);
+    }
+
+    fn drops_are_kept_per_project(
+        catalog: &dyn SegmentCatalog,
+        reopen: &dyn Fn() -> Box<dyn SegmentCatalog>,
+    ) {
+        let drop = |project: u64, d: u32| DayDrop {
+            project,
+            day: day(d),
+            rows: u64::from(d) * 10,
+            files: 2,
+            retention_days: 30,
+            dropped_at: "2024-07-01T00:00:00Z".parse().expect("time"),
+        };
+        assert!(catalog.drops(41).expect("none yet").is_empty());
+        for d in [drop(41, 1), drop(42, 1), drop(41, 2)] {
+            catalog.record_drop(&d).expect("record");
+        }
+        assert_eq!(
+            catalog.drops(41).expect("list"),
+            vec![drop(41, 1), drop(41, 2)]
+        );
+        assert_eq!(reopen().drops(42).expect("durable"), vec![drop(42, 1)]);
     }
 
     fn flushes_become_visible_only_when_published(

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Row;
 
-use super::{current_within, Flush, SegmentCatalog, SegmentName, SegmentRef};
+use super::{current_within, DayDrop, Flush, SegmentCatalog, SegmentName, SegmentRef};
 use crate::files::SegmentFiles;
 use corvid_kernel::pg::{bigint, Pg};
 use corvid_kernel::StoreError;
@@ -382,6 +382,41 @@ impl SegmentCatalog for PgCatalog {
             .map_err(io)?;
         // Row first: a crash now leaves an orphan object, never a row without its file.
         self.files.delete(segment)
+    }
+
+    fn record_drop(&self, drop: &DayDrop) -> std::io::Result<()> {
+        let (project, day, at) = (bigint(drop.project), drop.day, drop.dropped_at);
+        let record = corvid_kernel::pg::record_json("retention drop", drop).map_err(io)?;
+        self.pg
+            .run(move |client| async move {
+                client
+                    .execute(
+                        "INSERT INTO retention_drops (project, day, dropped_at, record)
+                         VALUES ($1, $2, $3, $4)",
+                        &[&project, &day, &at, &record],
+                    )
+                    .await?;
+                Ok(())
+            })
+            .map_err(io)
+    }
+
+    fn drops(&self, project: u64) -> std::io::Result<Vec<DayDrop>> {
+        let p = bigint(project);
+        self.pg
+            .run(move |client| async move {
+                let rows = client
+                    .query(
+                        "SELECT record FROM retention_drops WHERE project = $1
+                         ORDER BY dropped_at, day",
+                        &[&p],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|r| corvid_kernel::pg::record_of(r, "retention_drops", project))
+                    .collect()
+            })
+            .map_err(io)
     }
 
     fn sweep_orphans(&self) -> std::io::Result<usize> {

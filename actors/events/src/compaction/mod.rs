@@ -24,8 +24,10 @@ use corvid_kernel::JobLease;
 use corvid_persons::PersonStore;
 
 mod erasure;
+mod retention;
 
 pub use erasure::{ErasureConfig, ErasureReport};
+pub use retention::{first_kept_day, RetentionPolicy};
 
 /// Settings of the property-column compactor.
 #[derive(Debug, Clone)]
@@ -83,6 +85,8 @@ pub struct Compactor {
     /// This node's shard tails: an erasure is verified only once none of them holds a row
     /// it covers.
     tails: Vec<Arc<Tail>>,
+    /// Each project's retention, and how often it is enforced (none: keep everything).
+    retention: Option<(RetentionPolicy, Duration)>,
 }
 
 impl Compactor {
@@ -107,7 +111,14 @@ impl Compactor {
             )),
             persons,
             tails,
+            retention: None,
         }
+    }
+
+    /// Enforces `policy` every `interval` besides compacting.
+    pub fn with_retention(mut self, policy: RetentionPolicy, interval: Duration) -> Compactor {
+        self.retention = Some((policy, interval));
+        self
     }
 
     /// Runs `job` if this node can claim it (and gives the claim back after); `None` when
@@ -135,8 +146,9 @@ impl Compactor {
         result.map(Some)
     }
 
-    /// Runs a compaction pass every `interval` and an erasure pass every erasure interval on
-    /// the `corvid-compact` thread until `stop` is set. One thread does both, so they never
+    /// Runs a compaction pass every `interval`, an erasure pass every erasure interval and a
+    /// retention pass every retention interval on the `corvid-compact` thread until `stop` is
+    /// set. One thread does both, so they never
     /// rewrite one segment at once (across nodes, the project's lease keeps them apart).
     pub fn spawn(
         self,
@@ -149,10 +161,22 @@ impl Compactor {
                 let step = Duration::from_millis(200);
                 let mut waited = Duration::ZERO;
                 let mut erasure_waited = Duration::ZERO;
+                let mut retention_waited = Duration::ZERO;
                 while !stop.load(Ordering::SeqCst) {
                     std::thread::sleep(step);
                     waited += step;
                     erasure_waited += step;
+                    retention_waited += step;
+                    if let Some((policy, every)) = &self.retention {
+                        if retention_waited >= *every {
+                            retention_waited = Duration::ZERO;
+                            if let Err(err) =
+                                corvid_kernel::contain(|| self.apply_retention(policy, Utc::now()))
+                            {
+                                tracing::warn!(error = %err, "retention pass failed");
+                            }
+                        }
+                    }
                     if erasure_waited >= self.config.erasure.interval {
                         erasure_waited = Duration::ZERO;
                         match corvid_kernel::contain(|| self.erase_once(Utc::now())) {

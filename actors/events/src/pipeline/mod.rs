@@ -376,6 +376,11 @@ impl Ingest {
         )?)
     }
 
+    /// The days retention dropped from `project`, oldest first (blocking).
+    pub fn retention_drops(&self, project: u64) -> Result<Vec<crate::DayDrop>, IngestError> {
+        Ok(self.inner.catalog.drops(project)?)
+    }
+
     /// The segment catalog the shards commit to.
     pub fn catalog(&self) -> &Arc<dyn SegmentCatalog> {
         &self.inner.catalog

@@ -113,6 +113,7 @@ impl Tenancy {
                 timezone: new.timezone,
                 anonymize_ips: new.anonymize_ips,
                 created_at: Utc::now(),
+                event_retention_days: None,
                 settings: ProjectSettings::default(),
             };
             store.insert_project(&project)?;
@@ -131,6 +132,12 @@ impl Tenancy {
         let store = Arc::clone(&self.store);
         let found = run(move || store.project(id)).await?;
         Ok(found.map(|p| self.remember(p)))
+    }
+
+    /// A project as stored now (not the cache: another node may have changed it). Blocking:
+    /// call it off the async threads.
+    pub fn project_blocking(&self, id: u64) -> Result<Option<Project>, StoreError> {
+        self.store.project(id)
     }
 
     /// A project by its public token (memory first).

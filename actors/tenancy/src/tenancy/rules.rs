@@ -31,6 +31,9 @@ pub(super) fn normalize_email(email: &str) -> Result<String, StoreError> {
 }
 
 /// Applies a project update, checking each changed field.
+/// The longest retention a project may set (a hundred years).
+pub const MAX_RETENTION_DAYS: u32 = 36_500;
+
 pub(super) fn apply_update(project: &mut Project, update: ProjectUpdate) -> Result<(), StoreError> {
     if let Some(name) = update.name {
         validate_project_name(&name)?;
@@ -48,6 +51,17 @@ pub(super) fn apply_update(project: &mut Project, update: ProjectUpdate) -> Resu
     }
     if let Some(v) = update.anonymize_ips {
         project.anonymize_ips = v;
+    }
+    if let Some(days) = update.event_retention_days {
+        if days.is_some_and(|d| !(1..=MAX_RETENTION_DAYS).contains(&d)) {
+            return Err(StoreError::invalid(
+                format!(
+                    "event_retention_days must be between 1 and {MAX_RETENTION_DAYS}, or null to keep every event."
+                ),
+                "event_retention_days",
+            ));
+        }
+        project.event_retention_days = days;
     }
     let s: &mut ProjectSettings = &mut project.settings;
     let switches = [

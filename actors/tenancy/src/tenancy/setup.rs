@@ -98,6 +98,7 @@ pub(super) fn bootstrap(
                 timezone: "UTC".into(),
                 anonymize_ips: false,
                 created_at: Utc::now(),
+                event_retention_days: None,
                 settings: ProjectSettings::default(),
             };
             store.insert_project(&project)?;
