@@ -248,7 +248,7 @@ const LAYERS: &[&[&str]] = &[
     &["tenancy", "persons"],
     &["events", "flags", "oauth"],
     &["query"],
-    &["endpoints", "surfaces"],
+    &["endpoints", "surfaces", "lifecycle"],
     &["engine"],
 ];
 

@@ -287,7 +287,7 @@ impl Services {
         c.oauth.cimd_fetch_timeout = Duration::from_secs(10);
         c.lifecycle.erasure_interval = Duration::from_millis(200);
         c.lifecycle.erasure_settle = Duration::from_secs(3);
-        c.lifecycle.erasure_grace = Duration::from_secs(2);
+        c.lifecycle.erasure_grace = Duration::from_secs(5);
         c
     }
 
@@ -302,7 +302,7 @@ impl Services {
              allow_http = true\n\
              [surveys]\nmaintenance_interval = \"200ms\"\n\
              [lifecycle]\nerasure_interval = \"200ms\"\nerasure_settle = \"3s\"\n\
-             erasure_grace = \"2s\"\n",
+             erasure_grace = \"5s\"\n",
             self.pg_url, self.s3.url
         );
         std::fs::write(&path, text).expect("node config");

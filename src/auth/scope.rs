@@ -23,6 +23,8 @@ required_scopes! {
     UserRead => "user:read",
     PersonRead => "person:read",
     PersonWrite => "person:write",
+    BatchExportRead => "batch_export:read",
+    BatchExportWrite => "batch_export:write",
     GroupRead => "group:read",
     QueryRead => "query:read",
     EndpointRead => "endpoint:read",

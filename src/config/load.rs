@@ -427,6 +427,7 @@ impl Config {
             compaction_interval: self.ingest.compaction_interval,
             default_event_retention_days: self.lifecycle.event_retention_days.map(|d| d.get()),
             retention_interval: self.lifecycle.retention_interval,
+            export_timeout: self.lifecycle.export_timeout,
             query: self.query_settings(),
             endpoints: self.endpoint_settings(),
             results: self.result_storage()?,

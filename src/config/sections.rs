@@ -81,6 +81,9 @@ pub struct LifecycleConfig {
     /// How often days past a project's retention are dropped.
     #[serde(with = "humantime_serde")]
     pub retention_interval: Duration,
+    /// How long one file export may run before it fails.
+    #[serde(with = "humantime_serde")]
+    pub export_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -12,6 +12,7 @@ pub mod decoding;
 mod early_access;
 mod endpoints;
 mod experiments;
+mod exports;
 mod flags;
 mod health;
 mod insight_variables;
@@ -51,6 +52,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     persons::configure(cfg);
     person_deletion::configure(cfg);
     retention::configure(cfg);
+    exports::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

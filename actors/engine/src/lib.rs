@@ -32,6 +32,7 @@ use corvid_kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use corvid_kernel::histogram::HistogramSnapshot;
 use corvid_kernel::pg::Pg;
 use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecords, StoreError};
+use corvid_lifecycle::Exports;
 use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
 use corvid_persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
 use corvid_query::{QueryEngine, QuerySettings, Sources};
@@ -114,6 +115,8 @@ pub struct EngineSettings {
     pub default_event_retention_days: Option<u32>,
     /// How often retention drops days past it.
     pub retention_interval: Duration,
+    /// How long one file export may run.
+    pub export_timeout: Duration,
     pub query: QuerySettings,
     pub endpoints: EndpointSettings,
     pub results: ResultStorage,
@@ -212,6 +215,7 @@ pub struct Engine {
     pub early_access: EarlyAccess,
     pub surveys: Surveys,
     pub experiments: Experiments,
+    pub exports: Exports,
     compactor_stop: Arc<AtomicBool>,
     jobs: Jobs,
     /// What a cluster node checks before it reports ready.
@@ -462,6 +466,12 @@ impl Engine {
             experiments,
         } = product_surfaces(&backing, &flags, &persons, &query)?;
 
+        let exports = Exports::open(
+            backing.records("export_runs")?,
+            Arc::clone(&query),
+            settings.data_dir.join("exports"),
+            settings.export_timeout,
+        )?;
         let compactor_stop = Arc::new(AtomicBool::new(false));
         Compactor::new(
             catalog,
@@ -508,6 +518,7 @@ impl Engine {
             early_access,
             surveys,
             experiments,
+            exports,
             compactor_stop,
             jobs,
             readiness,

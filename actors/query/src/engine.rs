@@ -244,7 +244,21 @@ impl QueryEngine {
         WAITS_FOR_A_SLOT.scope(true, work).await
     }
 
-    async fn slot(&self) -> Result<OwnedSemaphorePermit, QueryError> {
+    /// What a query running on the runtime needs: the sources, the settings, the node's memory.
+    pub(crate) fn parts(&self) -> (Arc<Sources>, QuerySettings, Arc<GreedyMemoryPool>) {
+        (
+            Arc::clone(&self.sources),
+            self.settings.clone(),
+            Arc::clone(&self.node_memory),
+        )
+    }
+
+    /// The query runtime's handle.
+    pub(crate) fn runtime_handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
+    pub(crate) async fn slot(&self) -> Result<OwnedSemaphorePermit, QueryError> {
         if WAITS_FOR_A_SLOT.try_with(|w| *w).unwrap_or(false) {
             return Arc::clone(&self.slots)
                 .acquire_owned()
@@ -413,7 +427,7 @@ async fn execute(
 
 /// The `events` snapshot of a query, registered once the statement says which materialized
 /// columns it reads.
-struct EventsSnapshot {
+pub(crate) struct EventsSnapshot {
     files: Vec<(chrono::NaiveDate, String)>,
     tail: Vec<corvid_events::StoredEvent>,
     /// Erasures the files' rows are filtered by (the tail is already without them).
@@ -423,7 +437,7 @@ struct EventsSnapshot {
 }
 
 impl EventsSnapshot {
-    fn table(
+    pub(crate) fn table(
         &self,
         keys: &BTreeSet<String>,
     ) -> datafusion::error::Result<Arc<tables::EventsTable>> {
@@ -439,7 +453,7 @@ impl EventsSnapshot {
 
 /// A fresh session with only `project_id`'s tables (only those the statement names); `events`
 /// is returned as a snapshot for the caller to register.
-async fn session(
+pub(crate) async fn session(
     project_id: u64,
     prepared: &Prepared,
     sources: &Sources,

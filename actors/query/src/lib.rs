@@ -12,6 +12,7 @@
 mod engine;
 mod erased;
 mod error;
+mod export;
 mod functions;
 mod gate;
 mod hogql;
@@ -26,6 +27,7 @@ mod uniq;
 
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};
 pub use error::QueryError;
+pub use export::{ExportScan, ExportSink};
 pub use gate::QueryTicket;
 pub use hogql::{
     parse_with_variable_markers, prepare_user_sql, variable_names, Bindings, Generated, Page,

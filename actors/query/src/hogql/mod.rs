@@ -85,7 +85,7 @@ pub struct Prepared {
     pub tables: BTreeSet<String>,
 }
 
-fn dialect() -> ClickHouseDialect {
+pub(crate) fn dialect() -> ClickHouseDialect {
     ClickHouseDialect {}
 }
 

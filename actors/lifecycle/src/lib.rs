@@ -1,0 +1,280 @@
+//! Data leaving Corvid: one-off file exports of a project's events, PostHog's "file download"
+//! batch exports (`POST …/file_download_batch_exports` → 202 `{id}`, the run's status, its
+//! files downloaded part by part).
+//!
+//! A run selects events by capture time (`created_at`) in its data interval, so late events
+//! are never missed, reads them through the query runtime (erased events are left out, as
+//! from every read) and writes Parquet or JSON Lines files under
+//! `<data_dir>/exports/project_<id>/<run>/`. Runs are records ([`DefinitionRecords`]); a run
+//! a crash interrupted is marked failed when the node starts again.
+
+// `&s[a..b]` panics when an offset falls inside a character: production code slices text with
+// `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
+#![cfg_attr(not(test), warn(clippy::string_slice))]
+
+mod files;
+mod request;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use corvid_kernel::{blocking, DefinitionRecords, StoreError};
+use corvid_query::{ExportScan, QueryEngine};
+
+pub use request::{Compression, ExportRequest, FileFormat, MAX_INTERVAL};
+
+/// PostHog's run statuses that a file export takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+}
+
+/// One export run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportRun {
+    pub id: Uuid,
+    pub project_id: u64,
+    pub request: ExportRequest,
+    pub status: RunStatus,
+    /// Who asked, for the activity list.
+    pub requested_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The files, in order (their names are their ids).
+    pub files: Vec<String>,
+    pub records_completed: u64,
+    pub bytes_exported: u64,
+    pub error: Option<String>,
+}
+
+/// Why an export request or download is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("export run not found")]
+    NotFound,
+    /// The run has no file to give yet, or never will (PostHog's texts).
+    #[error("{0}")]
+    NotDownloadable(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A file of a finished run, to send.
+#[derive(Debug, Clone)]
+pub struct ExportFile {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// The exports facade. Cheap to clone.
+#[derive(Clone)]
+pub struct Exports {
+    records: Arc<dyn DefinitionRecords<ExportRun>>,
+    engine: Arc<QueryEngine>,
+    dir: PathBuf,
+    deadline: Duration,
+}
+
+/// The columns every export file has (PostHog's defaults for the events model).
+fn export_schema() -> Schema {
+    let time = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let text = |name: &str| Field::new(name, DataType::Utf8, true);
+    Schema::new(vec![
+        text("uuid"),
+        Field::new("timestamp", time.clone(), true),
+        Field::new("_inserted_at", time.clone(), true),
+        Field::new("created_at", time, true),
+        text("event"),
+        text("properties"),
+        text("distinct_id"),
+        text("elements_chain"),
+        text("person_properties"),
+        text("person_id"),
+    ])
+}
+
+impl Exports {
+    /// Over `records`, writing files under `dir`; each run may take `deadline`. Runs left
+    /// `Running` by a crash are marked failed.
+    pub fn open(
+        records: Arc<dyn DefinitionRecords<ExportRun>>,
+        engine: Arc<QueryEngine>,
+        dir: PathBuf,
+        deadline: Duration,
+    ) -> Result<Exports, StoreError> {
+        for (project, mut run) in records.list_all()? {
+            if run.status == RunStatus::Running {
+                run.status = RunStatus::Failed;
+                run.error = Some("The export was interrupted by a restart.".into());
+                run.finished_at = Some(Utc::now());
+                records.put(project, &run.id.to_string(), &run)?;
+            }
+        }
+        Ok(Exports {
+            records,
+            engine,
+            dir,
+            deadline,
+        })
+    }
+
+    fn run_dir(&self, project: u64, run: Uuid) -> PathBuf {
+        self.dir
+            .join(format!("project_{project}"))
+            .join(run.to_string())
+    }
+
+    /// Records a run and starts it in the background; returns it (status `Running`).
+    pub async fn start(
+        &self,
+        project: u64,
+        request: ExportRequest,
+        requested_by: Option<String>,
+    ) -> Result<ExportRun, ExportError> {
+        let run = ExportRun {
+            id: Uuid::now_v7(),
+            project_id: project,
+            request,
+            status: RunStatus::Running,
+            requested_by,
+            created_at: Utc::now(),
+            finished_at: None,
+            files: Vec::new(),
+            records_completed: 0,
+            bytes_exported: 0,
+            error: None,
+        };
+        let (records, stored) = (Arc::clone(&self.records), run.clone());
+        blocking(move || records.put(project, &stored.id.to_string(), &stored)).await?;
+        let this = self.clone();
+        let started = run.clone();
+        tokio::spawn(async move { this.execute(started).await });
+        Ok(run)
+    }
+
+    /// Runs `run` to its end and records the outcome.
+    async fn execute(&self, mut run: ExportRun) {
+        let dir = self.run_dir(run.project_id, run.id);
+        let outcome = self.write_files(&run, dir.clone()).await;
+        run.finished_at = Some(Utc::now());
+        match outcome {
+            Ok((files, rows)) => {
+                run.bytes_exported = files
+                    .iter()
+                    .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+                    .map(|m| m.len())
+                    .sum();
+                run.status = RunStatus::Completed;
+                run.files = files;
+                run.records_completed = rows;
+                tracing::info!(project = run.project_id, run = %run.id, rows, "export completed");
+            }
+            Err(error) => {
+                tracing::warn!(project = run.project_id, run = %run.id, %error, "export failed");
+                run.status = RunStatus::Failed;
+                run.error = Some(error);
+            }
+        }
+        let (records, project, id) = (Arc::clone(&self.records), run.project_id, run.id);
+        if let Err(e) = blocking(move || records.put(project, &id.to_string(), &run)).await {
+            tracing::error!(error = %e, run = %id, "could not record an export's outcome");
+        }
+    }
+
+    async fn write_files(
+        &self,
+        run: &ExportRun,
+        dir: PathBuf,
+    ) -> Result<(Vec<String>, u64), String> {
+        let made = dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::create_dir_all(made))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let writer = Arc::new(std::sync::Mutex::new(Some(files::PartWriter::new(
+            &dir,
+            &run.request,
+        ))));
+        let sink_writer = Arc::clone(&writer);
+        let scan = ExportScan {
+            start: run.request.data_interval_start,
+            end: run.request.data_interval_end,
+            include: run.request.include.clone(),
+            exclude: run.request.exclude.clone(),
+        };
+        let rows = self
+            .engine
+            .export_events(
+                run.project_id,
+                scan,
+                self.deadline,
+                Box::new(move |batch| {
+                    let mut guard = sink_writer.lock().unwrap_or_else(|p| p.into_inner());
+                    match guard.as_mut() {
+                        Some(w) => w.write(batch),
+                        None => Err("the export's files are closed".into()),
+                    }
+                }),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let last = writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or("the export's files are closed")?;
+        let schema = export_schema();
+        let files = tokio::task::spawn_blocking(move || last.finish(Some(&schema)))
+            .await
+            .map_err(|e| e.to_string())??;
+        Ok((files, rows))
+    }
+
+    /// A run of `project`.
+    pub async fn run(&self, project: u64, id: Uuid) -> Result<Option<ExportRun>, ExportError> {
+        let records = Arc::clone(&self.records);
+        Ok(blocking(move || records.get(project, &id.to_string())).await?)
+    }
+
+    /// The file `part` (a 0-based index or a file's name) of a finished run.
+    pub async fn file(
+        &self,
+        project: u64,
+        id: Uuid,
+        part: &str,
+    ) -> Result<ExportFile, ExportError> {
+        let run = self.run(project, id).await?.ok_or(ExportError::NotFound)?;
+        match run.status {
+            RunStatus::Running => {
+                return Err(ExportError::NotDownloadable(
+                    "Batch export run is still in progress".into(),
+                ))
+            }
+            RunStatus::Failed => {
+                return Err(ExportError::NotDownloadable(
+                    "Batch export run has failed".into(),
+                ))
+            }
+            RunStatus::Completed => {}
+        }
+        let name = match part.parse::<usize>() {
+            Ok(index) => run.files.get(index).cloned(),
+            Err(_) => run.files.iter().find(|f| f.as_str() == part).cloned(),
+        }
+        .ok_or_else(|| ExportError::NotDownloadable(format!("No files with index {part}")))?;
+        Ok(ExportFile {
+            path: self.run_dir(project, id).join(&name),
+            name,
+        })
+    }
+}
