@@ -36,6 +36,9 @@ impl From<ExportError> for ApiError {
                 ApiError::validation(detail, None)
             }
             ExportError::NotFound => ApiError::not_found("Batch export run"),
+            ExportError::Busy => ApiError::RateLimited {
+                retry_after_secs: 60,
+            },
             ExportError::Store(e) => ApiError::Store(e),
         }
     }

@@ -73,26 +73,39 @@ async fn retrieve(
     Ok(HttpResponse::Ok().json(super::persons::person_json(&person)))
 }
 
+/// Erases the one person a path names, as `delete_events` and `keep_person` say. 202.
+async fn erase_one(
+    access: &ProjectAccess<PersonWrite>,
+    state: &AppState,
+    path: &web::Path<(String, String)>,
+    delete_events: bool,
+    keep_person: bool,
+) -> Result<HttpResponse, ApiError> {
+    let project = access.project.id;
+    let person = existing(state, project, person_ref(path)?).await?;
+    let request = BulkErasure {
+        targets: ErasureTargets::Ids(vec![person.id.to_string()]),
+        options: ErasureOptions {
+            delete_events,
+            keep_person,
+            requested_by: requested_by(access),
+        },
+    };
+    state.engine.persons.erase(project, request).await?;
+    Ok(HttpResponse::Accepted().finish())
+}
+
 /// `DELETE …/persons/{id}/`: `delete_events` and `keep_person` count by their presence
-/// (PostHog ignores their values). 202 with no body.
+/// (PostHog ignores their values).
 async fn destroy(
     access: ProjectAccess<PersonWrite>,
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let person = existing(&state, project, person_ref(&path)?).await?;
-    let request = BulkErasure {
-        targets: ErasureTargets::Ids(vec![person.id.to_string()]),
-        options: ErasureOptions {
-            delete_events: params.contains_key("delete_events"),
-            keep_person: params.contains_key("keep_person"),
-            requested_by: requested_by(&access),
-        },
-    };
-    state.engine.persons.erase(project, request).await?;
-    Ok(HttpResponse::Accepted().finish())
+    let delete_events = params.contains_key("delete_events");
+    let keep_person = params.contains_key("keep_person");
+    erase_one(&access, &state, &path, delete_events, keep_person).await
 }
 
 /// `POST …/persons/{id}/delete_events/`: the person's events go, the person stays.
@@ -101,18 +114,7 @@ async fn delete_events(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let project = access.project.id;
-    let person = existing(&state, project, person_ref(&path)?).await?;
-    let request = BulkErasure {
-        targets: ErasureTargets::Ids(vec![person.id.to_string()]),
-        options: ErasureOptions {
-            delete_events: true,
-            keep_person: true,
-            requested_by: requested_by(&access),
-        },
-    };
-    state.engine.persons.erase(project, request).await?;
-    Ok(HttpResponse::Accepted().finish())
+    erase_one(&access, &state, &path, true, true).await
 }
 
 async fn bulk_delete(

@@ -65,9 +65,16 @@ pub enum ExportError {
     /// The run has no file to give yet, or never will (PostHog's texts).
     #[error("{0}")]
     NotDownloadable(String),
+    /// [`MAX_RUNNING`] exports are running on this node already.
+    #[error("Too many exports are running; try again in a minute.")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Exports one node runs at once; past it a request is refused (each export holds a query
+/// slot and writes files, so they are not queued without bound).
+pub const MAX_RUNNING: usize = 4;
 
 /// A file of a finished run, to send.
 #[derive(Debug, Clone)]
@@ -83,6 +90,7 @@ pub struct Exports {
     engine: Arc<QueryEngine>,
     dir: PathBuf,
     deadline: Duration,
+    running: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The columns every export file has (PostHog's defaults for the events model).
@@ -125,6 +133,7 @@ impl Exports {
             engine,
             dir,
             deadline,
+            running: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         })
     }
 
@@ -136,6 +145,30 @@ impl Exports {
 
     /// Records a run and starts it in the background; returns it (status `Running`).
     pub async fn start(
+        &self,
+        project: u64,
+        request: ExportRequest,
+        requested_by: Option<String>,
+    ) -> Result<ExportRun, ExportError> {
+        use std::sync::atomic::Ordering;
+        if self
+            .running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_RUNNING).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(ExportError::Busy);
+        }
+        let started = self.start_counted(project, request, requested_by).await;
+        if started.is_err() {
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+        started
+    }
+
+    /// [`Exports::start`] once the run is counted; the spawned run uncounts itself.
+    async fn start_counted(
         &self,
         project: u64,
         request: ExportRequest,
@@ -158,7 +191,11 @@ impl Exports {
         blocking(move || records.put(project, &stored.id.to_string(), &stored)).await?;
         let this = self.clone();
         let started = run.clone();
-        tokio::spawn(async move { this.execute(started).await });
+        tokio::spawn(async move {
+            this.execute(started).await;
+            this.running
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        });
         Ok(run)
     }
 

@@ -93,6 +93,16 @@ pub const READ_CACHE_ENTRIES: usize = 200_000;
 /// How long a project's erasures are used from memory before they are read again.
 const ERASURES_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// What a write of `person` as a whole touches: each of its distinct ids, and the person.
+fn touched_by(person: &Person) -> Vec<Touched> {
+    person
+        .distinct_ids
+        .iter()
+        .map(|d| Touched::DistinctId(d.clone()))
+        .chain(std::iter::once(Touched::Person(person.id)))
+        .collect()
+}
+
 /// What an erasure request asks for besides deleting the profile.
 #[derive(Debug, Clone, Default)]
 pub struct ErasureOptions {
@@ -436,13 +446,7 @@ impl PersonStore {
         let Some(found) = self.person(project_id, person)? else {
             return Ok(None);
         };
-        let mut touched: Vec<Touched> = found
-            .distinct_ids
-            .iter()
-            .map(|d| Touched::DistinctId(d.clone()))
-            .collect();
-        touched.push(Touched::Person(person));
-        self.exclusively(project_id, touched, || {
+        self.exclusively(project_id, touched_by(&found), || {
             let Some(current) = self.person(project_id, person)? else {
                 return Ok(None);
             };
@@ -483,13 +487,7 @@ impl PersonStore {
         let Some(found) = self.person(project_id, person)? else {
             return Ok(false);
         };
-        let mut touched: Vec<Touched> = found
-            .distinct_ids
-            .iter()
-            .map(|d| Touched::DistinctId(d.clone()))
-            .collect();
-        touched.push(Touched::Person(person));
-        self.exclusively(project_id, touched, || {
+        self.exclusively(project_id, touched_by(&found), || {
             let Some(mut current) = self.person(project_id, person)? else {
                 return Ok(false);
             };
