@@ -847,3 +847,54 @@ fn file_exports_are_read_back_by_an_independent_reader_and_match_the_events() {
         403
     );
 }
+
+#[test]
+fn finished_exports_expire_with_their_files() {
+    let (dir, mut config) = fresh();
+    config.lifecycle.retention_interval = Duration::from_millis(200);
+    config.lifecycle.export_run_ttl = Duration::from_secs(2);
+    let server = TestServer::start_in(dir, config);
+    let project = server.creds.project_id;
+    let key = server.admin_key().to_string();
+    let base = format!("/api/environments/{project}/file_download_batch_exports");
+    capture(
+        &server,
+        &[json!({"event": "e", "distinct_id": "a", "properties": {}})],
+    );
+    let now = chrono::Utc::now();
+    let res = server.post_json(
+        &base,
+        Some(&key),
+        &json!({"model": "events", "file": {"format": "JSONLines"},
+                "data_interval_start": (now - chrono::Duration::hours(1)).to_rfc3339(),
+                "data_interval_end": (now + chrono::Duration::hours(1)).to_rfc3339()}),
+    );
+    assert_eq!(res.status(), 202);
+    let id = res.json::<Value>().expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let run_dir = server
+        .data_dir
+        .join("exports")
+        .join(format!("project_{project}"))
+        .join(&id);
+    assert!(wait_until(Duration::from_secs(30), || {
+        server
+            .get(&format!("{base}/{id}"), Some(&key))
+            .json::<Value>()
+            .expect("json")["status"]
+            == json!("Completed")
+    }));
+    assert!(run_dir.exists());
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            server.get(&format!("{base}/{id}"), Some(&key)).status() == 404
+        }),
+        "the run expires"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !run_dir.exists()),
+        "with its files"
+    );
+}

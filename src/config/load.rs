@@ -446,6 +446,8 @@ impl Config {
                 usage_flush: Duration::from_secs(1),
                 oauth_prune: Duration::from_secs(3600),
                 survey_upkeep: self.surveys.maintenance_interval,
+                export_expiry: self.lifecycle.retention_interval,
+                export_run_ttl: self.lifecycle.export_run_ttl,
             },
         })
     }

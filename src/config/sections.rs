@@ -84,6 +84,9 @@ pub struct LifecycleConfig {
     /// How long one file export may run before it fails.
     #[serde(with = "humantime_serde")]
     pub export_timeout: Duration,
+    /// Finished file exports (their runs and files) are deleted this long after they ended.
+    #[serde(with = "humantime_serde")]
+    pub export_run_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

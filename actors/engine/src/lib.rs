@@ -137,6 +137,10 @@ pub struct JobSettings {
     /// Surveys stopped at their response limits and moved to their next iteration (on one
     /// node of a cluster).
     pub survey_upkeep: Duration,
+    /// Finished file exports older than `export_run_ttl` deleted (on every node: their files
+    /// are the node's own).
+    pub export_expiry: Duration,
+    pub export_run_ttl: Duration,
 }
 
 impl EngineError {
@@ -504,7 +508,7 @@ impl Engine {
             &jobs,
             &settings.jobs,
             &backing.lease(&node_id, Duration::ZERO),
-            (&persons, &oauth, &surveys),
+            (&persons, &oauth, &surveys, &exports),
         );
         Ok(Engine {
             tenancy,
@@ -717,8 +721,30 @@ fn start_jobs(
     jobs: &Jobs,
     settings: &JobSettings,
     lease: &JobLease,
-    (persons, oauth, surveys): (&Persons, &OAuth, &Surveys),
+    (persons, oauth, surveys, exports): (&Persons, &OAuth, &Surveys, &Exports),
 ) {
+    let (exports, ttl) = (exports.clone(), settings.export_run_ttl);
+    jobs.spawn(
+        Job {
+            name: "export_expiry",
+            period: settings.export_expiry,
+            scope: JobScope::EveryNode,
+            run: Arc::new(move || {
+                let exports = exports.clone();
+                Box::pin(async move {
+                    let expired = exports
+                        .expire(chrono::Utc::now(), ttl)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if expired > 0 {
+                        tracing::info!(expired, "deleted expired file exports");
+                    }
+                    Ok(())
+                })
+            }),
+        },
+        lease,
+    );
     let persons = persons.clone();
     jobs.spawn(
         Job {

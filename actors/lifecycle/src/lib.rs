@@ -283,6 +283,54 @@ impl Exports {
         Ok(blocking(move || records.get(project, &id.to_string())).await?)
     }
 
+    /// Deletes finished runs older than `ttl` (their records and this node's files), and this
+    /// node's files of runs whose record is gone (another node expired it). Returns how many
+    /// runs went.
+    pub async fn expire(&self, now: DateTime<Utc>, ttl: Duration) -> Result<usize, ExportError> {
+        let (records, dir) = (Arc::clone(&self.records), self.dir.clone());
+        let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let expired = blocking(move || {
+            let mut expired = std::collections::HashSet::new();
+            let mut kept = std::collections::HashSet::new();
+            for (project, run) in records.list_all()? {
+                let old = run
+                    .finished_at
+                    .is_some_and(|at| now.signed_duration_since(at) > ttl);
+                if old {
+                    records.delete(project, &run.id.to_string())?;
+                    expired.insert(run.id.to_string());
+                } else {
+                    kept.insert(run.id.to_string());
+                }
+            }
+            // This node's files of the runs that went, and of runs with no record that are
+            // older than the time to live (a run started after the listing above is younger).
+            let stale = |path: &std::path::Path| {
+                std::fs::metadata(path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .and_then(|age| chrono::Duration::from_std(age).ok())
+                    .is_some_and(|age| age > ttl)
+            };
+            for project in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                for run in std::fs::read_dir(project.path()).into_iter().flatten().flatten() {
+                    let name = run.file_name().to_string_lossy().into_owned();
+                    let gone = expired.contains(&name)
+                        || (!kept.contains(&name) && stale(&run.path()));
+                    if gone {
+                        if let Err(e) = std::fs::remove_dir_all(run.path()) {
+                            tracing::warn!(error = %e, run = name, "could not delete an expired export's files");
+                        }
+                    }
+                }
+            }
+            Ok::<_, StoreError>(expired.len())
+        })
+        .await?;
+        Ok(expired)
+    }
+
     /// The file `part` (a 0-based index or a file's name) of a finished run.
     pub async fn file(
         &self,
