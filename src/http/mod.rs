@@ -131,6 +131,25 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
 }
 
 /// PostHog's limit/offset page: `{count, next, previous, results}`.
+/// This route's URL with the request's query, its `cursor` parameters replaced: the link to
+/// another page.
+pub(crate) fn page_link(
+    req: &actix_web::HttpRequest,
+    state: &crate::state::AppState,
+    params: &web::Query<std::collections::HashMap<String, String>>,
+    cursor: Vec<(String, String)>,
+) -> String {
+    let mut pairs: Vec<(String, String)> = params
+        .iter()
+        .filter(|(k, _)| !cursor.iter().any(|(c, _)| c == *k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    pairs.sort();
+    pairs.extend(cursor);
+    let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+    format!("{}{}?{query}", state.public_url, req.path())
+}
+
 pub(crate) fn paged(
     req: &actix_web::HttpRequest,
     state: &crate::state::AppState,
@@ -148,16 +167,15 @@ pub(crate) fn paged(
     let offset = number("offset", 0)?;
     let count = rows.len();
     let link = |offset: usize| {
-        let mut pairs: Vec<(String, String)> = params
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "limit" | "offset"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        pairs.sort();
-        pairs.push(("limit".into(), limit.to_string()));
-        pairs.push(("offset".into(), offset.to_string()));
-        let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
-        format!("{}{}?{query}", state.public_url, req.path())
+        page_link(
+            req,
+            state,
+            params,
+            vec![
+                ("limit".into(), limit.to_string()),
+                ("offset".into(), offset.to_string()),
+            ],
+        )
     };
     let next = (offset.saturating_add(limit) < count).then(|| link(offset + limit));
     let previous = (offset > 0).then(|| link(offset.saturating_sub(limit)));

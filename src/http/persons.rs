@@ -223,20 +223,18 @@ async fn events(
     let next = if found.len() > page_size {
         found.truncate(page_size);
         found.last().map(|last| {
-            let mut pairs: Vec<(String, String)> = params
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "before" | "before_uuid"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            pairs.sort();
-            pairs.push((
-                "before".into(),
-                last.timestamp
-                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            ));
-            pairs.push(("before_uuid".into(), last.uuid.to_string()));
-            let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
-            format!("{}{}?{query}", state.public_url, req.path())
+            let before = last
+                .timestamp
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            super::page_link(
+                &req,
+                &state,
+                &params,
+                vec![
+                    ("before".into(), before),
+                    ("before_uuid".into(), last.uuid.to_string()),
+                ],
+            )
         })
     } else {
         None

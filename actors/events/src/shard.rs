@@ -471,11 +471,21 @@ impl Flusher {
                         .or_default()
                         .push(row);
                 }
+                // Partitions are in project order: each project's erasures are read once
+                // per flush (a storage read in a cluster).
+                let mut erasures: Option<(u64, Arc<corvid_persons::ProjectErasures>)> = None;
                 for ((project, day), mut events) in partitions {
                     // Events an erasure covers never reach a segment (they may be here
                     // because the request came while they were buffered, or the WAL replayed
                     // them).
-                    let erased = self.persons.erasures(project)?;
+                    let erased = match &erasures {
+                        Some((p, e)) if *p == project => Arc::clone(e),
+                        _ => {
+                            let e = self.persons.erasures(project)?;
+                            erasures = Some((project, Arc::clone(&e)));
+                            e
+                        }
+                    };
                     if !erased.all.is_empty() {
                         events.retain(|e| !e.erased_by(&erased.all));
                         if events.is_empty() {
