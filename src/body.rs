@@ -75,6 +75,15 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// A JSON object body that may be left out (an action such as `unpause` whose fields are all
+/// optional): an empty body is `{}`.
+pub fn optional_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Value::Object(Default::default()));
+    }
+    parse_json(bytes)
+}
+
 /// A JSON body parsed strictly into `T` (use `#[serde(deny_unknown_fields)]` on `T`).
 pub struct ValidJson<T>(pub T);
 

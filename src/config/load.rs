@@ -428,6 +428,14 @@ impl Config {
             default_event_retention_days: self.lifecycle.event_retention_days.map(|d| d.get()),
             retention_interval: self.lifecycle.retention_interval,
             export_timeout: self.lifecycle.export_timeout,
+            batch_exports: corvid_lifecycle::BatchSettings {
+                settle: self.lifecycle.batch_export_settle,
+                retry_after: self.lifecycle.batch_export_retry,
+                max_attempts: self.lifecycle.batch_export_attempts.get(),
+                deadline: self.lifecycle.export_timeout,
+                run_ttl: self.lifecycle.batch_export_run_ttl,
+                allow_private_endpoints: self.lifecycle.dev_allow_private_export_endpoints,
+            },
             query: self.query_settings(),
             endpoints: self.endpoint_settings(),
             results: self.result_storage()?,
@@ -448,6 +456,7 @@ impl Config {
                 survey_upkeep: self.surveys.maintenance_interval,
                 export_expiry: self.lifecycle.retention_interval,
                 export_run_ttl: self.lifecycle.export_run_ttl,
+                batch_export_tick: self.lifecycle.batch_export_tick,
             },
         })
     }

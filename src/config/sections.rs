@@ -87,6 +87,23 @@ pub struct LifecycleConfig {
     /// Finished file exports (their runs and files) are deleted this long after they ended.
     #[serde(with = "humantime_serde")]
     pub export_run_ttl: Duration,
+    /// How often scheduled exports make and start their runs.
+    #[serde(with = "humantime_serde")]
+    pub batch_export_tick: Duration,
+    /// A scheduled run starts this long after its interval ended.
+    #[serde(with = "humantime_serde")]
+    pub batch_export_settle: Duration,
+    /// Wait before a failed run's first retry (doubling for each further one).
+    #[serde(with = "humantime_serde")]
+    pub batch_export_retry: Duration,
+    /// Attempts a scheduled run makes before it fails for good.
+    pub batch_export_attempts: std::num::NonZeroU32,
+    /// Finished scheduled runs and backfills are deleted this long after they ended.
+    #[serde(with = "humantime_serde")]
+    pub batch_export_run_ttl: Duration,
+    /// DEVELOPMENT ONLY: scheduled exports may write to loopback and private endpoints.
+    #[serde(default)]
+    pub dev_allow_private_export_endpoints: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -4,6 +4,7 @@
 //! Routes are declared without a trailing slash; `NormalizePath` trims it from requests, so
 //! PostHog-style `/api/projects/` and `/api/projects` both work.
 
+mod batch_exports;
 mod capture;
 pub mod client_ip;
 mod cohorts;
@@ -53,6 +54,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     person_deletion::configure(cfg);
     retention::configure(cfg);
     exports::configure(cfg);
+    batch_exports::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

@@ -32,7 +32,8 @@ use corvid_kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use corvid_kernel::histogram::HistogramSnapshot;
 use corvid_kernel::pg::Pg;
 use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecords, StoreError};
-use corvid_lifecycle::Exports;
+use corvid_lifecycle::batch::BatchRecords;
+use corvid_lifecycle::{BatchExports, BatchSettings, Exports};
 use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
 use corvid_persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
 use corvid_query::{QueryEngine, QuerySettings, Sources};
@@ -117,6 +118,7 @@ pub struct EngineSettings {
     pub retention_interval: Duration,
     /// How long one file export may run.
     pub export_timeout: Duration,
+    pub batch_exports: BatchSettings,
     pub query: QuerySettings,
     pub endpoints: EndpointSettings,
     pub results: ResultStorage,
@@ -141,6 +143,8 @@ pub struct JobSettings {
     /// are the node's own).
     pub export_expiry: Duration,
     pub export_run_ttl: Duration,
+    /// Scheduled exports make and start their runs (on one node of a cluster).
+    pub batch_export_tick: Duration,
 }
 
 impl EngineError {
@@ -220,6 +224,7 @@ pub struct Engine {
     pub surveys: Surveys,
     pub experiments: Experiments,
     pub exports: Exports,
+    pub batch_exports: BatchExports,
     compactor_stop: Arc<AtomicBool>,
     jobs: Jobs,
     /// What a cluster node checks before it reports ready.
@@ -476,6 +481,18 @@ impl Engine {
             settings.data_dir.join("exports"),
             settings.export_timeout,
         )?;
+        let batch_exports = BatchExports::new(
+            BatchRecords {
+                exports: backing.records("batch_exports")?,
+                runs: backing.records("batch_export_runs")?,
+                backfills: backing.records("batch_export_backfills")?,
+                cursors: backing.records("batch_export_cursors")?,
+            },
+            Arc::clone(&query),
+            backing.lease(&node_id, Duration::ZERO),
+            settings.data_dir.join("exports").join("scheduled"),
+            settings.batch_exports.clone(),
+        );
         let compactor_stop = Arc::new(AtomicBool::new(false));
         Compactor::new(
             catalog,
@@ -509,6 +526,7 @@ impl Engine {
             &settings.jobs,
             &backing.lease(&node_id, Duration::ZERO),
             (&persons, &oauth, &surveys, &exports),
+            &batch_exports,
         );
         Ok(Engine {
             tenancy,
@@ -523,6 +541,7 @@ impl Engine {
             surveys,
             experiments,
             exports,
+            batch_exports,
             compactor_stop,
             jobs,
             readiness,
@@ -722,7 +741,27 @@ fn start_jobs(
     settings: &JobSettings,
     lease: &JobLease,
     (persons, oauth, surveys, exports): (&Persons, &OAuth, &Surveys, &Exports),
+    batch_exports: &BatchExports,
 ) {
+    let batch = batch_exports.clone();
+    jobs.spawn(
+        Job {
+            name: "batch_exports",
+            period: settings.batch_export_tick,
+            scope: JobScope::OneNode,
+            run: Arc::new(move || {
+                let batch = batch.clone();
+                Box::pin(async move {
+                    batch
+                        .tick(chrono::Utc::now())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+            }),
+        },
+        lease,
+    );
     let (exports, ttl) = (exports.clone(), settings.export_run_ttl);
     jobs.spawn(
         Job {

@@ -64,6 +64,38 @@ pub fn s3_bucket(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> 
     })?))
 }
 
+/// A bucket a user named as a destination (an export's): only the settings given, never the
+/// node's own `AWS_*` environment (its credentials are the operator's, not the user's), with
+/// few retries (the caller retries whole attempts) and `virtual_hosted` addressing when asked.
+pub fn s3_destination(
+    settings: &S3Settings,
+    virtual_hosted: bool,
+) -> Result<Arc<dyn ObjectStore>, String> {
+    let mut builder = AmazonS3Builder::new()
+        .with_bucket_name(&settings.bucket)
+        .with_allow_http(settings.allow_http)
+        .with_virtual_hosted_style_request(virtual_hosted)
+        .with_retry(object_store::RetryConfig {
+            max_retries: 2,
+            retry_timeout: std::time::Duration::from_secs(30),
+            ..Default::default()
+        });
+    if let Some(region) = &settings.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = &settings.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let (Some(id), Some(secret)) = (&settings.access_key_id, &settings.secret_access_key) {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+    }
+    Ok(Arc::new(builder.build().map_err(|e| {
+        format!("bucket {:?}: {e}", settings.bucket)
+    })?))
+}
+
 /// `store` seen from below `prefix` (each domain keeps its files under its own prefix).
 pub fn under(store: Arc<dyn ObjectStore>, prefix: &str) -> Arc<dyn ObjectStore> {
     Arc::new(PrefixStore::new(store, ObjectPath::from(prefix)))

@@ -20,6 +20,7 @@ pub mod disk;
 mod error;
 pub mod histogram;
 pub mod json;
+pub mod net;
 pub mod pg;
 pub mod pool;
 pub mod records;

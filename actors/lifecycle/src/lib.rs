@@ -12,6 +12,7 @@
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
+pub mod batch;
 mod files;
 mod request;
 
@@ -27,7 +28,8 @@ use uuid::Uuid;
 use corvid_kernel::{blocking, DefinitionRecords, StoreError};
 use corvid_query::{ExportScan, QueryEngine};
 
-pub use request::{Compression, ExportRequest, FileFormat, MAX_INTERVAL};
+pub use batch::{BatchExportError, BatchExports, BatchSettings};
+pub use request::{file_settings, Compression, ExportRequest, FileFormat, MAX_INTERVAL};
 
 /// PostHog's run statuses that a file export takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +93,57 @@ pub struct Exports {
     dir: PathBuf,
     deadline: Duration,
     running: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Writes `project`'s events `request` selects to files in `dir` (made when missing): their
+/// names in order, and the rows written.
+pub(crate) async fn write_export(
+    engine: &QueryEngine,
+    project: u64,
+    request: &ExportRequest,
+    dir: &std::path::Path,
+    deadline: Duration,
+) -> Result<(Vec<String>, u64), String> {
+    let made = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::create_dir_all(made))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let writer = Arc::new(std::sync::Mutex::new(Some(files::PartWriter::new(
+        dir, request,
+    ))));
+    let sink_writer = Arc::clone(&writer);
+    let scan = ExportScan {
+        start: request.data_interval_start,
+        end: request.data_interval_end,
+        include: request.include.clone(),
+        exclude: request.exclude.clone(),
+    };
+    let rows = engine
+        .export_events(
+            project,
+            scan,
+            deadline,
+            Box::new(move |batch| {
+                let mut guard = sink_writer.lock().unwrap_or_else(|p| p.into_inner());
+                match guard.as_mut() {
+                    Some(w) => w.write(batch),
+                    None => Err("the export's files are closed".into()),
+                }
+            }),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let last = writer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or("the export's files are closed")?;
+    let schema = export_schema();
+    let files = tokio::task::spawn_blocking(move || last.finish(Some(&schema)))
+        .await
+        .map_err(|e| e.to_string())??;
+    Ok((files, rows))
 }
 
 /// The columns every export file has (PostHog's defaults for the events model).
@@ -202,7 +255,14 @@ impl Exports {
     /// Runs `run` to its end and records the outcome.
     async fn execute(&self, mut run: ExportRun) {
         let dir = self.run_dir(run.project_id, run.id);
-        let outcome = self.write_files(&run, dir.clone()).await;
+        let outcome = write_export(
+            &self.engine,
+            run.project_id,
+            &run.request,
+            &dir,
+            self.deadline,
+        )
+        .await;
         run.finished_at = Some(Utc::now());
         match outcome {
             Ok((files, rows)) => {
@@ -226,55 +286,6 @@ impl Exports {
         if let Err(e) = blocking(move || records.put(project, &id.to_string(), &run)).await {
             tracing::error!(error = %e, run = %id, "could not record an export's outcome");
         }
-    }
-
-    async fn write_files(
-        &self,
-        run: &ExportRun,
-        dir: PathBuf,
-    ) -> Result<(Vec<String>, u64), String> {
-        let made = dir.clone();
-        tokio::task::spawn_blocking(move || std::fs::create_dir_all(made))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        let writer = Arc::new(std::sync::Mutex::new(Some(files::PartWriter::new(
-            &dir,
-            &run.request,
-        ))));
-        let sink_writer = Arc::clone(&writer);
-        let scan = ExportScan {
-            start: run.request.data_interval_start,
-            end: run.request.data_interval_end,
-            include: run.request.include.clone(),
-            exclude: run.request.exclude.clone(),
-        };
-        let rows = self
-            .engine
-            .export_events(
-                run.project_id,
-                scan,
-                self.deadline,
-                Box::new(move |batch| {
-                    let mut guard = sink_writer.lock().unwrap_or_else(|p| p.into_inner());
-                    match guard.as_mut() {
-                        Some(w) => w.write(batch),
-                        None => Err("the export's files are closed".into()),
-                    }
-                }),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        let last = writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or("the export's files are closed")?;
-        let schema = export_schema();
-        let files = tokio::task::spawn_blocking(move || last.finish(Some(&schema)))
-            .await
-            .map_err(|e| e.to_string())??;
-        Ok((files, rows))
     }
 
     /// A run of `project`.

@@ -16,6 +16,14 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
+    /// The name requests give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileFormat::Parquet => "Parquet",
+            FileFormat::JSONLines => "JSONLines",
+        }
+    }
+
     pub fn extension(self) -> &'static str {
         match self {
             FileFormat::Parquet => "parquet",
@@ -37,17 +45,6 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn parse(text: &str) -> Option<Compression> {
-        match text.to_ascii_lowercase().as_str() {
-            "zstd" => Some(Compression::Zstd),
-            "lz4" => Some(Compression::Lz4),
-            "snappy" => Some(Compression::Snappy),
-            "gzip" => Some(Compression::Gzip),
-            "brotli" => Some(Compression::Brotli),
-            _ => None,
-        }
-    }
-
     /// The suffix a whole-file compression adds (`.gz`, `.br`).
     pub fn suffix(self) -> &'static str {
         match self {
@@ -88,6 +85,62 @@ fn names(body: &Value, field: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// The compressions a file format takes, in PostHog's order and spelling.
+fn compressions(format: FileFormat) -> &'static [(&'static str, Compression)] {
+    match format {
+        FileFormat::Parquet => &[
+            ("zstd", Compression::Zstd),
+            ("lz4", Compression::Lz4),
+            ("snappy", Compression::Snappy),
+            ("gzip", Compression::Gzip),
+            ("brotli", Compression::Brotli),
+        ],
+        FileFormat::JSONLines => &[("gzip", Compression::Gzip), ("brotli", Compression::Brotli)],
+    }
+}
+
+/// A file format and compression as a request names them (JSON Lines by default, as
+/// PostHog's; Parquet pages `zstd` unless asked otherwise), with PostHog's texts for a format
+/// or a pair it does not take.
+pub fn file_settings(
+    format: Option<&str>,
+    compression: Option<&str>,
+) -> Result<(FileFormat, Option<Compression>), String> {
+    let format = match format {
+        Some("Parquet") => FileFormat::Parquet,
+        Some("JSONLines") | None => FileFormat::JSONLines,
+        Some(other) => {
+            return Err(format!(
+                "File format {other} is not supported. Supported file formats are ['Parquet', 'JSONLines']"
+            ))
+        }
+    };
+    let allowed = compressions(format);
+    let compression = match compression.filter(|c| !c.is_empty()) {
+        None => None,
+        Some(name) => Some(
+            allowed
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, c)| *c)
+                .ok_or_else(|| {
+                    let names: Vec<String> =
+                        allowed.iter().map(|(n, _)| format!("'{n}'")).collect();
+                    format!(
+                        "Compression {name} is not supported for file format {}. Supported \
+                         compressions are [{}]",
+                        format.name(),
+                        names.join(", ")
+                    )
+                })?,
+        ),
+    };
+    Ok((
+        format,
+        compression.or((format == FileFormat::Parquet).then_some(Compression::Zstd)),
+    ))
+}
+
 fn instant(body: &Value, field: &str) -> Result<DateTime<Utc>, String> {
     let text = body
         .get(field)
@@ -113,48 +166,15 @@ impl ExportRequest {
             }
         }
         let file = body.get("file").cloned().unwrap_or(Value::Null);
-        let format = match file.get("format").and_then(Value::as_str) {
-            Some("Parquet") => FileFormat::Parquet,
-            Some("JSONLines") | None => FileFormat::JSONLines,
-            Some(other) => {
-                return Err(format!(
-                    "Unsupported file format {other:?}: use \"Parquet\" or \"JSONLines\"."
-                ))
+        let text = |name: &str| -> Result<Option<String>, String> {
+            match file.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(text)) => Ok(Some(text.clone())),
+                Some(_) => Err(format!("{name} must be a string")),
             }
         };
-        let compression = match file.get("compression") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(text)) => Some(
-                Compression::parse(text)
-                    .ok_or_else(|| format!("Unsupported compression {text:?}."))?,
-            ),
-            Some(_) => return Err("compression must be a string".into()),
-        };
-        let allowed: &[Compression] = match format {
-            FileFormat::Parquet => &[
-                Compression::Zstd,
-                Compression::Lz4,
-                Compression::Snappy,
-                Compression::Gzip,
-                Compression::Brotli,
-            ],
-            FileFormat::JSONLines => &[Compression::Gzip, Compression::Brotli],
-        };
-        if let Some(c) = compression {
-            if !allowed.contains(&c) {
-                return Err(format!(
-                    "Compression {} is not supported for file format {}.",
-                    serde_json::to_value(c)
-                        .unwrap_or_default()
-                        .as_str()
-                        .unwrap_or(""),
-                    serde_json::to_value(format)
-                        .unwrap_or_default()
-                        .as_str()
-                        .unwrap_or("")
-                ));
-            }
-        }
+        let (format, compression) =
+            file_settings(text("format")?.as_deref(), text("compression")?.as_deref())?;
         let max_size_mb = match file.get("max_size_mb") {
             None | Some(Value::Null) => None,
             Some(v) => Some(
@@ -173,8 +193,7 @@ impl ExportRequest {
         }
         Ok(ExportRequest {
             format,
-            compression: compression
-                .or((format == FileFormat::Parquet).then_some(Compression::Zstd)),
+            compression,
             max_size_mb,
             data_interval_start: start,
             data_interval_end: end,
@@ -208,13 +227,13 @@ mod tests {
             "2026-01-01T00:00:00Z",
             "2026-01-02T00:00:00Z"
         ))
-        .contains("not supported"));
+        .contains("Supported compressions are ['gzip', 'brotli']"));
         assert!(err(body(
             json!({"format": "CSV"}),
             "2026-01-01T00:00:00Z",
             "2026-01-02T00:00:00Z"
         ))
-        .contains("Unsupported file format"));
+        .contains("File format CSV is not supported"));
         assert!(err(body(
             json!({"format": "Parquet"}),
             "2026-01-01T00:00:00Z",

@@ -72,9 +72,58 @@ impl QueryEngine {
         project: u64,
         scan: ExportScan,
         deadline: Duration,
+        sink: ExportSink,
+    ) -> Result<u64, QueryError> {
+        self.stream_sql(project, &scan.sql(), deadline, sink).await
+    }
+
+    /// When `project`'s first stored event was captured (`None`: it has none), within
+    /// `deadline`: where a backfill "from the beginning" starts.
+    pub async fn first_capture(
+        &self,
+        project: u64,
+        deadline: Duration,
+    ) -> Result<Option<DateTime<Utc>>, QueryError> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::TimestampMicrosecondType;
+        let first = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let found = std::sync::Arc::clone(&first);
+        self.stream_sql(
+            project,
+            "SELECT min(created_at) AS first FROM events",
+            deadline,
+            Box::new(move |batch| {
+                let column = batch.column(0);
+                let cast = arrow::compute::cast(
+                    column,
+                    &arrow::datatypes::DataType::Timestamp(
+                        arrow::datatypes::TimeUnit::Microsecond,
+                        None,
+                    ),
+                )
+                .map_err(|e| e.to_string())?;
+                let times = cast.as_primitive::<TimestampMicrosecondType>();
+                if !times.is_empty() && !times.is_null(0) {
+                    *found.lock().unwrap_or_else(|p| p.into_inner()) =
+                        DateTime::<Utc>::from_timestamp_micros(times.value(0));
+                }
+                Ok(())
+            }),
+        )
+        .await?;
+        let first = *first.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(first)
+    }
+
+    /// Streams the rows of one statement over `project`'s events to `sink`.
+    async fn stream_sql(
+        &self,
+        project: u64,
+        sql: &str,
+        deadline: Duration,
         mut sink: ExportSink,
     ) -> Result<u64, QueryError> {
-        let statement = Parser::parse_sql(&dialect(), &scan.sql())
+        let statement = Parser::parse_sql(&dialect(), sql)
             .map_err(|e| QueryError::Internal(Box::new(e)))?
             .pop()
             .ok_or_else(|| QueryError::Invalid("empty export statement".into()))?;
