@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::process::S3Server;
@@ -82,29 +82,6 @@ fn hogql_uuids(server: &TestServer, condition: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Every exported row, by uuid, read through the manifests (as a reader that honours the
-/// manifest reads them): how many times each uuid was written, and the data keys listed.
-fn exported(s3: &S3Server, bucket: &str, prefix: &str) -> (BTreeMap<String, usize>, Vec<String>) {
-    let keys = s3.keys(bucket, prefix);
-    let mut seen = BTreeMap::new();
-    let mut listed = Vec::new();
-    for manifest in keys.iter().filter(|k| k.ends_with("_manifest.json")) {
-        let body: Value = serde_json::from_slice(&s3.get(bucket, manifest)).expect("manifest");
-        for key in body["files"].as_array().expect("files") {
-            let key = key.as_str().expect("key");
-            listed.push(key.to_string());
-            let bytes = s3.get(bucket, key);
-            for line in String::from_utf8(bytes).expect("utf-8").lines() {
-                let row: Value = serde_json::from_str(line).expect("json line");
-                *seen
-                    .entry(row["uuid"].as_str().expect("uuid").to_string())
-                    .or_insert(0) += 1;
-            }
-        }
-    }
-    (seen, listed)
-}
-
 fn runs(server: &TestServer, export: &str) -> Vec<Value> {
     let res = server.get(
         &path(server, &format!("{export}/runs/")),
@@ -154,17 +131,17 @@ fn a_scheduled_export_writes_every_interval_once_with_its_manifest_last() {
 
     // The schedule runs each interval that ended; the one the events fell in among them.
     let done = wait_until(Duration::from_secs(180), || {
-        let (seen, _) = exported(&s3, "exports", "corvid/events/");
-        seen.len() == expected.len()
+        s3.manifest_rows("exports", "corvid/events/").len() == expected.len()
     });
     let all_runs = runs(&server, &id);
     assert!(done, "every event exported: {all_runs:#?}");
-    let (seen, listed) = exported(&s3, "exports", "corvid/events/");
+    let seen = s3.manifest_rows("exports", "corvid/events/");
+    let listed = s3.keys("exports", "corvid/events/");
     assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected);
     assert!(seen.values().all(|n| *n == 1), "no row twice");
     assert!(listed
         .iter()
-        .all(|k| k.starts_with("corvid/events/") && k.ends_with(".jsonl")));
+        .all(|k| k.ends_with(".jsonl") || k.ends_with("_manifest.json")));
     // Every run is the schedule's own (no backfill), one per interval, completed with its
     // rows counted; the manifest is the last key it wrote.
     let completed: Vec<&Value> = all_runs
@@ -239,33 +216,7 @@ fn a_failing_bucket_is_retried_and_a_retry_overwrites_rather_than_duplicates() {
     );
     s3.create_bucket("late");
     let expected = hogql_uuids(&server, "1 = 1");
-    let gz = |s3: &S3Server| -> BTreeMap<String, usize> {
-        let mut seen = BTreeMap::new();
-        for manifest in s3
-            .keys("late", "corvid/")
-            .iter()
-            .filter(|k| k.ends_with("_manifest.json"))
-        {
-            let body: Value = serde_json::from_slice(&s3.get("late", manifest)).expect("manifest");
-            for key in body["files"].as_array().expect("files") {
-                let key = key.as_str().expect("key");
-                assert!(key.ends_with(".jsonl.gz"), "{key}");
-                let mut text = String::new();
-                std::io::Read::read_to_string(
-                    &mut flate2::read::GzDecoder::new(&s3.get("late", key)[..]),
-                    &mut text,
-                )
-                .expect("gzip");
-                for line in text.lines() {
-                    let row: Value = serde_json::from_str(line).expect("line");
-                    *seen
-                        .entry(row["uuid"].as_str().expect("uuid").to_string())
-                        .or_insert(0) += 1;
-                }
-            }
-        }
-        seen
-    };
+    let gz = |s3: &S3Server| s3.manifest_rows("late", "corvid/");
     assert!(
         wait_until(Duration::from_secs(180), || gz(&s3).len() == expected.len()),
         "the retried runs complete once the bucket exists: {:#?}",
@@ -273,6 +224,10 @@ fn a_failing_bucket_is_retried_and_a_retry_overwrites_rather_than_duplicates() {
     );
     let seen = gz(&s3);
     assert!(seen.values().all(|n| *n == 1));
+    assert!(s3
+        .keys("late", "corvid/")
+        .iter()
+        .all(|k| k.ends_with(".jsonl.gz") || k.ends_with("_manifest.json")));
     let all = runs(&server, &id);
     let retried = all
         .iter()
@@ -537,18 +492,14 @@ fn a_node_killed_during_a_scheduled_export_finishes_it_after_restart() {
     let expected = hogql_uuids(&server, "1 = 1");
     assert_eq!(expected.len(), 20_000);
     assert!(
-        wait_until(Duration::from_secs(180), || exported(
-            &s3,
-            "killed",
-            "corvid/events/"
-        )
-        .0
-        .len()
+        wait_until(Duration::from_secs(180), || s3
+            .manifest_rows("killed", "corvid/events/")
+            .len()
             == expected.len()),
         "the export completes after the restart: {:#?}",
         runs(&server, &id)
     );
-    let (seen, _) = exported(&s3, "killed", "corvid/events/");
+    let seen = s3.manifest_rows("killed", "corvid/events/");
     assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected);
     assert!(seen.values().all(|n| *n == 1), "no row twice");
 }

@@ -288,6 +288,9 @@ impl Services {
         c.lifecycle.erasure_interval = Duration::from_millis(200);
         c.lifecycle.erasure_settle = Duration::from_secs(3);
         c.lifecycle.erasure_grace = Duration::from_secs(5);
+        c.lifecycle.batch_export_tick = Duration::from_millis(500);
+        c.lifecycle.batch_export_settle = Duration::from_secs(5);
+        c.lifecycle.dev_allow_private_export_endpoints = true;
         c
     }
 
@@ -302,7 +305,8 @@ impl Services {
              allow_http = true\n\
              [surveys]\nmaintenance_interval = \"200ms\"\n\
              [lifecycle]\nerasure_interval = \"200ms\"\nerasure_settle = \"3s\"\n\
-             erasure_grace = \"5s\"\n",
+             erasure_grace = \"5s\"\nbatch_export_tick = \"500ms\"\n\
+             batch_export_settle = \"5s\"\ndev_allow_private_export_endpoints = true\n",
             self.pg_url, self.s3.url
         );
         std::fs::write(&path, text).expect("node config");
@@ -387,6 +391,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
     one_person_written_on_three_nodes_at_once_keeps_every_write(&node1, &node2, &node3);
     one_node_jobs_run_once_per_period_across_the_cluster(&node1, &node2, &node3);
     a_person_erased_through_one_node_is_gone_from_every_node(&services, &node1, &node2, &node3);
+    a_scheduled_export_runs_each_interval_on_one_node(&services, &node1, &node2, &node3);
 
     // SIGKILL node 2 mid-ingest, restart it: every acknowledged event is stored exactly once.
     let acked = kill_9_while_posting(&node1, &mut node2);
@@ -738,6 +743,73 @@ fn a_person_erased_through_one_node_is_gone_from_every_node(
         kept += rows.iter().filter(|(id, _)| id == "kept").count();
     }
     assert_eq!(kept, 50, "the other person's events stay, once");
+}
+
+/// Events captured on two nodes, an export made through the third: each interval has one
+/// run, and each event is in the bucket once.
+fn a_scheduled_export_runs_each_interval_on_one_node(
+    services: &Services,
+    node1: &TestServer,
+    node2: &ChildNode,
+    node3: &TestServer,
+) {
+    let key = node1.admin_key();
+    services.s3.create_bucket("cluster-exports");
+    let events = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"event": "exported", "distinct_id": format!("x{i}"), "properties": {"i": i}}))
+            .collect()
+    };
+    assert_eq!(node1.capture_batch(&events(100)).status(), 200);
+    assert_eq!(node3.capture_batch(&events(100)).status(), 200);
+    let start_at = chrono::Utc::now() - chrono::Duration::minutes(2);
+    let res = node2
+        .http
+        .post(node2.url("/api/projects/1/batch_exports/"))
+        .bearer_auth(key)
+        .json(&json!({"name": "cluster", "interval": "every 1 minute",
+                      "start_at": start_at.to_rfc3339(),
+                      "destination": {"type": "S3", "config": {
+                          "bucket_name": "cluster-exports", "region": "us-east-1",
+                          "endpoint_url": services.s3.url, "prefix": "{table}",
+                          "aws_access_key_id": "test", "aws_secret_access_key": "test",
+                          "include_events": ["exported"]}}}))
+        .send()
+        .expect("create");
+    assert_eq!(res.status(), 201);
+    let id = res.json::<Value>().expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    assert!(
+        wait_until(Duration::from_secs(180), || services
+            .s3
+            .manifest_rows("cluster-exports", "events/")
+            .len()
+            == 200),
+        "every event is exported"
+    );
+    let rows = services.s3.manifest_rows("cluster-exports", "events/");
+    assert!(rows.values().all(|n| *n == 1), "no event twice");
+    let runs: Value = node3
+        .get(
+            &format!("/api/projects/1/batch_exports/{id}/runs/"),
+            Some(key),
+        )
+        .json()
+        .expect("json");
+    let runs = runs["results"].as_array().expect("runs");
+    let intervals: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .map(|r| r["data_interval_start"].as_str().expect("start"))
+        .collect();
+    assert_eq!(
+        intervals.len(),
+        runs.len(),
+        "one run per interval: {runs:#?}"
+    );
+    let res = node1.delete(&format!("/api/projects/1/batch_exports/{id}/"), Some(key));
+    assert_eq!(res.status(), 204);
 }
 
 fn events_captured_on_one_node_are_queryable_on_another(node1: &TestServer, node3: &TestServer) {

@@ -158,4 +158,44 @@ impl S3Server {
             .filter_map(|rest| rest.split_once("</Key>").map(|(k, _)| k.to_string()))
             .collect()
     }
+
+    /// Every row of the JSON Lines objects (gzip-compressed or not) that the manifests under
+    /// `prefix` list, read as a reader that honours the manifests reads them: how many times
+    /// each event uuid was written.
+    pub fn manifest_rows(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> std::collections::BTreeMap<String, usize> {
+        let mut seen = std::collections::BTreeMap::new();
+        for manifest in self
+            .keys(bucket, prefix)
+            .iter()
+            .filter(|k| k.ends_with("_manifest.json"))
+        {
+            let body: Value =
+                serde_json::from_slice(&self.get(bucket, manifest)).expect("manifest");
+            for key in body["files"].as_array().expect("files") {
+                let key = key.as_str().expect("key");
+                let bytes = self.get(bucket, key);
+                let mut text = String::new();
+                if key.ends_with(".gz") {
+                    std::io::Read::read_to_string(
+                        &mut flate2::read::GzDecoder::new(&bytes[..]),
+                        &mut text,
+                    )
+                    .expect("gzip");
+                } else {
+                    text = String::from_utf8(bytes).expect("utf-8");
+                }
+                for line in text.lines() {
+                    let row: Value = serde_json::from_str(line).expect("json line");
+                    *seen
+                        .entry(row["uuid"].as_str().expect("uuid").to_string())
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        seen
+    }
 }
