@@ -84,6 +84,9 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics,
     });
     watch_critical_components(&state);
+    if config.cluster.mode != ClusterMode::Distributed {
+        crate::control::spawn(state.clone(), &config.data_dir);
+    }
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {

@@ -1,4 +1,4 @@
-//! The command line: `corvid serve` and `corvid bootstrap`.
+//! The command line: `corvid serve`, `bootstrap`, `migrate`, `snapshot` and `restore`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +42,34 @@ pub enum Command {
     /// Apply the cluster metastore's schema (PostgreSQL, `cluster.postgres.url`). Idempotent
     /// and safe to run from several nodes at once; refuses a schema newer than this build.
     Migrate(MigrateArgs),
+    /// Copy an embedded node's whole state (metadata, persons, flags, endpoints, OAuth,
+    /// segments, the WAL) to a directory or an s3://bucket/prefix URL, consistently, while it
+    /// serves (through the node's control socket) or while it is stopped. S3 credentials,
+    /// region and endpoint come from this command's AWS_* environment variables
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP).
+    Snapshot(SnapshotArgs),
+    /// Bring a new, empty data dir to the state of a snapshot; then `corvid serve` it.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The data dir of the node to snapshot.
+    #[arg(long, env = "CORVID_DATA_DIR", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// Where the snapshot goes: a directory, or s3://bucket/prefix.
+    #[arg(long, value_name = "DIR|URL")]
+    pub to: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The snapshot: a directory, or s3://bucket/prefix.
+    #[arg(long, value_name = "DIR|URL")]
+    pub from: String,
+    /// The new data dir (must not exist, or be empty).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +119,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve(args, cli.log_format),
         Command::Bootstrap(args) => run_bootstrap(args, cli.log_format),
         Command::Migrate(args) => run_migrate(args, cli.log_format),
+        Command::Snapshot(args) => run_snapshot(args),
+        Command::Restore(args) => run_restore(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,6 +218,53 @@ fn run_bootstrap(args: BootstrapArgs, log_format: Option<LogFormat>) -> anyhow::
     } else {
         println!("{}", bootstrap::banner(&credentials, &path));
     }
+    Ok(())
+}
+
+/// A directory argument as an absolute path (a serving node resolves it, from its own working
+/// directory); an `s3://` URL as given.
+fn absolute(location: &str) -> anyhow::Result<String> {
+    if location.starts_with("s3://") {
+        return Ok(location.to_string());
+    }
+    Ok(std::path::absolute(location)?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn run_snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
+    let to = absolute(&args.to)?;
+    let request = crate::control::Request::Snapshot {
+        to: to.clone(),
+        aws: corvid_engine::snapshot::aws_environment(),
+    };
+    let report = match crate::control::ask(&args.data_dir, &request) {
+        Some(reply) => {
+            let reply = reply?;
+            if reply["ok"] != true {
+                anyhow::bail!(
+                    "the node refused the snapshot: {}",
+                    reply["error"].as_str().unwrap_or("no reason given")
+                );
+            }
+            serde_json::from_value(reply["report"].clone())?
+        }
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(corvid_engine::snapshot::take_offline(&args.data_dir, &to))?,
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+fn run_restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let from = absolute(&args.from)?;
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(corvid_engine::snapshot::restore(&from, &args.data_dir))?;
+    println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
 

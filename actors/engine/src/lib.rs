@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
 pub mod jobs;
+pub mod snapshot;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -227,6 +228,8 @@ pub struct Engine {
     pub batch_exports: BatchExports,
     compactor_stop: Arc<AtomicBool>,
     jobs: Jobs,
+    /// The embedded metadata store and the data dir, for snapshots (`None` in a cluster).
+    embedded: Option<(sled::Db, PathBuf)>,
     /// What a cluster node checks before it reports ready.
     readiness: Option<Readiness>,
 }
@@ -426,6 +429,10 @@ impl Engine {
             readiness,
             node_id,
         } = open_storage(&settings).await?;
+        let embedded = match &backing {
+            Backing::Embedded(db) => Some((db.clone(), settings.data_dir.clone())),
+            Backing::Cluster(_) => None,
+        };
 
         let persons = Arc::new(PersonStore::new(backing.persons()?));
         let flags = Arc::new(FlagStore::new(backing.flags()?));
@@ -543,6 +550,7 @@ impl Engine {
             exports,
             batch_exports,
             compactor_stop,
+            embedded,
             jobs,
             readiness,
         })
@@ -607,6 +615,33 @@ impl Engine {
             return Some("the write-ahead log failed");
         }
         self.endpoints.failed_component()
+    }
+
+    /// Takes a snapshot of this embedded node into `to` (a directory or `s3://bucket/prefix`)
+    /// while it serves; see [`snapshot`].
+    /// `aws` are the asker's `AWS_*` settings for an `s3://` target.
+    pub async fn snapshot(
+        &self,
+        to: &str,
+        aws: &[(String, String)],
+    ) -> Result<snapshot::SnapshotReport, snapshot::SnapshotError> {
+        let Some((db, data_dir)) = &self.embedded else {
+            return Err(snapshot::SnapshotError::Location(
+                "a cluster node is backed up with its PostgreSQL metastore and bucket \
+                 (docs/DEPLOY.md), not with corvid snapshot"
+                    .into(),
+            ));
+        };
+        let pin = self.ingest.pin_wal();
+        let last_seq = self.ingest.wal_stats().last_seq.load(Ordering::SeqCst);
+        let store = snapshot::location(to, aws)?;
+        tracing::info!(to, "snapshot started");
+        let report = snapshot::take(db.clone(), data_dir, Some(pin), last_seq, store, to).await;
+        match &report {
+            Ok(r) => tracing::info!(to, files = r.files, bytes = r.bytes, "snapshot taken"),
+            Err(e) => tracing::warn!(to, error = %e, "snapshot failed"),
+        }
+        report
     }
 
     /// Stops cleanly, after the HTTP server stopped answering: the last execution-log

@@ -53,6 +53,14 @@ pub use catalog::{
     write_committed, DayDrop, DirCatalog, PgCatalog, SegmentCatalog, SegmentName, SegmentRef,
 };
 pub use columns::PropertyColumns;
+
+/// What a backup of an embedded node copies of the events: the segment directory's files,
+/// the WAL's, and the pin that keeps WAL files in place meanwhile.
+pub mod backup {
+    pub use super::catalog::backup_files as segment_files;
+    pub use super::pipeline::WalPin;
+    pub use super::wal::backup_files as wal_files;
+}
 pub use compaction::Compactor;
 pub use files::{SegmentFiles, SEGMENTS_URL};
 pub use read::snapshot as tail_snapshot;

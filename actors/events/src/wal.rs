@@ -100,6 +100,31 @@ impl Drop for Remover {
     }
 }
 
+/// The log files a backup copies, oldest first (a file being deleted is covered by the
+/// checkpoints and left out). The newest may still grow while it is copied: replay ends at
+/// the first torn record, so a copy holds every record written before the copy began.
+pub fn backup_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let first = name
+            .strip_prefix("wal-")
+            .and_then(|rest| rest.strip_suffix(".log"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(first) = first {
+            files.push((first, PathBuf::from(name)));
+        }
+    }
+    files.sort();
+    Ok(files.into_iter().map(|(_, name)| name).collect())
+}
+
 /// Extension a covered file gets while it is being deleted; [`Wal::open`] finishes the job.
 const DELETING: &str = "deleting";
 

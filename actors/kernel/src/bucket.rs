@@ -100,3 +100,78 @@ pub fn s3_destination(
 pub fn under(store: Arc<dyn ObjectStore>, prefix: &str) -> Arc<dyn ObjectStore> {
     Arc::new(PrefixStore::new(store, ObjectPath::from(prefix)))
 }
+
+/// Files up to this size are uploaded in one request; larger ones in parts of this size.
+const PART_SIZE: usize = 16 << 20;
+
+/// What [`upload_file`] sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploaded {
+    pub bytes: u64,
+    /// SHA-256 of the bytes sent, hex.
+    pub sha256: String,
+}
+
+/// Uploads the file at `path` to `key` of `store` (in one request up to 16 MiB, in parts
+/// above), hashing what it sends. A file that grows meanwhile is sent as far as it was read.
+pub async fn upload_file(
+    store: &dyn ObjectStore,
+    path: &std::path::Path,
+    key: &str,
+) -> Result<Uploaded, String> {
+    use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
+    use sha2::{Digest, Sha256};
+    use tokio::io::AsyncReadExt;
+    let other = |e: &dyn std::fmt::Display| e.to_string();
+    let location = ObjectPath::from(key);
+    let mut file = tokio::fs::File::open(path).await.map_err(|e| other(&e))?;
+    let mut hash = Sha256::new();
+    let mut first = vec![0u8; PART_SIZE];
+    let mut filled = 0;
+    while filled < first.len() {
+        let read = file
+            .read(first.get_mut(filled..).unwrap_or_default())
+            .await
+            .map_err(|e| other(&e))?;
+        if read == 0 {
+            break;
+        }
+        filled += read;
+    }
+    first.truncate(filled);
+    hash.update(&first);
+    if filled < PART_SIZE {
+        store
+            .put(&location, PutPayload::from(first))
+            .await
+            .map_err(|e| other(&e))?;
+        return Ok(Uploaded {
+            bytes: filled as u64,
+            sha256: hex::encode(hash.finalize()),
+        });
+    }
+    let upload = store
+        .put_multipart(&location)
+        .await
+        .map_err(|e| other(&e))?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    writer.write(&first);
+    let mut bytes = filled as u64;
+    let mut buffer = vec![0u8; PART_SIZE];
+    loop {
+        let read = file.read(&mut buffer).await.map_err(|e| other(&e))?;
+        if read == 0 {
+            break;
+        }
+        let chunk = buffer.get(..read).unwrap_or_default();
+        hash.update(chunk);
+        bytes += read as u64;
+        writer.wait_for_capacity(4).await.map_err(|e| other(&e))?;
+        writer.write(chunk);
+    }
+    writer.finish().await.map_err(|e| other(&e))?;
+    Ok(Uploaded {
+        bytes,
+        sha256: hex::encode(hash.finalize()),
+    })
+}

@@ -27,6 +27,38 @@ use corvid_kernel::disk::{create_dirs, replace_file, Disk};
 const STAGED: &str = ".tmp";
 const COMPACTING: &str = ".compacting";
 
+/// The files of an events directory a backup copies, relative to it, in the order to copy
+/// them: the shards' checkpoints first (a segment copied later is at least as new as what
+/// they cover), then every segment and staged flush file (recovery publishes the staged
+/// files a checkpoint names) and the retention records. A compaction's half-written staged
+/// version is left out: the versions it replaces are still there.
+pub fn backup_files(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let path = entry.path();
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                walk(root, &path, out)?;
+            } else if kind.is_file() && !path.to_string_lossy().ends_with(COMPACTING) {
+                if let Ok(relative) = path.strip_prefix(root) {
+                    out.push(relative.to_path_buf());
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(root, root, &mut files)?;
+    files.sort_by_key(|p| (!p.starts_with("_checkpoints"), p.clone()));
+    Ok(files)
+}
+
 /// The events directory as a catalog.
 pub struct DirCatalog {
     root: PathBuf,

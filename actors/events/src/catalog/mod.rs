@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use chrono::NaiveDate;
 
-pub use local::DirCatalog;
+pub use local::{backup_files, DirCatalog};
 pub use pg::PgCatalog;
 
 use super::segment::{write_segment, SegmentError, StoredEvent};

@@ -84,6 +84,17 @@ pub struct WalStats {
     pub fsync: LatencyHistogram,
     /// Sequence number of the newest appended record (shard lag is measured against it).
     pub last_seq: AtomicU64,
+    /// Backups under way: no covered WAL file is deleted while one copies them.
+    pub pins: AtomicUsize,
+}
+
+/// Keeps every WAL file in place while it lives (see [`Ingest::pin_wal`]).
+pub struct WalPin(Arc<WalStats>);
+
+impl Drop for WalPin {
+    fn drop(&mut self) {
+        self.0.pins.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Inner {
@@ -322,6 +333,14 @@ impl Ingest {
     /// Events accepted but not yet in a segment.
     pub fn pending_events(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
+    }
+
+    /// Keeps covered WAL files from being deleted until the pin is dropped: a backup copies
+    /// the checkpoints, then the segments, then the WAL, and the records between the copied
+    /// checkpoints and the end of the log must still be there when it does.
+    pub fn pin_wal(&self) -> WalPin {
+        self.inner.wal_stats.pins.fetch_add(1, Ordering::SeqCst);
+        WalPin(Arc::clone(&self.inner.wal_stats))
     }
 
     /// What the WAL writer measured.

@@ -4,23 +4,20 @@
 //! reader that waits for the manifest never sees a half-written interval and a retried one
 //! overwrites rather than duplicates.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use corvid_kernel::bucket::{s3_destination, S3Settings};
+use corvid_kernel::bucket::{s3_destination, upload_file, S3Settings};
 use corvid_query::QueryEngine;
 
 use super::config::{check_endpoint, BatchExport};
 use super::runs::BatchExportRun;
 use super::schedule::{fill_prefix, interval_stem, manifest_name, object_key};
 use crate::request::ExportRequest;
-
-/// Files up to this size are uploaded in one request; larger ones in parts of this size.
-const PART_SIZE: usize = 16 << 20;
 
 /// What an attempt wrote.
 pub struct Delivered {
@@ -77,36 +74,6 @@ async fn bucket(export: &BatchExport, allow_private: bool) -> Result<Arc<dyn Obj
     )
 }
 
-/// Uploads the file at `path` to `key`.
-async fn upload(store: &dyn ObjectStore, path: &Path, key: &str) -> Result<(), String> {
-    let location = ObjectPath::from(key);
-    let size = tokio::fs::metadata(path).await.map_err(other)?.len();
-    if size <= PART_SIZE as u64 {
-        let bytes = tokio::fs::read(path).await.map_err(other)?;
-        store
-            .put(&location, PutPayload::from(bytes))
-            .await
-            .map_err(other)?;
-        return Ok(());
-    }
-    let mut file = tokio::fs::File::open(path).await.map_err(other)?;
-    let upload = store.put_multipart(&location).await.map_err(other)?;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-    let mut buffer = vec![0u8; PART_SIZE];
-    loop {
-        let read = tokio::io::AsyncReadExt::read(&mut file, &mut buffer)
-            .await
-            .map_err(other)?;
-        if read == 0 {
-            break;
-        }
-        writer.wait_for_capacity(4).await.map_err(other)?;
-        writer.write(buffer.get(..read).unwrap_or_default());
-    }
-    writer.finish().await.map_err(other)?;
-    Ok(())
-}
-
 impl Delivery<'_> {
     /// Exports `run`'s interval of `export` to its destination.
     pub async fn deliver(
@@ -158,10 +125,10 @@ impl Delivery<'_> {
         let mut keys = Vec::with_capacity(files.len() + 1);
         let mut bytes = 0u64;
         for name in &files {
-            let path = self.dir.join(name);
-            bytes += tokio::fs::metadata(&path).await.map_err(other)?.len();
             let key = object_key(&prefix, name);
-            upload(store.as_ref(), &path, &key).await?;
+            bytes += upload_file(store.as_ref(), &self.dir.join(name), &key)
+                .await?
+                .bytes;
             keys.push(key);
         }
         // Parts an earlier attempt wrote beyond this one's (the rows changed in between, an
