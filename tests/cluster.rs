@@ -810,6 +810,30 @@ fn a_scheduled_export_runs_each_interval_on_one_node(
     );
     let res = node1.delete(&format!("/api/projects/1/batch_exports/{id}/"), Some(key));
     assert_eq!(res.status(), 204);
+
+    // A file export run by one node is downloaded through another (its files are in the
+    // bucket).
+    let now = chrono::Utc::now();
+    let res = node1.post_json(
+        "/api/environments/1/file_download_batch_exports",
+        Some(key),
+        &json!({"model": "events", "file": {"format": "JSONLines"}, "include": ["exported"],
+                "data_interval_start": (now - chrono::Duration::hours(1)).to_rfc3339(),
+                "data_interval_end": (now + chrono::Duration::minutes(1)).to_rfc3339()}),
+    );
+    assert_eq!(res.status(), 202);
+    let run = res.json::<Value>().expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let status = format!("/api/environments/1/file_download_batch_exports/{run}");
+    assert!(wait_until(Duration::from_secs(60), || {
+        node3.get(&status, Some(key)).json::<Value>().expect("json")["status"] == "Completed"
+    }));
+    let res = node3.get(&format!("{status}/download"), Some(key));
+    assert_eq!(res.status(), 200, "followed to the file, served by node 3");
+    let text = res.text().expect("body");
+    assert_eq!(text.lines().count(), 200);
 }
 
 fn events_captured_on_one_node_are_queryable_on_another(node1: &TestServer, node3: &TestServer) {

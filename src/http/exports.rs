@@ -103,12 +103,12 @@ async fn redirect(
     id: Uuid,
     part: &str,
 ) -> Result<HttpResponse, ApiError> {
-    let file = state.engine.exports.file(project, id, part).await?;
+    let name = state.engine.exports.file_name(project, id, part).await?;
     let prefix = req.path().split(BASE).next().unwrap_or_default();
     let location = format!(
         "{}{prefix}{BASE}/{id}/files/{}",
         state.public_url,
-        url::form_urlencoded::byte_serialize(file.name.as_bytes()).collect::<String>()
+        url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>()
     );
     Ok(HttpResponse::Found()
         .insert_header(("Location", location))
@@ -133,49 +133,29 @@ async fn download(
     redirect(&req, &state, access.project.id, run_id(&path.1)?, &path.2).await
 }
 
-/// A finished run's file, streamed from disk a mebibyte at a time (read on the blocking pool).
+/// A finished run's file, streamed as it is read (from this node's disk, or from the
+/// cluster's bucket).
 async fn file(
     access: ProjectAccess<BatchExportRead>,
     state: web::Data<AppState>,
     path: web::Path<(String, String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    use std::io::Read;
+    use futures_util::TryStreamExt;
     let id = run_id(&path.1)?;
     let found = state
         .engine
         .exports
-        .file(access.project.id, id, &path.2)
+        .download(access.project.id, id, &path.2)
         .await?;
-    let opened = web::block(move || {
-        let file = std::fs::File::open(&found.path)?;
-        let len = file.metadata()?.len();
-        Ok::<_, std::io::Error>((file, len))
-    })
-    .await?
-    .map_err(|e| ApiError::Internal(e.into()))?;
-    let (file, len) = opened;
-    let chunks = futures_util::stream::unfold(Some(file), |state| async move {
-        let mut file = state?;
-        let read = web::block(move || {
-            let mut buf = vec![0u8; 1 << 20];
-            let n = file.read(&mut buf)?;
-            buf.truncate(n);
-            Ok::<_, std::io::Error>((file, buf))
-        })
-        .await;
-        match read {
-            Ok(Ok((_, buf))) if buf.is_empty() => None,
-            Ok(Ok((file, buf))) => Some((Ok(web::Bytes::from(buf)), Some(file))),
-            Ok(Err(e)) => Some((Err(actix_web::error::ErrorInternalServerError(e)), None)),
-            Err(e) => Some((Err(actix_web::error::ErrorInternalServerError(e)), None)),
-        }
-    });
+    let body = found
+        .body
+        .map_err(actix_web::error::ErrorInternalServerError);
     Ok(HttpResponse::Ok()
         .content_type("application/octet-stream")
         .insert_header((
             "Content-Disposition",
-            format!("attachment; filename=\"{}\"", path.2.replace('"', "")),
+            format!("attachment; filename=\"{}\"", found.name.replace('"', "")),
         ))
-        .no_chunking(len)
-        .streaming(chunks))
+        .no_chunking(found.len)
+        .streaming(body))
 }

@@ -482,10 +482,18 @@ impl Engine {
             experiments,
         } = product_surfaces(&backing, &flags, &persons, &query)?;
 
+        let export_bucket = match &settings.storage {
+            Storage::Cluster(cluster) => Some(corvid_kernel::bucket::under(
+                s3_store(&cluster.bucket).map_err(EngineError::Bucket)?,
+                "exports",
+            )),
+            Storage::Embedded => None,
+        };
         let exports = Exports::open(
             backing.records("export_runs")?,
             Arc::clone(&query),
             settings.data_dir.join("exports"),
+            export_bucket,
             settings.export_timeout,
         )?;
         let batch_exports = BatchExports::new(

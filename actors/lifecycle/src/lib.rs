@@ -1,12 +1,15 @@
 //! Data leaving Corvid: one-off file exports of a project's events, PostHog's "file download"
 //! batch exports (`POST …/file_download_batch_exports` → 202 `{id}`, the run's status, its
-//! files downloaded part by part).
+//! files downloaded part by part), and scheduled exports to S3-compatible buckets
+//! ([`batch`]).
 //!
 //! A run selects events by capture time (`created_at`) in its data interval, so late events
 //! are never missed, reads them through the query runtime (erased events are left out, as
 //! from every read) and writes Parquet or JSON Lines files under
-//! `<data_dir>/exports/project_<id>/<run>/`. Runs are records ([`DefinitionRecords`]); a run
-//! a crash interrupted is marked failed when the node starts again.
+//! `<data_dir>/exports/project_<id>/<run>/`; in a cluster they then move to the bucket's
+//! `exports/project_<id>/<run>/`, so every node serves the download. Runs are records
+//! ([`DefinitionRecords`]); a run a crash interrupted is marked failed when the node starts
+//! again.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
@@ -27,6 +30,7 @@ use uuid::Uuid;
 
 use corvid_kernel::{blocking, DefinitionRecords, StoreError};
 use corvid_query::{ExportScan, QueryEngine};
+use object_store::ObjectStore;
 
 pub use batch::{BatchExportError, BatchExports, BatchSettings};
 pub use request::{file_settings, Compression, ExportRequest, FileFormat, MAX_INTERVAL};
@@ -78,11 +82,11 @@ pub enum ExportError {
 /// slot and writes files, so they are not queued without bound).
 pub const MAX_RUNNING: usize = 4;
 
-/// A file of a finished run, to send.
-#[derive(Debug, Clone)]
-pub struct ExportFile {
+/// A file of a finished run, to send: its name, size and bytes.
+pub struct ExportDownload {
     pub name: String,
-    pub path: PathBuf,
+    pub len: u64,
+    pub body: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
 }
 
 /// The exports facade. Cheap to clone.
@@ -91,6 +95,9 @@ pub struct Exports {
     records: Arc<dyn DefinitionRecords<ExportRun>>,
     engine: Arc<QueryEngine>,
     dir: PathBuf,
+    /// Where finished files are kept: the cluster's bucket (under `exports/`), so every node
+    /// serves every download; `None` keeps them in `dir` (one node).
+    bucket: Option<Arc<dyn ObjectStore>>,
     deadline: Duration,
     running: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -146,6 +153,11 @@ pub(crate) async fn write_export(
     Ok((files, rows))
 }
 
+/// A run's files, below the exports directory or the bucket's `exports/`.
+fn run_key(project: u64, run: Uuid) -> String {
+    format!("project_{project}/{run}")
+}
+
 /// The columns every export file has (PostHog's defaults for the events model).
 fn export_schema() -> Schema {
     let time = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
@@ -171,6 +183,7 @@ impl Exports {
         records: Arc<dyn DefinitionRecords<ExportRun>>,
         engine: Arc<QueryEngine>,
         dir: PathBuf,
+        bucket: Option<Arc<dyn ObjectStore>>,
         deadline: Duration,
     ) -> Result<Exports, StoreError> {
         for (project, mut run) in records.list_all()? {
@@ -185,15 +198,39 @@ impl Exports {
             records,
             engine,
             dir,
+            bucket,
             deadline,
             running: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         })
     }
 
     fn run_dir(&self, project: u64, run: Uuid) -> PathBuf {
-        self.dir
-            .join(format!("project_{project}"))
-            .join(run.to_string())
+        self.dir.join(run_key(project, run))
+    }
+
+    /// Where finished files are read from: the bucket, or this node's directory.
+    fn files(&self) -> Result<Arc<dyn ObjectStore>, String> {
+        match &self.bucket {
+            Some(bucket) => Ok(Arc::clone(bucket)),
+            None => Ok(Arc::new(
+                object_store::local::LocalFileSystem::new_with_prefix(&self.dir)
+                    .map_err(|e| e.to_string())?,
+            )),
+        }
+    }
+
+    /// Moves a finished run's files to the bucket (in a cluster); they leave this node.
+    async fn publish(&self, project: u64, run: Uuid, files: &[String]) -> Result<(), String> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(());
+        };
+        let dir = self.run_dir(project, run);
+        for name in files {
+            let key = format!("{}/{name}", run_key(project, run));
+            corvid_kernel::bucket::upload_file(bucket.as_ref(), &dir.join(name), &key).await?;
+        }
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        Ok(())
     }
 
     /// Records a run and starts it in the background; returns it (status `Running`).
@@ -255,7 +292,7 @@ impl Exports {
     /// Runs `run` to its end and records the outcome.
     async fn execute(&self, mut run: ExportRun) {
         let dir = self.run_dir(run.project_id, run.id);
-        let outcome = write_export(
+        let mut outcome = write_export(
             &self.engine,
             run.project_id,
             &run.request,
@@ -263,14 +300,19 @@ impl Exports {
             self.deadline,
         )
         .await;
+        if let Ok((files, _)) = &outcome {
+            run.bytes_exported = files
+                .iter()
+                .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+                .map(|m| m.len())
+                .sum();
+            if let Err(e) = self.publish(run.project_id, run.id, files).await {
+                outcome = Err(format!("could not store the export's files: {e}"));
+            }
+        }
         run.finished_at = Some(Utc::now());
         match outcome {
             Ok((files, rows)) => {
-                run.bytes_exported = files
-                    .iter()
-                    .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-                    .map(|m| m.len())
-                    .sum();
                 run.status = RunStatus::Completed;
                 run.files = files;
                 run.records_completed = rows;
@@ -300,8 +342,9 @@ impl Exports {
     pub async fn expire(&self, now: DateTime<Utc>, ttl: Duration) -> Result<usize, ExportError> {
         let (records, dir) = (Arc::clone(&self.records), self.dir.clone());
         let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
-        let expired = blocking(move || {
+        let (count, gone_runs) = blocking(move || {
             let mut expired = std::collections::HashSet::new();
+            let mut gone_runs = Vec::new();
             let mut kept = std::collections::HashSet::new();
             for (project, run) in records.list_all()? {
                 let old = run
@@ -310,6 +353,7 @@ impl Exports {
                 if old {
                     records.delete(project, &run.id.to_string())?;
                     expired.insert(run.id.to_string());
+                    gone_runs.push((project, run.id));
                 } else {
                     kept.insert(run.id.to_string());
                 }
@@ -324,7 +368,8 @@ impl Exports {
                     .and_then(|age| chrono::Duration::from_std(age).ok())
                     .is_some_and(|age| age > ttl)
             };
-            for project in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let projects = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+            for project in projects.filter(|p| p.file_name().to_string_lossy().starts_with("project_")) {
                 for run in std::fs::read_dir(project.path()).into_iter().flatten().flatten() {
                     let name = run.file_name().to_string_lossy().into_owned();
                     let gone = expired.contains(&name)
@@ -336,19 +381,41 @@ impl Exports {
                     }
                 }
             }
-            Ok::<_, StoreError>(expired.len())
+            Ok::<_, StoreError>((expired.len(), gone_runs))
         })
         .await?;
-        Ok(expired)
+        // Their files in the bucket (in a cluster every node may try; deleting twice is fine).
+        if let Some(bucket) = &self.bucket {
+            use futures_util::TryStreamExt;
+            use object_store::ObjectStoreExt;
+            for (project, run) in gone_runs {
+                let prefix = object_store::path::Path::from(run_key(project, run));
+                let objects: Vec<_> = bucket
+                    .list(Some(&prefix))
+                    .try_collect()
+                    .await
+                    .map_err(|e| ExportError::Store(StoreError::TaskFailed(e.to_string())))?;
+                for object in objects {
+                    match bucket.delete(&object.location).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not delete an expired export's object")
+                        }
+                    }
+                }
+            }
+        }
+        Ok(count)
     }
 
-    /// The file `part` (a 0-based index or a file's name) of a finished run.
-    pub async fn file(
+    /// The name of the file `part` (a 0-based index or a file's name) of a finished run;
+    /// PostHog's texts for a run that has none to give.
+    pub async fn file_name(
         &self,
         project: u64,
         id: Uuid,
         part: &str,
-    ) -> Result<ExportFile, ExportError> {
+    ) -> Result<String, ExportError> {
         let run = self.run(project, id).await?.ok_or(ExportError::NotFound)?;
         match run.status {
             RunStatus::Running => {
@@ -363,14 +430,36 @@ impl Exports {
             }
             RunStatus::Completed => {}
         }
-        let name = match part.parse::<usize>() {
+        match part.parse::<usize>() {
             Ok(index) => run.files.get(index).cloned(),
             Err(_) => run.files.iter().find(|f| f.as_str() == part).cloned(),
         }
-        .ok_or_else(|| ExportError::NotDownloadable(format!("No files with index {part}")))?;
-        Ok(ExportFile {
-            path: self.run_dir(project, id).join(&name),
-            name,
-        })
+        .ok_or_else(|| ExportError::NotDownloadable(format!("No files with index {part}")))
+    }
+
+    /// The file `part` of a finished run, to stream (from the bucket in a cluster, so any
+    /// node serves it).
+    pub async fn download(
+        &self,
+        project: u64,
+        id: Uuid,
+        part: &str,
+    ) -> Result<ExportDownload, ExportError> {
+        let name = self.file_name(project, id, part).await?;
+        use futures_util::{StreamExt, TryStreamExt};
+        use object_store::ObjectStoreExt;
+        let files = self
+            .files()
+            .map_err(|e| ExportError::Store(StoreError::TaskFailed(e)))?;
+        let key = object_store::path::Path::from(format!("{}/{name}", run_key(project, id)));
+        let got = files.get(&key).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => ExportError::NotDownloadable(format!(
+                "The file {name} of this run is no longer available"
+            )),
+            other => ExportError::Store(StoreError::TaskFailed(other.to_string())),
+        })?;
+        let len = got.meta.size;
+        let body = got.into_stream().map_err(std::io::Error::other).boxed();
+        Ok(ExportDownload { name, len, body })
     }
 }
