@@ -15,4 +15,4 @@ EVENTS="${1:-10000000}"
 PORT="${PORT:-18031}"
 python3 -c "import duckdb" 2>/dev/null || pip install -q duckdb==1.3.2 pytz
 . benches/load/lib.sh
-python3 benches/load/lifecycle.py "$BASE" "$TOKEN" "$KEY" "$DATA" "$EVENTS"
+python3 -u benches/load/lifecycle.py "$BASE" "$TOKEN" "$KEY" "$DATA" "$EVENTS"

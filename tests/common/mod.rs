@@ -279,10 +279,11 @@ pub fn error_body(res: Response) -> Value {
 pub fn segment_rows(file: std::fs::File) -> Vec<(String, i64)> {
     use arrow::array::{Array, StringArray, TimestampMicrosecondArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .expect("parquet")
-        .build()
-        .expect("reader");
+    use parquet::arrow::ProjectionMask;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).expect("parquet");
+    // Only the two columns read here (segments also hold every event's JSON).
+    let mask = ProjectionMask::columns(builder.parquet_schema(), ["distinct_id", "created_at"]);
+    let reader = builder.with_projection(mask).build().expect("reader");
     let mut rows = Vec::new();
     for batch in reader {
         let batch = batch.expect("batch");

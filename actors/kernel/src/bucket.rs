@@ -45,7 +45,15 @@ pub fn key_prefix(settings: &S3Settings, sub: &str) -> String {
 
 /// The bucket `settings` name, from its root (see [`s3_store`]).
 pub fn s3_bucket(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, String> {
-    let mut builder = AmazonS3Builder::from_env()
+    build(AmazonS3Builder::from_env(), settings)
+}
+
+/// `builder` with what `settings` name (each only when given), built.
+fn build(
+    mut builder: AmazonS3Builder,
+    settings: &S3Settings,
+) -> Result<Arc<dyn ObjectStore>, String> {
+    builder = builder
         .with_bucket_name(&settings.bucket)
         .with_allow_http(settings.allow_http);
     if let Some(region) = &settings.region {
@@ -71,29 +79,14 @@ pub fn s3_destination(
     settings: &S3Settings,
     virtual_hosted: bool,
 ) -> Result<Arc<dyn ObjectStore>, String> {
-    let mut builder = AmazonS3Builder::new()
-        .with_bucket_name(&settings.bucket)
-        .with_allow_http(settings.allow_http)
+    let builder = AmazonS3Builder::new()
         .with_virtual_hosted_style_request(virtual_hosted)
         .with_retry(object_store::RetryConfig {
             max_retries: 2,
             retry_timeout: std::time::Duration::from_secs(30),
             ..Default::default()
         });
-    if let Some(region) = &settings.region {
-        builder = builder.with_region(region);
-    }
-    if let Some(endpoint) = &settings.endpoint {
-        builder = builder.with_endpoint(endpoint);
-    }
-    if let (Some(id), Some(secret)) = (&settings.access_key_id, &settings.secret_access_key) {
-        builder = builder
-            .with_access_key_id(id)
-            .with_secret_access_key(secret);
-    }
-    Ok(Arc::new(builder.build().map_err(|e| {
-        format!("bucket {:?}: {e}", settings.bucket)
-    })?))
+    build(builder, settings)
 }
 
 /// `store` seen from below `prefix` (each domain keeps its files under its own prefix).
