@@ -236,7 +236,7 @@ fn run_snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
     let to = absolute(&args.to)?;
     let request = crate::control::Request::Snapshot {
         to: to.clone(),
-        aws: corvid_engine::snapshot::aws_environment(),
+        aws: corvid_engine::aws_environment(),
     };
     let report = match crate::control::ask(&args.data_dir, &request) {
         Some(reply) => {
@@ -252,7 +252,7 @@ fn run_snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
         None => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(corvid_engine::snapshot::take_offline(&args.data_dir, &to))?,
+            .block_on(corvid_engine::snapshot_offline(&args.data_dir, &to))?,
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
@@ -263,7 +263,7 @@ fn run_restore(args: RestoreArgs) -> anyhow::Result<()> {
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(corvid_engine::snapshot::restore(&from, &args.data_dir))?;
+        .block_on(corvid_engine::restore_snapshot(&from, &args.data_dir))?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }

@@ -5,8 +5,7 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
-use corvid_lifecycle::batch::{Backfill, BatchExportRun, ExportView};
-use corvid_lifecycle::BatchExportError;
+use corvid_lifecycle::{Backfill, BatchExportError, BatchExportRun, ExportView};
 use serde_json::{json, Value};
 use uuid::Uuid;
 

@@ -9,6 +9,11 @@
 pub mod jobs;
 pub mod snapshot;
 
+pub use snapshot::{
+    aws_environment, restore as restore_snapshot, take_offline as snapshot_offline, SnapshotError,
+    SnapshotReport,
+};
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,8 +38,7 @@ use corvid_kernel::bucket::{key_prefix, s3_bucket, s3_store, S3Settings};
 use corvid_kernel::histogram::HistogramSnapshot;
 use corvid_kernel::pg::Pg;
 use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecords, StoreError};
-use corvid_lifecycle::batch::BatchRecords;
-use corvid_lifecycle::{BatchExports, BatchSettings, Exports};
+use corvid_lifecycle::{BatchExports, BatchRecords, BatchSettings, Exports};
 use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
 use corvid_persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
 use corvid_query::{QueryEngine, QuerySettings, Sources};

@@ -23,7 +23,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use corvid_events::backup::{segment_files, wal_files, WalPin};
+use corvid_events::{segment_backup_files as segment_files, wal_backup_files as wal_files, WalPin};
 use corvid_kernel::bucket::{under, upload_file};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 

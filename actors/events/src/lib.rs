@@ -54,21 +54,19 @@ pub use catalog::{
 };
 pub use columns::PropertyColumns;
 
-/// What a backup of an embedded node copies of the events: the segment directory's files,
-/// the WAL's, and the pin that keeps WAL files in place meanwhile.
-pub mod backup {
-    pub use super::catalog::backup_files as segment_files;
-    pub use super::pipeline::WalPin;
-    pub use super::wal::backup_files as wal_files;
-}
+// What a backup of an embedded node copies of the events: the segment directory's files, the
+// WAL's, and the pin that keeps WAL files in place meanwhile.
+pub use catalog::backup_files as segment_backup_files;
 pub use compaction::Compactor;
 pub use files::{SegmentFiles, SEGMENTS_URL};
+pub use pipeline::WalPin;
 pub use read::snapshot as tail_snapshot;
 pub use segment::{
     materialized_column, schema as segment_schema, schema_with as segment_schema_with,
     to_record_batch_with as segment_batch, write_segment,
 };
 pub use segment_cache::CachedSegments;
+pub use wal::backup_files as wal_backup_files;
 
 /// Builders the tests of this crate and of the crates that read events share.
 #[cfg(any(test, feature = "test-support"))]

@@ -32,7 +32,10 @@ use corvid_kernel::{blocking, DefinitionRecords, StoreError};
 use corvid_query::{ExportScan, QueryEngine};
 use object_store::ObjectStore;
 
-pub use batch::{BatchExportError, BatchExports, BatchSettings};
+pub use batch::{
+    Backfill, BatchExportError, BatchExportRun, BatchExports, BatchRecords, BatchSettings,
+    ExportView,
+};
 pub use request::{file_settings, Compression, ExportRequest, FileFormat, MAX_INTERVAL};
 
 /// PostHog's run statuses that a file export takes.
