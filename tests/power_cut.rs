@@ -42,7 +42,8 @@ fn copy_tree(from: &Path, to: &Path) {
         {
             copy_tree(&entry.path(), &to.join(entry.file_name()));
         }
-    } else {
+    } else if from.is_file() {
+        // (Regular files only: a serving node's control socket is no state.)
         std::fs::copy(from, to).expect("copy");
     }
 }
