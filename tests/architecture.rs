@@ -245,6 +245,7 @@ fn cycles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Strin
 /// only on crates of lower layers.
 const LAYERS: &[&[&str]] = &[
     &["kernel"],
+    &["activity"],
     &["tenancy", "persons"],
     &["events", "flags", "oauth"],
     &["query"],

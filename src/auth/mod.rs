@@ -16,3 +16,9 @@ pub use bearer::Authed;
 pub use project::ProjectAccess;
 pub use project_token::{public_project, resolve_project_token, ProjectToken};
 pub use staff::Staff;
+
+/// The user a credential acts for, as the activity log names them.
+pub fn actor(credential: &corvid_tenancy::Credential) -> corvid_activity::Actor {
+    let u = &credential.user;
+    corvid_activity::Actor::user(u.id, u.uuid, &u.email, &u.first_name)
+}

@@ -18,6 +18,7 @@ macro_rules! required_scopes {
 }
 
 required_scopes! {
+    ActivityLogRead => "activity_log:read",
     ProjectRead => "project:read",
     ProjectWrite => "project:write",
     UserRead => "user:read",

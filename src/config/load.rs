@@ -457,6 +457,8 @@ impl Config {
                 export_expiry: self.lifecycle.retention_interval,
                 export_run_ttl: self.lifecycle.export_run_ttl,
                 batch_export_tick: self.lifecycle.batch_export_tick,
+                activity_expiry: self.activity.expiry_interval,
+                activity_ttl: self.activity.ttl,
             },
         })
     }

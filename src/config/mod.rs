@@ -42,6 +42,7 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub ingest: IngestSection,
     pub lifecycle: LifecycleConfig,
+    pub activity: ActivityConfig,
     pub flags: FlagsConfig,
     pub browser: BrowserConfig,
     pub surveys: SurveysConfig,

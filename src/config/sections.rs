@@ -57,6 +57,18 @@ pub struct RateLimitsConfig {
     pub tracked: NonZeroUsize,
 }
 
+/// `[activity]`: how long the activity log keeps its entries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityConfig {
+    /// Entries older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// How often expired entries are deleted.
+    #[serde(with = "humantime_serde")]
+    pub expiry_interval: Duration,
+}
+
 /// `[lifecycle]`: how erasure requests are carried out and how long their records stay.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

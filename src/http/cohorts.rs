@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::project_route;
 use crate::auth::scope::{CohortRead, CohortWrite};
-use crate::auth::ProjectAccess;
+use crate::auth::{actor, ProjectAccess};
 use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -87,7 +87,7 @@ async fn create(
     let saved = state
         .engine
         .flags
-        .create_cohort(access.project.id, changes)
+        .create_cohort(access.project.id, &actor(&access.credential), changes)
         .await?;
     Ok(HttpResponse::Created().json(cohort_json(&saved)))
 }
@@ -117,7 +117,7 @@ async fn update(
     let saved = state
         .engine
         .flags
-        .update_cohort(access.project.id, id, changes)
+        .update_cohort(access.project.id, id, &actor(&access.credential), changes)
         .await?;
     Ok(HttpResponse::Ok().json(cohort_json(&saved)))
 }
@@ -130,7 +130,11 @@ async fn delete(
     state
         .engine
         .flags
-        .delete_cohort(access.project.id, cohort_id(&path.1)?)
+        .delete_cohort(
+            access.project.id,
+            cohort_id(&path.1)?,
+            &actor(&access.credential),
+        )
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -4,6 +4,7 @@
 //! Routes are declared without a trailing slash; `NormalizePath` trims it from requests, so
 //! PostHog-style `/api/projects/` and `/api/projects` both work.
 
+mod activity;
 mod batch_exports;
 mod capture;
 pub mod client_ip;
@@ -55,6 +56,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     retention::configure(cfg);
     exports::configure(cfg);
     batch_exports::configure(cfg);
+    activity::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

@@ -22,6 +22,7 @@ use std::time::Duration;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use corvid_activity::{ActivityLog, ActivityRecords, PgActivity, SledActivity};
 use corvid_endpoints::{
     EndpointRecords, EndpointSettings, EndpointStats, Endpoints, ExecutionLogRecords, PgEndpoints,
     PgExecutionLog, ResultStorage, SledEndpoints, SledExecutionLog,
@@ -54,6 +55,7 @@ pub use jobs::JobReport;
 /// Every crate's PostgreSQL schema, each beside the crate that owns its tables.
 pub const MIGRATIONS: &[&[corvid_kernel::Migration]] = &[
     corvid_kernel::MIGRATIONS,
+    corvid_activity::MIGRATIONS,
     corvid_tenancy::MIGRATIONS,
     corvid_oauth::MIGRATIONS,
     corvid_persons::MIGRATIONS,
@@ -150,6 +152,9 @@ pub struct JobSettings {
     pub export_run_ttl: Duration,
     /// Scheduled exports make and start their runs (on one node of a cluster).
     pub batch_export_tick: Duration,
+    /// Activity-log entries older than `activity_ttl` deleted (on one node of a cluster).
+    pub activity_expiry: Duration,
+    pub activity_ttl: Duration,
 }
 
 impl EngineError {
@@ -217,6 +222,7 @@ impl Unready {
 
 /// The engine's facades and the handles that stop it.
 pub struct Engine {
+    pub activity: ActivityLog,
     pub tenancy: Tenancy,
     pub persons: Persons,
     pub ingest: Ingest,
@@ -302,6 +308,13 @@ impl Backing {
         Ok(match self {
             Backing::Embedded(db) => Arc::new(SledPersons::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgPersons::new(Arc::clone(pg))),
+        })
+    }
+
+    fn activity(&self) -> Result<Arc<dyn ActivityRecords>, StoreError> {
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(SledActivity::open(db)?),
+            Backing::Cluster(pg) => Arc::new(PgActivity::new(Arc::clone(pg))),
         })
     }
 
@@ -438,6 +451,7 @@ impl Engine {
             Backing::Cluster(_) => None,
         };
 
+        let activity = ActivityLog::new(backing.activity()?);
         let persons = Arc::new(PersonStore::new(backing.persons()?));
         let flags = Arc::new(FlagStore::new(backing.flags()?));
         let geoip = match &settings.geoip {
@@ -537,6 +551,7 @@ impl Engine {
             tenancy.clone(),
             geoip,
             settings.flags,
+            activity.records(),
         );
         let persons = Persons::new(persons);
         let jobs = Jobs::default();
@@ -545,9 +560,10 @@ impl Engine {
             &settings.jobs,
             &backing.lease(&node_id, Duration::ZERO),
             (&persons, &oauth, &surveys, &exports),
-            &batch_exports,
+            (&batch_exports, &activity),
         );
         Ok(Engine {
+            activity,
             tenancy,
             persons,
             ingest,
@@ -788,8 +804,31 @@ fn start_jobs(
     settings: &JobSettings,
     lease: &JobLease,
     (persons, oauth, surveys, exports): (&Persons, &OAuth, &Surveys, &Exports),
-    batch_exports: &BatchExports,
+    (batch_exports, activity): (&BatchExports, &ActivityLog),
 ) {
+    let (activity, ttl) = (activity.clone(), settings.activity_ttl);
+    jobs.spawn(
+        Job {
+            name: "activity_expiry",
+            period: settings.activity_expiry,
+            scope: JobScope::OneNode,
+            run: Arc::new(move || {
+                let activity = activity.clone();
+                Box::pin(async move {
+                    let cutoff = chrono::Utc::now()
+                        - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+                    let expired = corvid_kernel::blocking(move || activity.expire(cutoff))
+                        .await
+                        .map_err(|e: StoreError| e.to_string())?;
+                    if expired > 0 {
+                        tracing::info!(expired, "deleted expired activity-log entries");
+                    }
+                    Ok(())
+                })
+            }),
+        },
+        lease,
+    );
     let batch = batch_exports.clone();
     jobs.spawn(
         Job {

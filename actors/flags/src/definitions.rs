@@ -10,6 +10,7 @@ use super::model::{CohortDefinition, CohortFilters, FlagDefinition, FlagFilters}
 use super::store::{CohortRecord, FlagRecord};
 use super::validate::{validate_cohort, validate_flag};
 use super::Flags;
+use corvid_activity::Actor;
 use corvid_kernel::{blocking, StoreError};
 
 /// A flag create or update body in PostHog's shape; on update every field is optional.
@@ -150,6 +151,7 @@ impl Flags {
     pub async fn create_flag(
         &self,
         project: u64,
+        actor: &Actor,
         changes: FlagChanges,
     ) -> Result<FlagRecord, StoreError> {
         if changes.key.as_deref().is_none_or(str::is_empty) {
@@ -162,9 +164,10 @@ impl Flags {
             true,
         ));
         let (store, persons) = (Arc::clone(&self.store), Arc::clone(&self.persons));
+        let actor = actor.clone();
         blocking(move || {
             validate_flag(&definition, persons.group_type_count(project)?)?;
-            store.create_flag(project, definition)
+            store.create_flag(project, &actor, definition)
         })
         .await
     }
@@ -174,13 +177,15 @@ impl Flags {
         &self,
         project: u64,
         id: i64,
+        actor: &Actor,
         changes: FlagChanges,
     ) -> Result<FlagRecord, StoreError> {
         let (store, persons) = (Arc::clone(&self.store), Arc::clone(&self.persons));
+        let actor = actor.clone();
         blocking(move || {
             let group_types = persons.group_type_count(project)?;
             store
-                .update_flag(project, id, |definition| {
+                .update_flag(project, id, &actor, |definition| {
                     let changed = changes.clone().apply(definition.clone());
                     validate_flag(&changed, group_types)?;
                     *definition = changed;
@@ -192,11 +197,17 @@ impl Flags {
     }
 
     /// Deletes a flag softly (it keeps its id and history).
-    pub async fn delete_flag(&self, project: u64, id: i64) -> Result<(), StoreError> {
+    pub async fn delete_flag(
+        &self,
+        project: u64,
+        id: i64,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
         let store = Arc::clone(&self.store);
+        let actor = actor.clone();
         blocking(move || {
             store
-                .modify_flag(project, id, |f| f.deleted = true, |_| Ok(()))?
+                .modify_flag(project, id, &actor, |f| f.deleted = true, |_| Ok(()))?
                 .ok_or_else(|| not_found("Feature flag"))
                 .map(|_| ())
         })
@@ -222,6 +233,7 @@ impl Flags {
     pub async fn create_cohort(
         &self,
         project: u64,
+        actor: &Actor,
         changes: CohortChanges,
     ) -> Result<CohortRecord, StoreError> {
         let blank = CohortRecord {
@@ -237,36 +249,45 @@ impl Flags {
             created_at: Utc::now(),
         };
         let record = changes.apply(blank)?;
-        self.save_cohort(project, record).await
+        self.save_cohort(project, actor, record).await
     }
 
     pub async fn update_cohort(
         &self,
         project: u64,
         id: i64,
+        actor: &Actor,
         changes: CohortChanges,
     ) -> Result<CohortRecord, StoreError> {
         let old = self.cohort(project, id).await?;
         let record = changes.apply(old)?;
-        self.save_cohort(project, record).await
+        self.save_cohort(project, actor, record).await
     }
 
-    pub async fn delete_cohort(&self, project: u64, id: i64) -> Result<(), StoreError> {
+    pub async fn delete_cohort(
+        &self,
+        project: u64,
+        id: i64,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
         let mut record = self.cohort(project, id).await?;
         record.deleted = true;
         let store = Arc::clone(&self.store);
-        blocking(move || store.save_cohort(project, record).map(|_| ())).await
+        let actor = actor.clone();
+        blocking(move || store.save_cohort(project, &actor, record).map(|_| ())).await
     }
 
     async fn save_cohort(
         &self,
         project: u64,
+        actor: &Actor,
         record: CohortRecord,
     ) -> Result<CohortRecord, StoreError> {
         let store = Arc::clone(&self.store);
+        let actor = actor.clone();
         blocking(move || {
             validate_cohort(&record.definition, &store.cohorts(project)?)?;
-            store.save_cohort(project, record)
+            store.save_cohort(project, &actor, record)
         })
         .await
     }

@@ -25,6 +25,7 @@ mod pg_records;
 mod properties;
 mod records;
 mod request;
+mod revert;
 mod serve;
 mod store;
 mod validate;
@@ -47,9 +48,11 @@ pub use pg_records::PgFlags;
 pub use properties::{MatchContext, PropertyFilter, PROPERTY_OPERATORS};
 pub use records::{FlagRecords, SledFlags};
 pub use request::FlagRequestError;
+pub use revert::Reverted;
 pub use serve::{Caller, Served};
 pub use store::{CohortRecord, FlagRecord, FlagStore, ProjectFlags};
 
+use corvid_activity::ActivityRecords;
 use corvid_kernel::wire::WireInput;
 use corvid_persons::PersonStore;
 use corvid_tenancy::Tenancy;
@@ -76,6 +79,8 @@ pub struct Flags {
     tenancy: Tenancy,
     geoip: Option<Arc<GeoIp>>,
     settings: FlagsSettings,
+    /// The activity log flag changes are written to (read here for reverts).
+    activity: Arc<dyn ActivityRecords>,
 }
 
 impl Flags {
@@ -91,6 +96,7 @@ impl Flags {
         tenancy: Tenancy,
         geoip: Option<Arc<GeoIp>>,
         settings: FlagsSettings,
+        activity: Arc<dyn ActivityRecords>,
     ) -> Flags {
         Flags {
             store,
@@ -98,6 +104,7 @@ impl Flags {
             tenancy,
             geoip,
             settings,
+            activity,
         }
     }
 

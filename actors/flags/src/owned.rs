@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use corvid_activity::current_actor;
 use corvid_kernel::StoreError;
 use corvid_persons::PersonStore;
 
@@ -13,7 +14,8 @@ use crate::store::{FlagRecord, FlagStore};
 use crate::validate::validate_flag;
 
 /// The flags door for the domains that own flags. Blocking (sled or PostgreSQL): call it from
-/// a blocking context, as the surfaces' facades do.
+/// a blocking context, as the surfaces' facades do. Its writes are logged as the user the
+/// caller runs under ([`corvid_activity::acting_as`]).
 #[derive(Clone)]
 pub struct OwnedFlags {
     store: Arc<FlagStore>,
@@ -70,7 +72,8 @@ impl OwnedFlags {
         definition: FlagDefinition,
     ) -> Result<FlagRecord, StoreError> {
         validate_flag(&definition, self.persons.group_type_count(project_id)?)?;
-        self.store.create_flag(project_id, definition)
+        self.store
+            .create_flag(project_id, &current_actor(), definition)
     }
 
     /// Applies `change` to a live flag, validates the result and stores it as the next version,
@@ -84,7 +87,7 @@ impl OwnedFlags {
     ) -> Result<Option<FlagRecord>, StoreError> {
         let group_types = self.persons.group_type_count(project_id)?;
         self.store
-            .modify_flag(project_id, id, change, |definition| {
+            .modify_flag(project_id, id, &current_actor(), change, |definition| {
                 if definition.deleted {
                     return Ok(());
                 }
@@ -96,9 +99,13 @@ impl OwnedFlags {
     /// pointing at a record that does not exist: the flag is soft-deleted, as the definitions
     /// API deletes. Logged, not returned: the record's error is the one the caller reports.
     pub fn withdraw(&self, project_id: u64, id: i64) {
-        let result = self
-            .store
-            .modify_flag(project_id, id, |f| f.deleted = true, |_| Ok(()));
+        let result = self.store.modify_flag(
+            project_id,
+            id,
+            &current_actor(),
+            |f| f.deleted = true,
+            |_| Ok(()),
+        );
         if let Err(e) = result {
             tracing::error!(project_id, flag_id = id, error = %e,
                 "a flag created for a record that failed to save could not be withdrawn");

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::records::{key_taken, CohortRecord, FlagRecord, FlagRecords};
+use super::records::{key_taken, CohortRecord, FlagChange, FlagRecord, FlagRecords};
+use corvid_activity::ActivityEntry;
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, RESYNC,
 };
@@ -60,18 +61,20 @@ impl PgFlags {
         })
     }
 
-    /// Writes a record and notifies every node's listener of its project, in one statement
-    /// (the notification is delivered when it commits).
+    /// Writes a record and its activity-log entries in one transaction, and notifies every
+    /// node's listener of its project (delivered when it commits).
     fn put(
         &self,
         table: &'static str,
         project_id: u64,
         id: i64,
         record: serde_json::Value,
+        log: &[ActivityEntry],
     ) -> Result<(), StoreError> {
         let p = bigint(project_id);
         let record = tokio_postgres::types::Json(record);
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
             let statement = format!(
                 "WITH written AS (
                      INSERT INTO {table} (project_id, id, record) VALUES ($1, $2, $3)
@@ -80,10 +83,28 @@ impl PgFlags {
                  )
                  SELECT pg_notify('{CHANNEL}', project_id::text) FROM written"
             );
-            client.query(&statement, &[&p, &id, &record]).await?;
-            Ok(())
-        })
+            let done = client.query(&statement, &[&p, &id, &record]).await;
+            (client, done.map(|_| ()).map_err(StoreError::from))
+        })?;
+        log_in(&mut tx, log)?;
+        tx.commit()
     }
+}
+
+/// Writes the entries on the transaction's connection.
+fn log_in(
+    tx: &mut corvid_kernel::pg::BlockingTx<'_>,
+    log: &[ActivityEntry],
+) -> Result<(), StoreError> {
+    let log = log.to_vec();
+    tx.step(move |client| async move {
+        for entry in &log {
+            if let Err(e) = corvid_activity::insert(&client, entry).await {
+                return (client, Err(e));
+            }
+        }
+        (client, Ok(()))
+    })
 }
 
 impl FlagRecords for PgFlags {
@@ -103,11 +124,12 @@ impl FlagRecords for PgFlags {
         self.one("feature_flags", project_id, id)
     }
 
-    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
+    fn create_flag(&self, record: &FlagRecord, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let (p, id) = (bigint(record.project_id), record.definition.id);
         let json = record_json("feature flag", record)?;
         let flag_key = record.definition.key.clone();
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
             let inserted = client
                 .query(
                     &format!(
@@ -120,19 +142,22 @@ impl FlagRecords for PgFlags {
                     &[&p, &id, &json],
                 )
                 .await;
-            match inserted {
+            let done = match inserted {
                 Ok(_) => Ok(()),
                 Err(e) if is_unique_violation(&e) => Err(key_taken(&flag_key)),
                 Err(e) => Err(e.into()),
-            }
-        })
+            };
+            (client, done)
+        })?;
+        log_in(&mut tx, log)?;
+        tx.commit()
     }
 
     fn update_flag(
         &self,
         project_id: u64,
         id: i64,
-        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+        change: &mut FlagChange<'_>,
     ) -> Result<Option<FlagRecord>, StoreError> {
         let p = bigint(project_id);
         let mut tx = self.pg.begin()?;
@@ -155,11 +180,11 @@ impl FlagRecords for PgFlags {
             return Ok(None);
         };
         let stored = record.clone();
-        if !change(&mut record)? {
+        let Some(log) = change(&mut record)? else {
             // Nothing to write: the record is as stored.
             tx.commit()?;
             return Ok(Some(stored));
-        }
+        };
         let json = record_json("feature flag", &record)?;
         let flag_key = record.definition.key.clone();
         tx.step(move |client| async move {
@@ -182,6 +207,7 @@ impl FlagRecords for PgFlags {
             };
             (client, done)
         })?;
+        log_in(&mut tx, &log)?;
         tx.commit()?;
         Ok(Some(record))
     }
@@ -194,9 +220,15 @@ impl FlagRecords for PgFlags {
         self.one("cohorts", project_id, id)
     }
 
-    fn put_cohort(&self, record: &CohortRecord) -> Result<(), StoreError> {
+    fn put_cohort(&self, record: &CohortRecord, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let json = record_json("cohort", record)?.0;
-        self.put("cohorts", record.project_id, record.definition.id, json)
+        self.put(
+            "cohorts",
+            record.project_id,
+            record.definition.id,
+            json,
+            log,
+        )
     }
 
     fn watch(&self, on_change: Arc<dyn Fn(Option<u64>) + Send + Sync>) {
@@ -225,7 +257,11 @@ mod tests {
         use crate::store::FlagStore;
         let server = TestPostgres::start();
         let db = server.database();
-        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
+        db.migrate(&[
+            corvid_kernel::MIGRATIONS,
+            corvid_activity::MIGRATIONS,
+            crate::MIGRATIONS,
+        ]);
         let node1 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         let node3 = FlagStore::new(Arc::new(PgFlags::new(Arc::new(db.connect()))));
         assert!(node3.snapshot(1).expect("snapshot").flags.is_empty());
@@ -235,7 +271,9 @@ mod tests {
             serde_json::json!({"id": 0, "key": "beta", "active": true, "version": 0}),
         )
         .expect("definition");
-        let saved = node1.create_flag(1, definition).expect("save");
+        let saved = node1
+            .create_flag(1, &corvid_activity::Actor::system(), definition)
+            .expect("save");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         loop {
             let seen = node3
@@ -260,8 +298,19 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
-        super::super::records::contract::suite(&PgFlags::new(Arc::clone(&pg)));
+        migrate(
+            &pg,
+            &[
+                corvid_kernel::MIGRATIONS,
+                corvid_activity::MIGRATIONS,
+                crate::MIGRATIONS,
+            ],
+        )
+        .expect("migrate");
+        super::super::records::contract::suite(
+            &PgFlags::new(Arc::clone(&pg)),
+            &corvid_activity::PgActivity::new(Arc::clone(&pg)),
+        );
         let other = Arc::new(db.connect());
         super::super::records::contract::race(
             Arc::new(PgFlags::new(pg)),

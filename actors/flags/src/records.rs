@@ -6,10 +6,13 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use sled::Transactional;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::model::{CohortDefinition, FlagDefinition};
+use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{encode, get, scan_prefix};
 use corvid_kernel::StoreError;
 
@@ -53,7 +56,13 @@ pub struct CohortRecord {
     pub created_at: DateTime<Utc>,
 }
 
-/// Flags and cohorts by project and id. Writes are durable when they return.
+/// A read-modify-write of one flag: `None` leaves it as it was; otherwise the activity-log
+/// entries to write with it.
+pub type FlagChange<'a> =
+    dyn FnMut(&mut FlagRecord) -> Result<Option<Vec<ActivityEntry>>, StoreError> + 'a;
+
+/// Flags and cohorts by project and id. Writes are durable when they return, and each writes
+/// the activity-log entries it is given in the same transaction.
 pub trait FlagRecords: Send + Sync {
     /// A new flag id, never handed out before.
     fn next_flag_id(&self) -> Result<i64, StoreError>;
@@ -65,23 +74,24 @@ pub trait FlagRecords: Send + Sync {
     /// Stores a new flag. Concurrent writers, on any node: a live (not deleted) flag's key is
     /// unique in its project, so of two creates of one key exactly one succeeds; the other
     /// gets [`key_taken`].
-    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError>;
+    fn create_flag(&self, record: &FlagRecord, log: &[ActivityEntry]) -> Result<(), StoreError>;
     /// Read-modify-write of one flag, exclusive against every other writer of it on any node:
-    /// `change` is called once with the stored record and says whether to write it (an error
-    /// aborts the update). No update is lost, so a version bumped inside `change` counts every
-    /// write. A change that gives a live flag the key of another live flag gets [`key_taken`].
-    /// The record as it now is, or `None` when there is no such flag.
+    /// `change` is called once with the stored record and answers `None` to leave it as it
+    /// was, or the activity-log entries to write with it (an error aborts the update). No
+    /// update is lost, so a version bumped inside `change` counts every write. A change that
+    /// gives a live flag the key of another live flag gets [`key_taken`]. The record as it now
+    /// is, or `None` when there is no such flag.
     fn update_flag(
         &self,
         project_id: u64,
         id: i64,
-        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+        change: &mut FlagChange<'_>,
     ) -> Result<Option<FlagRecord>, StoreError>;
     /// All cohorts of a project (deleted ones included), by id.
     fn cohorts(&self, project_id: u64) -> Result<Vec<CohortRecord>, StoreError>;
     fn cohort(&self, project_id: u64, id: i64) -> Result<Option<CohortRecord>, StoreError>;
     /// Inserts or replaces the cohort `record.definition.id` of `record.project_id`.
-    fn put_cohort(&self, record: &CohortRecord) -> Result<(), StoreError>;
+    fn put_cohort(&self, record: &CohortRecord, log: &[ActivityEntry]) -> Result<(), StoreError>;
     /// Calls `on_change` when another process changes a project's flags or cohorts (`None`:
     /// any project's may have changed), so in-memory snapshots can be dropped. A store only
     /// this process writes (the embedded one) never calls it: the [`FlagStore`] that wrote
@@ -126,6 +136,7 @@ pub struct SledFlags {
     flags: sled::Tree,
     cohorts: sled::Tree,
     sequences: sled::Tree,
+    activity: sled::Tree,
     write: Mutex<()>,
 }
 
@@ -135,6 +146,7 @@ impl SledFlags {
             flags: db.open_tree("feature_flags")?,
             cohorts: db.open_tree("cohorts")?,
             sequences: db.open_tree("flag_sequences")?,
+            activity: db.open_tree(corvid_activity::TREE)?,
             db: db.clone(),
             write: Mutex::new(()),
         })
@@ -145,13 +157,29 @@ impl SledFlags {
         self.write.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
-        self.flags.insert(
-            key(record.project_id, record.definition.id),
-            encode(record)?,
-        )?;
+    /// Writes `value` at `key` of `tree` and the entries to the activity log, in one sled
+    /// transaction, then flushes.
+    fn write_logged(
+        &self,
+        tree: &sled::Tree,
+        key: [u8; 16],
+        value: Vec<u8>,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
+        (tree, &self.activity).transaction(|(records, activity)| {
+            records.insert(&key[..], value.clone())?;
+            for entry in log {
+                stage(activity, entry)?;
+            }
+            Ok(())
+        })?;
         self.db.flush()?;
         Ok(())
+    }
+
+    fn write_flag(&self, record: &FlagRecord, log: &[ActivityEntry]) -> Result<(), StoreError> {
+        let k = key(record.project_id, record.definition.id);
+        self.write_logged(&self.flags, k, encode(record)?, log)
     }
 
     fn next_id(&self, name: &str) -> Result<i64, StoreError> {
@@ -177,33 +205,33 @@ impl FlagRecords for SledFlags {
         get(&self.flags, "feature_flags", &key(project_id, id))
     }
 
-    fn create_flag(&self, record: &FlagRecord) -> Result<(), StoreError> {
+    fn create_flag(&self, record: &FlagRecord, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let _write = self.lock();
         if clashes(record, &self.flags(record.project_id)?) {
             return Err(key_taken(&record.definition.key));
         }
-        self.write_flag(record)
+        self.write_flag(record, log)
     }
 
     fn update_flag(
         &self,
         project_id: u64,
         id: i64,
-        change: &mut dyn FnMut(&mut FlagRecord) -> Result<bool, StoreError>,
+        change: &mut FlagChange<'_>,
     ) -> Result<Option<FlagRecord>, StoreError> {
         let _write = self.lock();
         let Some(mut record) = self.flag(project_id, id)? else {
             return Ok(None);
         };
         let stored = record.clone();
-        if !change(&mut record)? {
+        let Some(log) = change(&mut record)? else {
             return Ok(Some(stored));
-        }
+        };
         let may_clash = record.definition.key != stored.definition.key || stored.definition.deleted;
         if may_clash && clashes(&record, &self.flags(project_id)?) {
             return Err(key_taken(&record.definition.key));
         }
-        self.write_flag(&record)?;
+        self.write_flag(&record, &log)?;
         Ok(Some(record))
     }
 
@@ -215,13 +243,9 @@ impl FlagRecords for SledFlags {
         get(&self.cohorts, "cohorts", &key(project_id, id))
     }
 
-    fn put_cohort(&self, record: &CohortRecord) -> Result<(), StoreError> {
-        self.cohorts.insert(
-            key(record.project_id, record.definition.id),
-            encode(record)?,
-        )?;
-        self.db.flush()?;
-        Ok(())
+    fn put_cohort(&self, record: &CohortRecord, log: &[ActivityEntry]) -> Result<(), StoreError> {
+        let k = key(record.project_id, record.definition.id);
+        self.write_logged(&self.cohorts, k, encode(record)?, log)
     }
 }
 
@@ -229,6 +253,7 @@ impl FlagRecords for SledFlags {
 #[cfg(test)]
 pub(crate) mod contract {
     use chrono::Utc;
+    use corvid_activity::{ActivityQuery, ActivityRecords, Actor, SledActivity};
     use serde_json::json;
 
     use super::*;
@@ -254,12 +279,57 @@ pub(crate) mod contract {
         }
     }
 
-    /// Runs every check against an empty store.
-    pub fn suite(records: &dyn FlagRecords) {
+    /// Runs every check against an empty store; `log` reads the activity log of the same
+    /// backing.
+    pub fn suite(records: &dyn FlagRecords, log: &dyn ActivityRecords) {
         ids_are_never_reused(records);
         flags_are_kept_per_project_in_id_order(records);
         live_keys_are_unique(records);
         cohorts_are_kept_per_project(records);
+        changes_are_logged_with_them(records, log);
+    }
+
+    fn logged(project: u64, item: &str) -> ActivityEntry {
+        ActivityEntry::removal(project, &Actor::system(), "FeatureFlag", item.into(), None)
+    }
+
+    /// The entries given with a write are in the log once it returns; a write that is refused
+    /// (an error in the change, a taken key) leaves none.
+    fn changes_are_logged_with_them(records: &dyn FlagRecords, log: &dyn ActivityRecords) {
+        let created = logged(20, "1");
+        records
+            .create_flag(&flag(20, 1, "logged"), std::slice::from_ref(&created))
+            .expect("create");
+        let refused = logged(20, "1");
+        let taken = records.create_flag(&flag(20, 2, "logged"), std::slice::from_ref(&refused));
+        assert!(taken.is_err());
+        let updated = logged(20, "1");
+        records
+            .update_flag(20, 1, &mut |f| {
+                f.definition.name = "n".into();
+                Ok(Some(vec![updated.clone()]))
+            })
+            .expect("update");
+        let err = records.update_flag(20, 1, &mut |_| Err(StoreError::invalid("no", "name")));
+        assert!(err.is_err());
+        let cohort_entry = logged(20, "c");
+        records
+            .put_cohort(&cohort(20, 5), std::slice::from_ref(&cohort_entry))
+            .expect("put");
+        let ids: Vec<_> = log
+            .query(
+                20,
+                &ActivityQuery {
+                    limit: 10,
+                    ..ActivityQuery::default()
+                },
+            )
+            .expect("log")
+            .entries
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(ids, vec![cohort_entry.id, updated.id, created.id]);
     }
 
     fn ids_are_never_reused(records: &dyn FlagRecords) {
@@ -272,10 +342,10 @@ pub(crate) mod contract {
     }
 
     fn flags_are_kept_per_project_in_id_order(records: &dyn FlagRecords) {
-        records.create_flag(&flag(1, 12, "b")).expect("create");
-        records.create_flag(&flag(1, 3, "a")).expect("create");
+        records.create_flag(&flag(1, 12, "b"), &[]).expect("create");
+        records.create_flag(&flag(1, 3, "a"), &[]).expect("create");
         records
-            .create_flag(&flag(2, 5, "a"))
+            .create_flag(&flag(2, 5, "a"), &[])
             .expect("other project");
         let ids: Vec<i64> = records
             .flags(1)
@@ -292,7 +362,7 @@ pub(crate) mod contract {
                 f.definition.version = 2;
                 f.definition.active = false;
                 f.updated_at = changed.updated_at;
-                Ok(true)
+                Ok(Some(Vec::new()))
             })
             .expect("update");
         assert_eq!(written.as_ref(), Some(&changed));
@@ -303,7 +373,7 @@ pub(crate) mod contract {
         let skipped = records
             .update_flag(1, 12, &mut |f| {
                 f.definition.active = true;
-                Ok(false)
+                Ok(None)
             })
             .expect("update");
         assert_eq!(skipped, before);
@@ -315,7 +385,7 @@ pub(crate) mod contract {
         assert_eq!(records.flag(1, 12).expect("read"), before);
         assert_eq!(
             records
-                .update_flag(1, 999, &mut |_| Ok(true))
+                .update_flag(1, 999, &mut |_| Ok(Some(Vec::new())))
                 .expect("update"),
             None
         );
@@ -324,8 +394,8 @@ pub(crate) mod contract {
     /// A live key is unique in its project: a second create, or an update that takes the key
     /// of another live flag, is refused; a deleted flag's key is free again.
     fn live_keys_are_unique(records: &dyn FlagRecords) {
-        records.create_flag(&flag(4, 1, "k")).expect("create");
-        let again = records.create_flag(&flag(4, 2, "k"));
+        records.create_flag(&flag(4, 1, "k"), &[]).expect("create");
+        let again = records.create_flag(&flag(4, 2, "k"), &[]);
         assert!(
             matches!(
                 again,
@@ -336,10 +406,12 @@ pub(crate) mod contract {
             ),
             "{again:?}"
         );
-        records.create_flag(&flag(4, 3, "other")).expect("create");
+        records
+            .create_flag(&flag(4, 3, "other"), &[])
+            .expect("create");
         let renamed = records.update_flag(4, 3, &mut |f| {
             f.definition.key = "k".into();
-            Ok(true)
+            Ok(Some(Vec::new()))
         });
         assert!(
             matches!(renamed, Err(StoreError::Invalid { .. })),
@@ -348,15 +420,15 @@ pub(crate) mod contract {
         records
             .update_flag(4, 1, &mut |f| {
                 f.definition.deleted = true;
-                Ok(true)
+                Ok(Some(Vec::new()))
             })
             .expect("delete");
         records
-            .create_flag(&flag(4, 2, "k"))
+            .create_flag(&flag(4, 2, "k"), &[])
             .expect("the key is free");
         let revived = records.update_flag(4, 1, &mut |f| {
             f.definition.deleted = false;
-            Ok(true)
+            Ok(Some(Vec::new()))
         });
         assert!(
             matches!(revived, Err(StoreError::Invalid { .. })),
@@ -373,7 +445,7 @@ pub(crate) mod contract {
             let tries: Vec<_> = (0..12i64)
                 .map(|i| {
                     let records = Arc::clone(&handles[(i % 2) as usize]);
-                    scope.spawn(move || records.create_flag(&flag(9, 100 + i, "same")).is_ok())
+                    scope.spawn(move || records.create_flag(&flag(9, 100 + i, "same"), &[]).is_ok())
                 })
                 .collect();
             tries
@@ -397,7 +469,7 @@ pub(crate) mod contract {
                         .update_flag(9, id, &mut |f| {
                             f.definition.version += 1;
                             f.definition.name = format!("edit {i}");
-                            Ok(true)
+                            Ok(Some(Vec::new()))
                         })
                         .expect("update");
                 });
@@ -409,13 +481,13 @@ pub(crate) mod contract {
 
     fn cohorts_are_kept_per_project(records: &dyn FlagRecords) {
         let c = cohort(1, 7);
-        records.put_cohort(&c).expect("put");
-        records.put_cohort(&cohort(2, 8)).expect("put");
+        records.put_cohort(&c, &[]).expect("put");
+        records.put_cohort(&cohort(2, 8), &[]).expect("put");
         assert_eq!(records.cohort(1, 7).expect("read"), Some(c.clone()));
         assert_eq!(records.cohorts(1).expect("list"), vec![c.clone()]);
         let mut deleted = c;
         deleted.deleted = true;
-        records.put_cohort(&deleted).expect("replace");
+        records.put_cohort(&deleted, &[]).expect("replace");
         assert_eq!(
             records.cohort(1, 7).expect("read").map(|c| c.deleted),
             Some(true)
@@ -427,7 +499,7 @@ pub(crate) mod contract {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("sled");
         let records: Arc<dyn FlagRecords> = Arc::new(SledFlags::open(&db).expect("open"));
-        suite(records.as_ref());
+        suite(records.as_ref(), &SledActivity::open(&db).expect("log"));
         race(Arc::clone(&records), records);
     }
 }

@@ -13,6 +13,7 @@ use super::coverage::ReadKeys;
 use super::evaluation::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
+use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::StoreError;
 
 pub use super::records::{CohortRecord, FlagRecord};
@@ -85,6 +86,56 @@ impl ProjectFlags {
     }
 }
 
+/// How a flag write is logged: by whom, and for a revert, what it undid.
+struct Logged<'a> {
+    actor: &'a Actor,
+    revert: Option<serde_json::Value>,
+}
+
+/// The activity entry of a flag change (`before` is `None` for a creation), keeping the whole
+/// flag after the change and its version; `None` when no recorded field changed.
+fn flag_entry(
+    project_id: u64,
+    how: &Logged<'_>,
+    before: Option<&FlagDefinition>,
+    after: &FlagDefinition,
+) -> Option<ActivityEntry> {
+    let json = |d: &FlagDefinition| serde_json::to_value(d).unwrap_or_default();
+    let after_json = json(after);
+    let entry = Recorded {
+        project_id,
+        actor: how.actor,
+        scope: "FeatureFlag",
+        item_id: after.id.to_string(),
+        name: Some(after.key.clone()),
+        before: before.map(json).as_ref(),
+        after: &after_json,
+    }
+    .entry()?
+    .keeping(after_json, after.version);
+    Some(match &how.revert {
+        Some(context) => {
+            let mut entry = entry.with_context(context.clone());
+            entry.activity = "reverted".into();
+            entry
+        }
+        None => entry,
+    })
+}
+
+/// A cohort as its activity entries show it: the definition, and a static cohort's member
+/// count (not the members).
+fn cohort_json(c: &CohortRecord) -> serde_json::Value {
+    let mut v = serde_json::to_value(&c.definition).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        map.insert("deleted".into(), c.deleted.into());
+        if c.definition.is_static {
+            map.insert("count".into(), c.static_distinct_ids.len().into());
+        }
+    }
+    v
+}
+
 /// Flag and cohort definitions with their rules (versions count every write), and the
 /// per-project in-memory snapshots evaluation reads. Records live behind [`FlagRecords`],
 /// which keeps live keys unique and makes each update exclusive, for writers on every node.
@@ -151,17 +202,22 @@ impl FlagStore {
     }
 
     /// Applies `change` to a live flag and stores it (a new version) when `check` accepts the
-    /// result. `None` when the flag is gone; the change is skipped (no new version) when it
-    /// leaves the definition as it was.
+    /// result, logged as `actor`'s. `None` when the flag is gone; the change is skipped (no new
+    /// version) when it leaves the definition as it was.
     pub fn modify_flag(
         &self,
         project_id: u64,
         id: i64,
+        actor: &Actor,
         change: impl FnOnce(&mut FlagDefinition),
         check: impl Fn(&FlagDefinition) -> Result<(), StoreError>,
     ) -> Result<Option<FlagRecord>, StoreError> {
         let mut change = Some(change);
-        self.rewrite(project_id, id, true, &mut |definition| {
+        let how = Logged {
+            actor,
+            revert: None,
+        };
+        self.rewrite(project_id, id, true, &how, &mut |definition| {
             if let Some(change) = change.take() {
                 change(definition);
             }
@@ -172,41 +228,70 @@ impl FlagStore {
     /// An update of a live flag (PostHog's PATCH): `change` edits the stored definition (an
     /// error aborts), and the result is stored with the next version even when nothing
     /// changed. Exclusive against every other writer on any node, so concurrent updates each
-    /// count. `None` when the flag is gone (or deleted).
+    /// count. `None` when the flag is gone (or deleted). Logged as `actor`'s, in the write.
     pub fn update_flag(
         &self,
         project_id: u64,
         id: i64,
+        actor: &Actor,
         mut change: impl FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
     ) -> Result<Option<FlagRecord>, StoreError> {
-        self.rewrite(project_id, id, false, &mut change)
+        let how = Logged {
+            actor,
+            revert: None,
+        };
+        self.rewrite(project_id, id, false, &how, &mut change)
+    }
+
+    /// Puts a live flag back to `restored` (an earlier version's definition), as the next
+    /// version; logged as a `reverted` activity with `context` (which change it undid).
+    pub fn restore_flag(
+        &self,
+        project_id: u64,
+        id: i64,
+        actor: &Actor,
+        restored: FlagDefinition,
+        context: serde_json::Value,
+        check: impl Fn(&FlagDefinition) -> Result<(), StoreError>,
+    ) -> Result<Option<FlagRecord>, StoreError> {
+        let how = Logged {
+            actor,
+            revert: Some(context),
+        };
+        self.rewrite(project_id, id, false, &how, &mut |definition| {
+            *definition = restored.clone();
+            check(definition)
+        })
     }
 
     /// Read-modify-write of a live flag through the records' exclusive update; with
-    /// `skip_unchanged`, a definition `change` left as it was is not written.
+    /// `skip_unchanged`, a definition `change` left as it was is not written. The activity
+    /// entry is written with the flag.
     fn rewrite(
         &self,
         project_id: u64,
         id: i64,
         skip_unchanged: bool,
+        how: &Logged<'_>,
         change: &mut dyn FnMut(&mut FlagDefinition) -> Result<(), StoreError>,
     ) -> Result<Option<FlagRecord>, StoreError> {
         let mut live = true;
         let record = self.records.update_flag(project_id, id, &mut |record| {
             if record.definition.deleted {
                 live = false;
-                return Ok(false);
+                return Ok(None);
             }
             let mut definition = record.definition.clone();
             change(&mut definition)?;
             definition.id = record.definition.id;
             if skip_unchanged && definition == record.definition {
-                return Ok(false);
+                return Ok(None);
             }
             definition.version = record.definition.version.saturating_add(1);
+            let entry = flag_entry(project_id, how, Some(&record.definition), &definition);
             record.definition = definition;
             record.updated_at = Utc::now();
-            Ok(true)
+            Ok(Some(entry.into_iter().collect()))
         })?;
         if record.is_some() && live {
             self.refresh(project_id)?;
@@ -214,24 +299,32 @@ impl FlagStore {
         Ok(record.filter(|_| live))
     }
 
-    /// Inserts a new flag, assigning its id and version 1. A live flag of the project with
-    /// the same key makes it fail with [`key_taken`](super::records::key_taken), checked by
-    /// the store for every writer on every node.
+    /// Inserts a new flag, assigning its id and version 1, logged as `actor`'s. A live flag
+    /// of the project with the same key makes it fail with
+    /// [`key_taken`](super::records::key_taken), checked by the store for every writer on
+    /// every node.
     pub fn create_flag(
         &self,
         project_id: u64,
+        actor: &Actor,
         mut definition: FlagDefinition,
     ) -> Result<FlagRecord, StoreError> {
         let now = Utc::now();
         definition.id = self.records.next_flag_id()?;
         definition.version = 1;
+        let how = Logged {
+            actor,
+            revert: None,
+        };
+        let entry = flag_entry(project_id, &how, None, &definition);
         let record = FlagRecord {
             definition,
             project_id,
             created_at: now,
             updated_at: now,
         };
-        self.records.create_flag(&record)?;
+        self.records
+            .create_flag(&record, &entry.into_iter().collect::<Vec<_>>())?;
         self.refresh(project_id)?;
         Ok(record)
     }
@@ -244,17 +337,32 @@ impl FlagStore {
         self.records.cohort(project_id, id)
     }
 
-    /// Inserts (id 0) or replaces a cohort.
+    /// Inserts (id 0) or replaces a cohort, logged as `actor`'s in the same write.
     pub fn save_cohort(
         &self,
         project_id: u64,
+        actor: &Actor,
         mut record: CohortRecord,
     ) -> Result<CohortRecord, StoreError> {
-        if record.definition.id == 0 {
+        let before = if record.definition.id == 0 {
             record.definition.id = self.records.next_cohort_id()?;
-        }
+            None
+        } else {
+            self.records.cohort(project_id, record.definition.id)?
+        };
         record.project_id = project_id;
-        self.records.put_cohort(&record)?;
+        let entry = Recorded {
+            project_id,
+            actor,
+            scope: "Cohort",
+            item_id: record.definition.id.to_string(),
+            name: Some(record.definition.name.clone()),
+            before: before.as_ref().map(cohort_json).as_ref(),
+            after: &cohort_json(&record),
+        }
+        .entry();
+        self.records
+            .put_cohort(&record, &entry.into_iter().collect::<Vec<_>>())?;
         self.refresh(project_id)?;
         Ok(record)
     }

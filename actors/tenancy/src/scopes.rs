@@ -6,6 +6,7 @@ use std::fmt;
 
 /// The objects a scope can name. A subset of PostHog's list: the ones Corvid serves.
 pub const OBJECTS: &[&str] = &[
+    "activity_log",
     "batch_export",
     "cohort",
     "early_access_feature",

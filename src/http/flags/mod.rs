@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::{cors, project_route};
 use crate::auth::scope::{FeatureFlagRead, FeatureFlagWrite};
-use crate::auth::ProjectAccess;
+use crate::auth::{actor, ProjectAccess};
 use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -26,6 +26,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     project_route(cfg, "/feature_flags/{flag_id}", || web::get().to(get));
     project_route(cfg, "/feature_flags/{flag_id}", || web::patch().to(update));
     project_route(cfg, "/feature_flags/{flag_id}", || web::delete().to(delete));
+    project_route(cfg, "/feature_flags/{flag_id}/revert", || {
+        web::post().to(revert)
+    });
 }
 
 /// The public evaluation and definitions routes (static paths; registered first, see
@@ -97,7 +100,7 @@ async fn create(
     let record = state
         .engine
         .flags
-        .create_flag(access.project.id, body)
+        .create_flag(access.project.id, &actor(&access.credential), body)
         .await?;
     Ok(HttpResponse::Created().json(flag_json(&record)))
 }
@@ -124,7 +127,12 @@ async fn update(
     let record = state
         .engine
         .flags
-        .update_flag(access.project.id, flag_id(&path.1)?, body)
+        .update_flag(
+            access.project.id,
+            flag_id(&path.1)?,
+            &actor(&access.credential),
+            body,
+        )
         .await?;
     Ok(HttpResponse::Ok().json(flag_json(&record)))
 }
@@ -137,7 +145,50 @@ async fn delete(
     state
         .engine
         .flags
-        .delete_flag(access.project.id, flag_id(&path.1)?)
+        .delete_flag(
+            access.project.id,
+            flag_id(&path.1)?,
+            &actor(&access.credential),
+        )
         .await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST …/feature_flags/{id}/revert/` with an optional `{"activity_log_id": uuid}` (absent:
+/// the newest revertible change): the flag goes back to the version before that change, as
+/// its next version. Answers the fields that changed back and the flag.
+async fn revert(
+    access: ProjectAccess<FeatureFlagWrite>,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    struct RevertBody {
+        activity_log_id: Option<uuid::Uuid>,
+    }
+    let body: RevertBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RevertBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::validation(format!("Invalid body: {e}"), None))?
+    };
+    let reverted = state
+        .engine
+        .flags
+        .revert_flag(
+            access.project.id,
+            flag_id(&path.1)?,
+            &actor(&access.credential),
+            body.activity_log_id,
+        )
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "reverted_activity_log_id": reverted.reverted,
+        "restored_version": reverted.restored_version,
+        "applied_fields": reverted.applied_fields,
+        "skipped_fields": [],
+        "feature_flag": flag_json(&reverted.flag),
+    })))
 }

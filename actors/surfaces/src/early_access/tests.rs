@@ -111,6 +111,7 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
         s.flags
             .create_flag(
                 1,
+                &corvid_activity::Actor::system(),
                 FlagDefinition::new(key.into(), key.into(), filters, true),
             )
             .expect("flag")

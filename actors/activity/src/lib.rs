@@ -1,0 +1,85 @@
+//! The activity log: who changed what and when, with field diffs (PostHog's `ActivityLog`).
+//!
+//! Each domain builds an [`ActivityEntry`] for every change it makes ([`Recorded::entry`]
+//! diffs the item's JSON before and after, leaving out bookkeeping fields and masking secrets)
+//! and writes it in the same transaction as the change: [`stage`] inside a sled transaction
+//! embedded, [`insert`] inside a PostgreSQL transaction in a cluster. [`ActivityLog`] is the
+//! door for reading it (the API's listings) and for its upkeep (entries older than the TTL
+//! are deleted).
+
+mod acting;
+mod diff;
+mod entry;
+mod pg;
+mod records;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use acting::{acting_as, current_actor};
+pub use diff::{changes_between, mask, Change, MASKED};
+pub use entry::{ActivityEntry, Actor, Detail, Recorded};
+pub use pg::{insert, PgActivity};
+#[cfg(any(test, feature = "test-support"))]
+pub use records::contract;
+pub use records::{stage, ActivityPage, ActivityQuery, ActivityRecords, SledActivity, TREE};
+
+use corvid_kernel::{blocking, StoreError};
+
+/// The activity log's door. Cheap to clone.
+#[derive(Clone)]
+pub struct ActivityLog {
+    records: Arc<dyn ActivityRecords>,
+}
+
+impl ActivityLog {
+    pub fn new(records: Arc<dyn ActivityRecords>) -> ActivityLog {
+        ActivityLog { records }
+    }
+
+    /// The project's entries matching `query`, newest first.
+    pub async fn list(
+        &self,
+        project_id: u64,
+        query: ActivityQuery,
+    ) -> Result<ActivityPage, StoreError> {
+        let records = Arc::clone(&self.records);
+        blocking(move || records.query(project_id, &query)).await
+    }
+
+    pub async fn entry(
+        &self,
+        project_id: u64,
+        id: Uuid,
+    ) -> Result<Option<ActivityEntry>, StoreError> {
+        let records = Arc::clone(&self.records);
+        blocking(move || records.entry(project_id, id)).await
+    }
+
+    /// Records a change whose own store is not transactional with the log (its entry is
+    /// written right after the change).
+    pub async fn record(&self, entry: ActivityEntry) -> Result<(), StoreError> {
+        let records = Arc::clone(&self.records);
+        blocking(move || records.append(&entry)).await
+    }
+
+    /// Deletes entries made before `cutoff` (blocking; the engine's upkeep job calls it).
+    pub fn expire(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.records.expire(cutoff)
+    }
+
+    /// The storage, for the domains that read entries in their own rules (a flag's revert).
+    pub fn records(&self) -> Arc<dyn ActivityRecords> {
+        Arc::clone(&self.records)
+    }
+}
+
+/// The PostgreSQL schema of this crate's table (`migrations/`), applied by the engine with every
+/// other crate's.
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
+    version: 11,
+    name: "activity log",
+    sql: include_str!("../migrations/0011_activity_log.sql"),
+}];
