@@ -304,3 +304,80 @@ fn entries_survive_a_restart() {
     );
     assert_eq!(percentage(&reverted["feature_flag"]), 10.0);
 }
+
+#[test]
+fn product_surfaces_log_their_records_and_the_flags_they_own_as_the_user() {
+    let server = TestServer::new();
+    let survey = server.admin_post(
+        "/api/projects/1/surveys/",
+        &json!({"name": "NPS", "type": "popover", "start_date": "2024-01-01T00:00:00Z",
+                "questions": [{"type": "open", "question": "Why?"}]}),
+        201,
+    );
+    let id = survey["id"].as_str().expect("id");
+    server.admin_patch(
+        &format!("/api/projects/1/surveys/{id}/"),
+        &json!({"name": "NPS 2"}),
+        200,
+    );
+    let history = server.admin_get(&format!("/api/projects/1/surveys/{id}/activity/"));
+    let results = history["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{history}");
+    assert_eq!(results[0]["activity"], "updated");
+    assert_eq!(results[0]["scope"], "Survey");
+    assert_eq!(results[0]["user"]["email"], server.creds.email);
+    let fields: Vec<&str> = results[0]["detail"]["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert!(fields.contains(&"name"), "{fields:?}");
+
+    let feature = server.admin_post(
+        "/api/projects/1/early_access_feature/",
+        &json!({"name": "New Editor", "stage": "beta"}),
+        201,
+    );
+    // The feature's own flag was made by the same user, and is logged as theirs.
+    let flag_id = feature["feature_flag"]["id"].as_i64().expect("flag");
+    let flag_history = server.admin_get(&format!(
+        "/api/projects/1/feature_flags/{flag_id}/activity/"
+    ));
+    let first = &flag_history["results"]
+        .as_array()
+        .expect("results")
+        .last()
+        .expect("created")["user"];
+    assert_eq!(first["email"], server.creds.email);
+    assert_eq!(first["is_system"], false);
+    let res = server.delete(
+        &format!(
+            "/api/projects/1/early_access_feature/{}/",
+            feature["id"].as_str().expect("id")
+        ),
+        Some(server.admin_key()),
+    );
+    assert_eq!(res.status(), 204);
+    let features =
+        server.admin_get("/api/projects/1/activity_log/?scope=EarlyAccessFeature&page=1");
+    let activities: Vec<&str> = features["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|e| e["activity"].as_str().expect("activity"))
+        .collect();
+    assert_eq!(activities, vec!["deleted", "created"]);
+
+    let experiment = server.admin_post(
+        "/api/projects/1/experiments/",
+        &json!({"name": "Checkout test", "feature_flag_key": "checkout-test"}),
+        201,
+    );
+    let logged = server.admin_get(&format!(
+        "/api/projects/1/experiments/{}/activity/",
+        experiment["id"]
+    ));
+    assert_eq!(logged["results"][0]["activity"], "created");
+    assert_eq!(logged["results"][0]["detail"]["name"], "Checkout test");
+}

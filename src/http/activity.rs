@@ -17,7 +17,14 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The scopes with an activity pair of their own: the route's resource and the log's scope.
-const SCOPED: &[(&str, &str)] = &[("feature_flags", "FeatureFlag"), ("cohorts", "Cohort")];
+const SCOPED: &[(&str, &str)] = &[
+    ("feature_flags", "FeatureFlag"),
+    ("cohorts", "Cohort"),
+    ("surveys", "Survey"),
+    ("experiments", "Experiment"),
+    ("experiment_holdouts", "ExperimentHoldout"),
+    ("early_access_feature", "EarlyAccessFeature"),
+];
 
 /// Registers the log and every scope's pair. Called before the scopes' own `{id}` routes, so
 /// `…/feature_flags/activity` is not read as a flag id.
@@ -231,29 +238,36 @@ async fn of_item(
         .activity
         .list(access.project.id, query.clone())
         .await?;
-    if any.total == 0 && !item_exists(&state, access.project.id, scope, &item).await? {
+    if any.total == 0 && item_exists(&state, access.project.id, scope, &item).await? == Some(false)
+    {
         return Err(ApiError::not_found(scope));
     }
     activity_page(&access, &state, &req, &params, query).await
 }
 
+/// Whether the project has the item (`None`: not checked for this scope; an item without
+/// entries then lists none).
 async fn item_exists(
     state: &AppState,
     project: u64,
     scope: &str,
     item: &str,
-) -> Result<bool, ApiError> {
-    let Ok(id) = item.parse::<i64>() else {
-        return Ok(false);
+) -> Result<Option<bool>, ApiError> {
+    let check = match scope {
+        "FeatureFlag" | "Cohort" => item.parse::<i64>().ok(),
+        _ => return Ok(None),
     };
-    let found = match scope {
-        "FeatureFlag" => state.engine.flags.flag(project, id).await.map(|_| ()),
-        "Cohort" => state.engine.flags.cohort(project, id).await.map(|_| ()),
-        _ => return Ok(false),
+    let Some(id) = check else {
+        return Ok(Some(false));
+    };
+    let found = if scope == "FeatureFlag" {
+        state.engine.flags.flag(project, id).await.map(|_| ())
+    } else {
+        state.engine.flags.cohort(project, id).await.map(|_| ())
     };
     match found {
-        Ok(()) => Ok(true),
-        Err(corvid_kernel::StoreError::NotFound { .. }) => Ok(false),
+        Ok(()) => Ok(Some(true)),
+        Err(corvid_kernel::StoreError::NotFound { .. }) => Ok(Some(false)),
         Err(e) => Err(e.into()),
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{cors, project_route, uuid_path};
 use crate::auth::scope::{EarlyAccessFeatureRead, EarlyAccessFeatureWrite};
-use crate::auth::{public_project, ProjectAccess};
+use crate::auth::{actor, public_project, ProjectAccess};
 use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -56,7 +56,7 @@ async fn create(
     let view = state
         .engine
         .early_access
-        .create(access.project.id, body)
+        .create(access.project.id, &actor(&access.credential), body)
         .await?;
     Ok(HttpResponse::Created().json(view.admin_json()))
 }
@@ -81,7 +81,7 @@ async fn update(
     let view = state
         .engine
         .early_access
-        .update(access.project.id, id, body)
+        .update(access.project.id, &actor(&access.credential), id, body)
         .await?;
     Ok(HttpResponse::Ok().json(view.admin_json()))
 }
@@ -95,7 +95,7 @@ async fn delete(
     state
         .engine
         .early_access
-        .delete(access.project.id, id)
+        .delete(access.project.id, &actor(&access.credential), id)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

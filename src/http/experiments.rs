@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{id_path, project_route, user_summary};
 use crate::auth::scope::{ExperimentRead, ExperimentWrite};
-use crate::auth::ProjectAccess;
+use crate::auth::{actor, ProjectAccess};
 use crate::body::{parse_json, read_body, ValidJson};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -125,7 +125,7 @@ async fn create(
     let view = state
         .engine
         .experiments
-        .create(access.project.id, body, creator)
+        .create(access.project.id, &actor(&access.credential), body, creator)
         .await?;
     Ok(HttpResponse::Created().json(view.to_json()))
 }
@@ -150,7 +150,7 @@ async fn update(
     let view = state
         .engine
         .experiments
-        .update(access.project.id, id, body)
+        .update(access.project.id, &actor(&access.credential), id, body)
         .await?;
     Ok(HttpResponse::Ok().json(view.to_json()))
 }
@@ -213,7 +213,13 @@ async fn act(
     let view = state
         .engine
         .experiments
-        .act(access.project.id, id, action, Utc::now())
+        .act(
+            access.project.id,
+            &actor(&access.credential),
+            id,
+            action,
+            Utc::now(),
+        )
         .await?;
     Ok(HttpResponse::Ok().json(view.to_json()))
 }
@@ -250,7 +256,7 @@ async fn create_holdout(
     let holdout = state
         .engine
         .experiments
-        .create_holdout(access.project.id, body)
+        .create_holdout(access.project.id, &actor(&access.credential), body)
         .await?;
     Ok(HttpResponse::Created().json(holdout.to_json()))
 }
@@ -279,7 +285,7 @@ async fn update_holdout(
     let holdout = state
         .engine
         .experiments
-        .update_holdout(access.project.id, id, body)
+        .update_holdout(access.project.id, &actor(&access.credential), id, body)
         .await?;
     Ok(HttpResponse::Ok().json(holdout.to_json()))
 }
@@ -293,7 +299,7 @@ async fn delete_holdout(
     state
         .engine
         .experiments
-        .delete_holdout(access.project.id, id)
+        .delete_holdout(access.project.id, &actor(&access.credential), id)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::{cors, project_route, user_summary, uuid_path};
 use crate::auth::scope::{SurveyRead, SurveyWrite};
-use crate::auth::{public_project, ProjectAccess};
+use crate::auth::{actor, public_project, ProjectAccess};
 use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -80,7 +80,7 @@ async fn create(
     let view = state
         .engine
         .surveys
-        .create(access.project.id, body, creator)
+        .create(access.project.id, &actor(&access.credential), body, creator)
         .await?;
     Ok(HttpResponse::Created().json(view.admin_json()))
 }
@@ -105,7 +105,7 @@ async fn update(
     let view = state
         .engine
         .surveys
-        .update(access.project.id, id, body)
+        .update(access.project.id, &actor(&access.credential), id, body)
         .await?;
     Ok(HttpResponse::Ok().json(view.admin_json()))
 }
@@ -117,7 +117,11 @@ async fn archive(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path(&path.1, "Survey")?;
-    state.engine.surveys.archive(access.project.id, id).await?;
+    state
+        .engine
+        .surveys
+        .archive(access.project.id, &actor(&access.credential), id)
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

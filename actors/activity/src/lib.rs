@@ -10,6 +10,7 @@
 mod acting;
 mod diff;
 mod entry;
+mod logged;
 mod pg;
 mod records;
 
@@ -21,6 +22,7 @@ use uuid::Uuid;
 pub use acting::{acting_as, current_actor};
 pub use diff::{changes_between, mask, Change, MASKED};
 pub use entry::{ActivityEntry, Actor, Detail, Recorded};
+pub use logged::LoggedRecords;
 pub use pg::{insert, PgActivity};
 #[cfg(any(test, feature = "test-support"))]
 pub use records::contract;

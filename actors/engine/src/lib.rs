@@ -22,7 +22,7 @@ use std::time::Duration;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use corvid_activity::{ActivityLog, ActivityRecords, PgActivity, SledActivity};
+use corvid_activity::{ActivityLog, ActivityRecords, LoggedRecords, PgActivity, SledActivity};
 use corvid_endpoints::{
     EndpointRecords, EndpointSettings, EndpointStats, Endpoints, ExecutionLogRecords, PgEndpoints,
     PgExecutionLog, ResultStorage, SledEndpoints, SledExecutionLog,
@@ -294,6 +294,24 @@ enum Backing {
 }
 
 impl Backing {
+    /// The records `name`, every write of them logged under `scope` as the user the writer
+    /// runs under (the product surfaces' records).
+    fn logged_records<T>(
+        &self,
+        name: &'static str,
+        scope: &'static str,
+        activity: &ActivityLog,
+    ) -> Result<Arc<dyn DefinitionRecords<T>>, StoreError>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        Ok(Arc::new(LoggedRecords::new(
+            self.records(name)?,
+            activity.records(),
+            scope,
+        )))
+    }
+
     fn records<T>(&self, name: &'static str) -> Result<Arc<dyn DefinitionRecords<T>>, StoreError>
     where
         T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -498,7 +516,7 @@ impl Engine {
             early_access,
             surveys,
             experiments,
-        } = product_surfaces(&backing, &flags, &persons, &query)?;
+        } = product_surfaces(&backing, (&flags, &persons), &query, &activity)?;
 
         let export_bucket = match &settings.storage {
             Storage::Cluster(cluster) => Some(corvid_kernel::bucket::under(
@@ -757,25 +775,25 @@ struct Surfaces {
 
 fn product_surfaces(
     backing: &Backing,
-    flags: &Arc<FlagStore>,
-    persons: &Arc<PersonStore>,
+    (flags, persons): (&Arc<FlagStore>, &Arc<PersonStore>),
     query: &Arc<QueryEngine>,
+    activity: &ActivityLog,
 ) -> Result<Surfaces, EngineError> {
     // The product surfaces write the flags they own through the flags door for owners.
     let owned = Arc::new(OwnedFlags::new(Arc::clone(flags), Arc::clone(persons)));
     let surveys = Surveys::new(
-        backing.records("surveys")?,
+        backing.logged_records("surveys", "Survey", activity)?,
         Arc::clone(&owned),
         Arc::clone(query),
     );
     let remote_config = RemoteConfig::new(Arc::clone(&owned), surveys.clone());
     let early_access = EarlyAccess::new(
-        backing.records("early_access_features")?,
+        backing.logged_records("early_access_features", "EarlyAccessFeature", activity)?,
         Arc::clone(&owned),
     );
     let experiments = Experiments::new(
-        backing.records("experiments")?,
-        backing.records("experiment_holdouts")?,
+        backing.logged_records("experiments", "Experiment", activity)?,
+        backing.logged_records("experiment_holdouts", "ExperimentHoldout", activity)?,
         owned,
         Arc::clone(query),
     );

@@ -145,7 +145,12 @@ fn a_failed_experiment_save_leaves_a_flag_the_retry_reuses() {
         .expect("changes")
     };
 
-    let failed = db.runtime.block_on(experiments.create(1, changes(), None));
+    let failed = db.runtime.block_on(experiments.create(
+        1,
+        &corvid_activity::Actor::system(),
+        changes(),
+        None,
+    ));
     assert!(
         matches!(failed, Err(crate::RecordError::Store(_))),
         "{failed:?}"
@@ -156,7 +161,7 @@ fn a_failed_experiment_save_leaves_a_flag_the_retry_reuses() {
     db.allow();
     let view = db
         .runtime
-        .block_on(experiments.create(1, changes(), None))
+        .block_on(experiments.create(1, &corvid_activity::Actor::system(), changes(), None))
         .expect("the retry reuses the flag");
     assert_eq!(view.experiment.feature_flag_key, "checkout");
     assert_eq!(db.live_flags(), vec!["checkout".to_string()]);
@@ -187,7 +192,8 @@ fn a_failed_survey_save_withdraws_both_flags_it_created() {
         .expect("changes")
     };
 
-    db.refused_then_saved(|| surveys.create(1, changes(), None));
+    let system = corvid_activity::Actor::system();
+    db.refused_then_saved(|| surveys.create(1, &system, changes(), None));
     assert_eq!(db.live_flags().len(), 2, "internal and targeting flags");
 }
 
@@ -206,6 +212,7 @@ fn a_failed_feature_save_withdraws_the_flag_it_created() {
             .expect("changes")
     };
 
-    db.refused_then_saved(|| features.create(1, changes()));
+    let system = corvid_activity::Actor::system();
+    db.refused_then_saved(|| features.create(1, &system, changes()));
     assert_eq!(db.live_flags(), vec!["dark-mode".to_string()]);
 }

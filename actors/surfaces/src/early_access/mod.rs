@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::surface::RecordError;
+use corvid_activity::{acting_as, Actor};
 use corvid_flags::{Condition, FlagDefinition, FlagFilters};
 use corvid_flags::{FlagRecord, OwnedFlags};
 use corvid_kernel::{blocking, DefinitionRecords};
@@ -204,13 +205,17 @@ impl EarlyAccess {
     pub async fn create(
         &self,
         project: u64,
+        actor: &Actor,
         changes: FeatureChanges,
     ) -> Result<FeatureView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let feature = inner.create(project, changes)?;
-            inner.view(project, feature)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let feature = inner.create(project, changes)?;
+                inner.view(project, feature)
+            })
         })
         .await
     }
@@ -218,31 +223,38 @@ impl EarlyAccess {
     pub async fn update(
         &self,
         project: u64,
+        actor: &Actor,
         id: Uuid,
         changes: FeatureChanges,
     ) -> Result<FeatureView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let feature = inner.update(project, id, changes)?;
-            inner.view(project, feature)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let feature = inner.update(project, id, changes)?;
+                inner.view(project, feature)
+            })
         })
         .await
     }
 
     /// Deletes the feature; its flag stays, without the enrollment marker.
-    pub async fn delete(&self, project: u64, id: Uuid) -> Result<(), RecordError> {
+    pub async fn delete(&self, project: u64, actor: &Actor, id: Uuid) -> Result<(), RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let feature = inner.feature(project, id)?;
-            if let Some(flag) = feature.feature_flag_id {
-                inner
-                    .flags
-                    .modify(project, flag, |f| f.filters.feature_enrollment = None)?;
-            }
-            inner.store.delete(project, &id.to_string())?;
-            Ok(())
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let feature = inner.feature(project, id)?;
+                if let Some(flag) = feature.feature_flag_id {
+                    inner
+                        .flags
+                        .modify(project, flag, |f| f.filters.feature_enrollment = None)?;
+                }
+                inner.store.delete(project, &id.to_string())?;
+                Ok(())
+            })
         })
         .await
     }

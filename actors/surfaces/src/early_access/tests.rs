@@ -43,6 +43,7 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
         .eaf
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "Dark Mode!", "stage": "beta", "description": "d"})),
         )
         .await
@@ -55,25 +56,41 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
 
     let id = view.feature.id;
     s.eaf
-        .update(1, id, changes(json!({"stage": "concept"})))
+        .update(
+            1,
+            &corvid_activity::Actor::system(),
+            id,
+            changes(json!({"stage": "concept"})),
+        )
         .await
         .expect("demote");
     assert_eq!(flag(&s, f.id).filters.feature_enrollment, None);
     s.eaf
-        .update(1, id, changes(json!({"stage": "alpha"})))
+        .update(
+            1,
+            &corvid_activity::Actor::system(),
+            id,
+            changes(json!({"stage": "alpha"})),
+        )
         .await
         .expect("promote");
     assert_eq!(flag(&s, f.id).filters.feature_enrollment, Some(true));
 
     let err = s
         .eaf
-        .update(1, id, changes(json!({"rollout_to_all": true})))
+        .update(
+            1,
+            &corvid_activity::Actor::system(),
+            id,
+            changes(json!({"rollout_to_all": true})),
+        )
         .await
         .expect_err("not GA");
     assert!(detail(err).contains("general-availability"));
     s.eaf
         .update(
             1,
+            &corvid_activity::Actor::system(),
             id,
             changes(json!({"stage": "general-availability", "rollout_to_all": true})),
         )
@@ -87,7 +104,11 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
 
     let err = s
         .eaf
-        .create(1, changes(json!({"name": "dark mode", "stage": "beta"})))
+        .create(
+            1,
+            &corvid_activity::Actor::system(),
+            changes(json!({"name": "dark mode", "stage": "beta"})),
+        )
         .await
         .expect_err("key taken");
     assert_eq!(
@@ -95,7 +116,10 @@ async fn a_new_feature_gets_its_own_flag_that_honours_enrollment_in_active_stage
         "There is already a feature flag with this key."
     );
 
-    s.eaf.delete(1, id).await.expect("delete");
+    s.eaf
+        .delete(1, &corvid_activity::Actor::system(), id)
+        .await
+        .expect("delete");
     assert!(matches!(
         s.eaf.get(1, id).await,
         Err(RecordError::NotFound { .. })
@@ -145,6 +169,7 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
             .eaf
             .create(
                 1,
+                &corvid_activity::Actor::system(),
                 changes(json!({"name": "X", "stage": "beta", "feature_flag_id": id})),
             )
             .await
@@ -155,6 +180,7 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
         .eaf
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "X", "stage": "alpha", "feature_flag_id": plain})),
         )
         .await
@@ -170,6 +196,7 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
         .eaf
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "Y", "stage": "beta", "feature_flag_id": plain})),
         )
         .await
@@ -180,7 +207,11 @@ async fn only_boolean_person_flags_not_yet_linked_can_be_linked() {
     );
     let err = s
         .eaf
-        .create(1, changes(json!({"name": "Z", "stage": "gamma"})))
+        .create(
+            1,
+            &corvid_activity::Actor::system(),
+            changes(json!({"name": "Z", "stage": "gamma"})),
+        )
         .await
         .expect_err("stage");
     assert!(detail(err).starts_with("\"gamma\" is not a valid stage"));
@@ -198,6 +229,7 @@ async fn the_public_list_filters_by_stage_beta_by_default() {
         s.eaf
             .create(
                 1,
+                &corvid_activity::Actor::system(),
                 changes(json!({"name": name, "stage": stage, "payload": {"n": name}})),
             )
             .await

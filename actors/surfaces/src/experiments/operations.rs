@@ -9,6 +9,7 @@ use super::model::{Action, Experiment, ExperimentChanges, Holdout, HoldoutChange
 use super::results::ExperimentResults;
 use super::{exclusion, results, ExperimentView, Experiments, FlagHoldout, Inner, ListFilter};
 use crate::surface::RecordError;
+use corvid_activity::{acting_as, Actor};
 use corvid_flags::OwnedFlags;
 use corvid_kernel::{blocking, DefinitionRecords};
 use corvid_query::QueryEngine;
@@ -70,14 +71,18 @@ impl Experiments {
     pub async fn create(
         &self,
         project: u64,
+        actor: &Actor,
         changes: ExperimentChanges,
         created_by: Option<Value>,
     ) -> Result<ExperimentView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let e = inner.create(project, changes, created_by, Utc::now())?;
-            inner.view(project, e)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let e = inner.create(project, changes, created_by, Utc::now())?;
+                inner.view(project, e)
+            })
         })
         .await
     }
@@ -85,14 +90,18 @@ impl Experiments {
     pub async fn update(
         &self,
         project: u64,
+        actor: &Actor,
         id: u64,
         changes: ExperimentChanges,
     ) -> Result<ExperimentView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let e = inner.update(project, id, changes, Utc::now())?;
-            inner.view(project, e)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let e = inner.update(project, id, changes, Utc::now())?;
+                inner.view(project, e)
+            })
         })
         .await
     }
@@ -101,15 +110,19 @@ impl Experiments {
     pub async fn act(
         &self,
         project: u64,
+        actor: &Actor,
         id: u64,
         action: Action,
         now: DateTime<Utc>,
     ) -> Result<ExperimentView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let e = inner.act(project, id, action, now)?;
-            inner.view(project, e)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let e = inner.act(project, id, action, now)?;
+                inner.view(project, e)
+            })
         })
         .await
     }
@@ -150,32 +163,36 @@ impl Experiments {
     pub async fn create_holdout(
         &self,
         project: u64,
+        actor: &Actor,
         changes: HoldoutChanges,
     ) -> Result<Holdout, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let now = Utc::now();
-            let name = changes
-                .name
-                .clone()
-                .filter(|n| !n.trim().is_empty())
-                .ok_or_else(|| RecordError::invalid("This field is required.", "name"))?;
-            let mut holdout = Holdout {
-                id: inner.holdouts.next_id()?,
-                project_id: project,
-                name,
-                description: changes.description.clone().unwrap_or_default(),
-                exclusion_percentage: 0.0,
-                created_at: now,
-                updated_at: now,
-            };
-            holdout.exclusion_percentage = exclusion(changes.filters.as_ref())?
-                .ok_or_else(|| RecordError::invalid("This field is required.", "filters"))?;
-            inner
-                .holdouts
-                .put(project, &holdout.id.to_string(), &holdout)?;
-            Ok(holdout)
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let now = Utc::now();
+                let name = changes
+                    .name
+                    .clone()
+                    .filter(|n| !n.trim().is_empty())
+                    .ok_or_else(|| RecordError::invalid("This field is required.", "name"))?;
+                let mut holdout = Holdout {
+                    id: inner.holdouts.next_id()?,
+                    project_id: project,
+                    name,
+                    description: changes.description.clone().unwrap_or_default(),
+                    exclusion_percentage: 0.0,
+                    created_at: now,
+                    updated_at: now,
+                };
+                holdout.exclusion_percentage = exclusion(changes.filters.as_ref())?
+                    .ok_or_else(|| RecordError::invalid("This field is required.", "filters"))?;
+                inner
+                    .holdouts
+                    .put(project, &holdout.id.to_string(), &holdout)?;
+                Ok(holdout)
+            })
         })
         .await
     }
@@ -184,58 +201,70 @@ impl Experiments {
     pub async fn update_holdout(
         &self,
         project: u64,
+        actor: &Actor,
         id: u64,
         changes: HoldoutChanges,
     ) -> Result<Holdout, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let mut holdout = inner.holdout(project, id)?;
-            if let Some(name) = changes.name {
-                if name.trim().is_empty() {
-                    return Err(RecordError::invalid("This field may not be blank.", "name"));
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let mut holdout = inner.holdout(project, id)?;
+                if let Some(name) = changes.name {
+                    if name.trim().is_empty() {
+                        return Err(RecordError::invalid("This field may not be blank.", "name"));
+                    }
+                    holdout.name = name;
                 }
-                holdout.name = name;
-            }
-            if let Some(description) = changes.description {
-                holdout.description = description;
-            }
-            if let Some(p) = exclusion(changes.filters.as_ref())? {
-                holdout.exclusion_percentage = p;
-            }
-            holdout.updated_at = Utc::now();
-            inner
-                .holdouts
-                .put(project, &holdout.id.to_string(), &holdout)?;
-            for e in inner.users_of(project, id)? {
-                inner.flags.modify(project, e.feature_flag_id, |f| {
-                    f.filters.holdout = Some(FlagHoldout {
-                        id: id as i64,
-                        exclusion_percentage: holdout.exclusion_percentage,
-                    })
-                })?;
-            }
-            Ok(holdout)
+                if let Some(description) = changes.description {
+                    holdout.description = description;
+                }
+                if let Some(p) = exclusion(changes.filters.as_ref())? {
+                    holdout.exclusion_percentage = p;
+                }
+                holdout.updated_at = Utc::now();
+                inner
+                    .holdouts
+                    .put(project, &holdout.id.to_string(), &holdout)?;
+                for e in inner.users_of(project, id)? {
+                    inner.flags.modify(project, e.feature_flag_id, |f| {
+                        f.filters.holdout = Some(FlagHoldout {
+                            id: id as i64,
+                            exclusion_percentage: holdout.exclusion_percentage,
+                        })
+                    })?;
+                }
+                Ok(holdout)
+            })
         })
         .await
     }
 
     /// Deletes a holdout, taking it off every experiment (and flag) using it.
-    pub async fn delete_holdout(&self, project: u64, id: u64) -> Result<(), RecordError> {
+    pub async fn delete_holdout(
+        &self,
+        project: u64,
+        actor: &Actor,
+        id: u64,
+    ) -> Result<(), RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            inner.holdout(project, id)?;
-            for mut e in inner.users_of(project, id)? {
-                inner
-                    .flags
-                    .modify(project, e.feature_flag_id, |f| f.filters.holdout = None)?;
-                e.holdout_id = None;
-                e.updated_at = Utc::now();
-                inner.experiments.put(project, &e.id.to_string(), &e)?;
-            }
-            inner.holdouts.delete(project, &id.to_string())?;
-            Ok(())
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                inner.holdout(project, id)?;
+                for mut e in inner.users_of(project, id)? {
+                    inner
+                        .flags
+                        .modify(project, e.feature_flag_id, |f| f.filters.holdout = None)?;
+                    e.holdout_id = None;
+                    e.updated_at = Utc::now();
+                    inner.experiments.put(project, &e.id.to_string(), &e)?;
+                }
+                inner.holdouts.delete(project, &id.to_string())?;
+                Ok(())
+            })
         })
         .await
     }

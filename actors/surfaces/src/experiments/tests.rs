@@ -80,6 +80,7 @@ async fn creation_checks_variants_and_makes_an_inactive_multivariate_flag() {
             .experiments
             .create(
                 1,
+                &corvid_activity::Actor::system(),
                 changes(json!({"name": "E", "feature_flag_key": "e", "parameters": parameters})),
                 None,
             )
@@ -91,6 +92,7 @@ async fn creation_checks_variants_and_makes_an_inactive_multivariate_flag() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "E", "feature_flag_key": "e", "holdout_id": 9})),
             None,
         )
@@ -101,6 +103,7 @@ async fn creation_checks_variants_and_makes_an_inactive_multivariate_flag() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "E", "feature_flag_key": "e",
                                   "metrics": [{"metric_type": "ratio"}]})),
             None,
@@ -111,7 +114,7 @@ async fn creation_checks_variants_and_makes_an_inactive_multivariate_flag() {
 
     let view = s
         .experiments
-        .create(1, changes(json!({"name": "Checkout", "feature_flag_key": "checkout",
+        .create(1, &corvid_activity::Actor::system(), changes(json!({"name": "Checkout", "feature_flag_key": "checkout",
             "parameters": {"feature_flag_variants": [{"key": "control"}, {"key": "a"}, {"key": "b"}],
                            "minimum_detectable_effect": 5}})), None)
         .await
@@ -130,6 +133,7 @@ async fn creation_checks_variants_and_makes_an_inactive_multivariate_flag() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "Again", "feature_flag_key": "checkout"})),
             None,
         )
@@ -146,6 +150,7 @@ async fn the_lifecycle_drives_the_flag() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "E", "feature_flag_key": "e"})),
             None,
         )
@@ -153,7 +158,8 @@ async fn the_lifecycle_drives_the_flag() {
         .expect("create")
         .experiment
         .id;
-    let act = |action: Action| s.experiments.act(1, id, action, now);
+    let system = corvid_activity::Actor::system();
+    let act = |action: Action| s.experiments.act(1, &system, id, action, now);
     let end = || Action::End {
         conclusion: Some("won".into()),
         comment: None,
@@ -254,6 +260,7 @@ async fn holdouts_reach_the_flags_of_their_experiments() {
         .experiments
         .create_holdout(
             1,
+            &corvid_activity::Actor::system(),
             serde_json::from_value(json!({"name": "Global",
             "filters": [{"properties": [], "rollout_percentage": 10}]}))
             .expect("body"),
@@ -268,6 +275,7 @@ async fn holdouts_reach_the_flags_of_their_experiments() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "E", "feature_flag_key": "e", "holdout_id": h.id})),
             None,
         )
@@ -283,6 +291,7 @@ async fn holdouts_reach_the_flags_of_their_experiments() {
     s.experiments
         .update_holdout(
             1,
+            &corvid_activity::Actor::system(),
             h.id,
             serde_json::from_value(json!({
             "filters": [{"properties": [], "rollout_percentage": 25}]}))
@@ -299,6 +308,7 @@ async fn holdouts_reach_the_flags_of_their_experiments() {
         .experiments
         .create_holdout(
             1,
+            &corvid_activity::Actor::system(),
             serde_json::from_value(json!({"name": "Bad",
             "filters": [{"rollout_percentage": 150}]}))
             .expect("body"),
@@ -307,7 +317,10 @@ async fn holdouts_reach_the_flags_of_their_experiments() {
         .expect_err("percentage");
     assert!(detail(err).contains("0-100"));
 
-    s.experiments.delete_holdout(1, h.id).await.expect("delete");
+    s.experiments
+        .delete_holdout(1, &corvid_activity::Actor::system(), h.id)
+        .await
+        .expect("delete");
     assert!(flag(&s, e.feature_flag_id).filters.holdout.is_none());
     assert_eq!(
         s.experiments
@@ -388,6 +401,7 @@ async fn results_count_exposures_and_metrics_per_variant() {
         .experiments
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "E", "feature_flag_key": "exp", "metrics": metrics})),
             None,
         )
@@ -402,7 +416,13 @@ async fn results_count_exposures_and_metrics_per_variant() {
         .expect("draft results");
     assert!(draft.exposures.is_empty(), "no results before launch");
     s.experiments
-        .act(1, id, Action::Launch, base)
+        .act(
+            1,
+            &corvid_activity::Actor::system(),
+            id,
+            Action::Launch,
+            base,
+        )
         .await
         .expect("launch");
 
@@ -483,6 +503,7 @@ async fn results_count_exposures_and_metrics_per_variant() {
     s.experiments
         .update(
             1,
+            &corvid_activity::Actor::system(),
             id,
             changes(json!({"exposure_criteria": {"multiple_variant_handling": "first_seen"}})),
         )

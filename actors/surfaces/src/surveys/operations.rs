@@ -11,6 +11,7 @@ use super::model::{Survey, SurveyChanges, SurveyStats};
 use super::stats::Period;
 use super::{stats, Creator, Inner, SurveyView, Surveys, UPKEEP_RETRY, UPKEEP_RETRY_MAX};
 use crate::surface::RecordError;
+use corvid_activity::{acting_as, Actor};
 use corvid_flags::OwnedFlags;
 use corvid_kernel::{blocking, DefinitionRecords};
 use corvid_query::QueryEngine;
@@ -61,14 +62,18 @@ impl Surveys {
     pub async fn create(
         &self,
         project: u64,
+        actor: &Actor,
         changes: SurveyChanges,
         created_by: Creator,
     ) -> Result<SurveyView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let survey = inner.create(project, changes, created_by, Utc::now())?;
-            Ok(inner.views(project, vec![survey])?.remove(0))
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let survey = inner.create(project, changes, created_by, Utc::now())?;
+                Ok(inner.views(project, vec![survey])?.remove(0))
+            })
         })
         .await
     }
@@ -76,25 +81,29 @@ impl Surveys {
     pub async fn update(
         &self,
         project: u64,
+        actor: &Actor,
         id: Uuid,
         changes: SurveyChanges,
     ) -> Result<SurveyView, RecordError> {
         let inner = Arc::clone(&self.inner);
+        let actor = actor.clone();
         blocking(move || {
-            let _guard = inner.lock();
-            let survey = inner.update(project, id, changes, Utc::now())?;
-            Ok(inner.views(project, vec![survey])?.remove(0))
+            acting_as(&actor, || {
+                let _guard = inner.lock();
+                let survey = inner.update(project, id, changes, Utc::now())?;
+                Ok(inner.views(project, vec![survey])?.remove(0))
+            })
         })
         .await
     }
 
     /// Surveys are archived, never hard deleted: their responses stay meaningful.
-    pub async fn archive(&self, project: u64, id: Uuid) -> Result<(), RecordError> {
+    pub async fn archive(&self, project: u64, actor: &Actor, id: Uuid) -> Result<(), RecordError> {
         let changes = SurveyChanges {
             archived: Some(true),
             ..SurveyChanges::default()
         };
-        self.update(project, id, changes).await.map(|_| ())
+        self.update(project, actor, id, changes).await.map(|_| ())
     }
 
     /// What the browser SDK fetches: every non-archived survey, without the fields PostHog

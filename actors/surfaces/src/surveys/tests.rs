@@ -62,7 +62,7 @@ async fn a_survey_owns_an_internal_flag_that_follows_its_state() {
     let s = setup(Vec::new());
     let view = s
         .surveys
-        .create(1, nps(json!({})), None)
+        .create(1, &corvid_activity::Actor::system(), nps(json!({})), None)
         .await
         .expect("create");
     let internal = view.internal_targeting_flag.clone().expect("internal flag");
@@ -76,6 +76,7 @@ async fn a_survey_owns_an_internal_flag_that_follows_its_state() {
         .surveys
         .update(
             1,
+            &corvid_activity::Actor::system(),
             id,
             changes(json!({"start_date": Utc::now().to_rfc3339()})),
         )
@@ -99,7 +100,10 @@ async fn a_survey_owns_an_internal_flag_that_follows_its_state() {
     assert!(public[0].get("description").is_none());
     assert!(public[0].get("responses_limit").is_none());
 
-    s.surveys.archive(1, id).await.expect("archive");
+    s.surveys
+        .archive(1, &corvid_activity::Actor::system(), id)
+        .await
+        .expect("archive");
     assert!(s.surveys.public(1).await.expect("public").is_empty());
     let archived = s.surveys.get(1, id).await.expect("still readable");
     assert!(archived.survey.archived);
@@ -119,7 +123,12 @@ async fn targeting_and_linked_flags() {
     let s = setup(Vec::new());
     let err = s
         .surveys
-        .create(1, nps(json!({"linked_flag_id": 99})), None)
+        .create(
+            1,
+            &corvid_activity::Actor::system(),
+            nps(json!({"linked_flag_id": 99})),
+            None,
+        )
         .await
         .expect_err("unknown flag");
     assert_eq!(
@@ -132,7 +141,12 @@ async fn targeting_and_linked_flags() {
                                         "rollout_percentage": 100}]});
     let view = s
         .surveys
-        .create(1, nps(json!({"targeting_flag_filters": targeting})), None)
+        .create(
+            1,
+            &corvid_activity::Actor::system(),
+            nps(json!({"targeting_flag_filters": targeting})),
+            None,
+        )
         .await
         .expect("create");
     let flag = view.targeting_flag.expect("targeting flag");
@@ -143,6 +157,7 @@ async fn targeting_and_linked_flags() {
         .surveys
         .update(
             1,
+            &corvid_activity::Actor::system(),
             view.survey.id,
             changes(json!({"targeting_flag_filters": {"groups": [{"properties": []}]}})),
         )
@@ -154,6 +169,7 @@ async fn targeting_and_linked_flags() {
         .surveys
         .update(
             1,
+            &corvid_activity::Actor::system(),
             view.survey.id,
             changes(json!({"remove_targeting_flag": true})),
         )
@@ -169,7 +185,7 @@ async fn targeting_and_linked_flags() {
 
     let err = s
         .surveys
-        .create(1, nps(json!({})), None)
+        .create(1, &corvid_activity::Actor::system(), nps(json!({})), None)
         .await
         .expect_err("same name");
     assert_eq!(
@@ -180,6 +196,7 @@ async fn targeting_and_linked_flags() {
         .surveys
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "X", "type": "modal", "questions": []})),
             None,
         )
@@ -249,7 +266,7 @@ async fn stats_count_views_dismissals_and_responses_as_posthog_does() {
     let s = setup(events);
     let mut survey = s
         .surveys
-        .create(1, nps(json!({})), None)
+        .create(1, &corvid_activity::Actor::system(), nps(json!({})), None)
         .await
         .expect("create")
         .survey;
@@ -311,6 +328,7 @@ async fn a_survey_stops_at_its_response_limit() {
         .surveys
         .create(
             1,
+            &corvid_activity::Actor::system(),
             nps(json!({"responses_limit": 3, "start_date": start})),
             None,
         )
@@ -328,7 +346,12 @@ async fn a_survey_stops_at_its_response_limit() {
     assert!(s.surveys.get(1, id).await.expect("get").survey.is_running());
 
     s.surveys
-        .update(1, id, changes(json!({"responses_limit": 2})))
+        .update(
+            1,
+            &corvid_activity::Actor::system(),
+            id,
+            changes(json!({"responses_limit": 2})),
+        )
         .await
         .expect("lower limit");
     assert_eq!(
@@ -354,6 +377,7 @@ async fn iterations_move_the_flag_to_the_current_iteration() {
         .surveys
         .create(
             1,
+            &corvid_activity::Actor::system(),
             nps(json!({"iteration_count": 3, "iteration_frequency_days": 7,
                        "start_date": start.to_rfc3339()})),
             None,
@@ -386,7 +410,12 @@ async fn iterations_move_the_flag_to_the_current_iteration() {
 
     let err = s
         .surveys
-        .update(1, survey.id, changes(json!({"iteration_count": 1})))
+        .update(
+            1,
+            &corvid_activity::Actor::system(),
+            survey.id,
+            changes(json!({"iteration_count": 1})),
+        )
         .await
         .expect_err("below current");
     assert!(invalid_detail(err).starts_with("Cannot change survey recurrence to 1"));
@@ -394,6 +423,7 @@ async fn iterations_move_the_flag_to_the_current_iteration() {
         .surveys
         .create(
             1,
+            &corvid_activity::Actor::system(),
             changes(json!({"name": "R", "type": "api", "questions": [],
                                   "iteration_count": 2})),
             None,
