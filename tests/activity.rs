@@ -381,3 +381,92 @@ fn product_surfaces_log_their_records_and_the_flags_they_own_as_the_user() {
     assert_eq!(logged["results"][0]["activity"], "created");
     assert_eq!(logged["results"][0]["detail"]["name"], "Checkout test");
 }
+
+#[test]
+fn endpoints_their_versions_and_variables_are_logged() {
+    let server = TestServer::new();
+    let base = "/api/environments/1";
+    let variable = server.admin_post(
+        &format!("{base}/insight_variables/"),
+        &json!({"name": "Event name", "type": "String", "default_value": "$pageview"}),
+        201,
+    );
+    server.admin_post(
+        &format!("{base}/endpoints/"),
+        &json!({"name": "counts", "query": {"kind": "HogQLQuery", "query": "SELECT count() FROM events"}}),
+        201,
+    );
+    // A new query makes version 2; deactivating changes the endpoint.
+    server.admin_patch(
+        &format!("{base}/endpoints/counts/"),
+        &json!({"query": {"kind": "HogQLQuery", "query": "SELECT count() AS c FROM events"}}),
+        200,
+    );
+    server.admin_patch(
+        &format!("{base}/endpoints/counts/"),
+        &json!({"is_active": false}),
+        200,
+    );
+    let res = server.delete(
+        &format!("{base}/endpoints/counts/"),
+        Some(server.admin_key()),
+    );
+    assert_eq!(res.status(), 204);
+    let res = server.delete(
+        &format!(
+            "{base}/insight_variables/{}/",
+            variable["id"].as_str().expect("id")
+        ),
+        Some(server.admin_key()),
+    );
+    assert_eq!(res.status(), 204);
+
+    let log = server.admin_get(
+        "/api/projects/1/activity_log/?scopes=Endpoint,EndpointVersion,InsightVariable&page=1",
+    );
+    // (A version's own updates, such as materialization turned off by a new query, are left
+    // out of this sequence.)
+    let seen: Vec<(String, String, String)> = log["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|e| !(e["scope"] == "EndpointVersion" && e["activity"] == "updated"))
+        .map(|e| {
+            (
+                e["scope"].as_str().expect("scope").to_string(),
+                e["activity"].as_str().expect("activity").to_string(),
+                e["detail"]["name"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = [
+        ("InsightVariable", "deleted", "Event name"),
+        ("Endpoint", "deleted", "counts"),
+        ("Endpoint", "updated", "counts"),
+        ("EndpointVersion", "created", "counts v2"),
+        ("Endpoint", "updated", "counts"),
+        ("EndpointVersion", "created", "counts v1"),
+        ("Endpoint", "created", "counts"),
+        ("InsightVariable", "created", "Event name"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(seen, expected, "{log}");
+    let results = log["results"].as_array().expect("results");
+    let deactivated = &results
+        .iter()
+        .find(|e| e["scope"] == "Endpoint" && e["activity"] == "updated")
+        .expect("the deactivation")["detail"]["changes"];
+    assert!(
+        deactivated
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["field"] == "is_active" && c["before"] == true && c["after"] == false),
+        "{deactivated}"
+    );
+    assert!(results
+        .iter()
+        .all(|e| e["user"]["email"] == server.creds.email));
+}

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::project_route;
 use super::query::project_timezone;
 use crate::auth::scope::{EndpointRead, EndpointWrite};
-use crate::auth::ProjectAccess;
+use crate::auth::{actor, ProjectAccess};
 use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -103,7 +103,12 @@ async fn create(
     let endpoint = state
         .engine
         .endpoints
-        .create(access.project.id, request, created_by)
+        .create(
+            access.project.id,
+            &actor(&access.credential),
+            request,
+            created_by,
+        )
         .await?;
     Ok(HttpResponse::Created().json(endpoint_json(&endpoint, &state.public_url, None)))
 }
@@ -143,7 +148,13 @@ async fn update(
     let outcome = state
         .engine
         .endpoints
-        .update(access.project.id, &name, request, target)
+        .update(
+            access.project.id,
+            &actor(&access.credential),
+            &name,
+            request,
+            target,
+        )
         .await?;
     let body = match outcome {
         UpdateOutcome::Deleted => json!({"success": true}),
@@ -166,7 +177,7 @@ async fn delete(
     state
         .engine
         .endpoints
-        .delete(access.project.id, &name)
+        .delete(access.project.id, &actor(&access.credential), &name)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

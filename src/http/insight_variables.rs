@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::project_route;
 use crate::auth::scope::{InsightVariableRead, InsightVariableWrite};
-use crate::auth::ProjectAccess;
+use crate::auth::{actor, ProjectAccess};
 use crate::body::ValidJson;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -82,7 +82,12 @@ async fn create(
     let variable = state
         .engine
         .endpoints
-        .create_variable(access.project.id, body.into(), Utc::now())
+        .create_variable(
+            access.project.id,
+            &actor(&access.credential),
+            body.into(),
+            Utc::now(),
+        )
         .await?;
     Ok(HttpResponse::Created().json(variable_json(&variable)))
 }
@@ -111,7 +116,13 @@ async fn update(
     let v = state
         .engine
         .endpoints
-        .update_variable(access.project.id, id, body.into(), Utc::now())
+        .update_variable(
+            access.project.id,
+            &actor(&access.credential),
+            id,
+            body.into(),
+            Utc::now(),
+        )
         .await?;
     Ok(HttpResponse::Ok().json(variable_json(&v)))
 }
@@ -125,7 +136,7 @@ async fn delete(
     state
         .engine
         .endpoints
-        .delete_variable(access.project.id, id)
+        .delete_variable(access.project.id, &actor(&access.credential), id)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -23,7 +23,7 @@ pub use acting::{acting_as, current_actor};
 pub use diff::{changes_between, mask, Change, MASKED};
 pub use entry::{ActivityEntry, Actor, Detail, Recorded};
 pub use logged::LoggedRecords;
-pub use pg::{insert, PgActivity};
+pub use pg::{insert, insert_all, PgActivity};
 #[cfg(any(test, feature = "test-support"))]
 pub use records::contract;
 pub use records::{stage, ActivityPage, ActivityQuery, ActivityRecords, SledActivity, TREE};

@@ -40,6 +40,25 @@ pub async fn insert(
     Ok(())
 }
 
+/// Writes the entries on a blocking transaction's connection (they commit with it).
+pub fn insert_all(
+    tx: &mut corvid_kernel::pg::BlockingTx<'_>,
+    log: &[ActivityEntry],
+) -> Result<(), StoreError> {
+    if log.is_empty() {
+        return Ok(());
+    }
+    let log = log.to_vec();
+    tx.step(move |client| async move {
+        for entry in &log {
+            if let Err(e) = insert(&client, entry).await {
+                return (client, Err(e));
+            }
+        }
+        (client, Ok(()))
+    })
+}
+
 fn decoded(row: &tokio_postgres::Row) -> Result<ActivityEntry, StoreError> {
     let id: Uuid = row.try_get("id")?;
     corvid_kernel::pg::record_of(row, "activity_log", id)

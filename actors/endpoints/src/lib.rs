@@ -17,6 +17,7 @@
 mod cache;
 mod changes;
 mod error;
+mod logged;
 mod logs;
 mod manage;
 mod materialize;

@@ -8,6 +8,7 @@ use super::changes::{self, EndpointRequest, Updated};
 use super::model::{Endpoint, EndpointVersion};
 use super::store::EndpointStore;
 use super::{openapi, EndpointError, Endpoints};
+use corvid_activity::{acting_as, Actor};
 use corvid_kernel::{blocking, StoreError};
 
 /// What an update did.
@@ -30,6 +31,17 @@ impl Endpoints {
     ) -> Result<T, EndpointError> {
         let store = std::sync::Arc::clone(&self.store);
         Ok(blocking(move || work(&store)).await?)
+    }
+
+    /// Runs endpoint-store work on the blocking pool, its writes logged as `actor`'s.
+    pub(super) async fn stored_as<T: Send + 'static>(
+        &self,
+        actor: &Actor,
+        work: impl FnOnce(&EndpointStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, EndpointError> {
+        let store = std::sync::Arc::clone(&self.store);
+        let actor = actor.clone();
+        Ok(blocking(move || acting_as(&actor, || work(&store))).await?)
     }
 
     /// A project's endpoints by name; `active` keeps only active (or inactive) ones.
@@ -57,14 +69,16 @@ impl Endpoints {
     pub async fn create(
         &self,
         project_id: u64,
+        actor: &Actor,
         request: EndpointRequest,
         created_by: Option<String>,
     ) -> Result<Endpoint, EndpointError> {
         let store = std::sync::Arc::clone(&self.store);
+        let actor = actor.clone();
         let endpoint = blocking(move || -> Result<Endpoint, EndpointError> {
             let variables = store.variables(project_id)?;
             let endpoint = changes::create(project_id, request, &variables, created_by)?;
-            store.create(&endpoint)?;
+            acting_as(&actor, || store.create(&endpoint))?;
             Ok(endpoint)
         })
         .await?;
@@ -78,19 +92,23 @@ impl Endpoints {
     pub async fn update(
         &self,
         project_id: u64,
+        actor: &Actor,
         name: &str,
         request: EndpointRequest,
         target: Option<u32>,
     ) -> Result<UpdateOutcome, EndpointError> {
         if request.deleted == Some(true) {
-            self.delete(project_id, name).await?;
+            self.delete(project_id, actor, name).await?;
             return Ok(UpdateOutcome::Deleted);
         }
         let (store, name) = (std::sync::Arc::clone(&self.store), name.to_string());
+        let actor = actor.clone();
         let updated = blocking(move || {
             let variables = store.variables(project_id)?;
-            store.update(project_id, &name, |e| {
-                changes::update(e, request, target, &variables)
+            acting_as(&actor, || {
+                store.update(project_id, &name, |e| {
+                    changes::update(e, request, target, &variables)
+                })
             })
         })
         .await?;
@@ -109,10 +127,15 @@ impl Endpoints {
     }
 
     /// Soft delete: the name becomes free at once.
-    pub async fn delete(&self, project_id: u64, name: &str) -> Result<(), EndpointError> {
+    pub async fn delete(
+        &self,
+        project_id: u64,
+        actor: &Actor,
+        name: &str,
+    ) -> Result<(), EndpointError> {
         let name = name.to_string();
         let deleted = self
-            .stored(move |s| s.delete(project_id, &name))
+            .stored_as(actor, move |s| s.delete(project_id, &name))
             .await?
             .ok_or(EndpointError::NotFound)?;
         self.forget(deleted.id);

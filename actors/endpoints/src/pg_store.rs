@@ -8,7 +8,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use super::store::{code_name_taken, name_taken, EndpointRecords, OnEndpointChange};
+use super::store::{code_name_taken, name_taken, EndpointEdit, EndpointRecords, OnEndpointChange};
+use corvid_activity::{insert_all, ActivityEntry};
 use corvid_kernel::pg::{bigint, is_unique_violation, record_json, record_of, Pg, RESYNC};
 use corvid_kernel::StoreError;
 
@@ -80,11 +81,12 @@ impl EndpointRecords for PgEndpoints {
         })
     }
 
-    fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+    fn create(&self, endpoint: &Endpoint, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let (p, name) = (bigint(endpoint.project_id), endpoint.name.clone());
         let record = record_json("endpoint", endpoint)?;
         let news = announcement(endpoint);
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
             let inserted = client
                 .query(
                     "WITH created AS (
@@ -95,19 +97,22 @@ impl EndpointRecords for PgEndpoints {
                     &[&p, &name, &record, &CHANNEL, &news],
                 )
                 .await;
-            match inserted {
+            let done = match inserted {
                 Ok(_) => Ok(()),
                 Err(e) if is_unique_violation(&e) => Err(name_taken(&name)),
                 Err(e) => Err(e.into()),
-            }
-        })
+            };
+            (client, done)
+        })?;
+        insert_all(&mut tx, log)?;
+        tx.commit()
     }
 
     fn update(
         &self,
         project_id: u64,
         name: &str,
-        change: &mut dyn FnMut(&mut Endpoint) -> bool,
+        change: &mut EndpointEdit<'_>,
     ) -> Result<Option<Endpoint>, StoreError> {
         let (p, name) = (bigint(project_id), name.to_string());
         let mut tx = self.pg.begin()?;
@@ -131,11 +136,11 @@ impl EndpointRecords for PgEndpoints {
             return Ok(None);
         };
         let stored = endpoint.clone();
-        if !change(&mut endpoint) {
+        let Some(log) = change(&mut endpoint) else {
             // Refused: what `change` touched is not written, and the record is as stored.
             tx.commit()?;
             return Ok(Some(stored));
-        }
+        };
         let record = record_json("endpoint", &endpoint)?;
         let news = announcement(&endpoint);
         tx.step(move |client| async move {
@@ -151,39 +156,55 @@ impl EndpointRecords for PgEndpoints {
                 .await;
             (client, done.map(|_| ()).map_err(StoreError::from))
         })?;
+        insert_all(&mut tx, &log)?;
         tx.commit()?;
         Ok(Some(endpoint))
     }
 
-    fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
+    fn delete(
+        &self,
+        project_id: u64,
+        name: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<Endpoint>, StoreError> {
         let (p, name) = (bigint(project_id), name.to_string());
-        self.pg.run(move |mut client| async move {
-            let tx = client.transaction().await?;
-            let Some(row) = tx
-                .query_opt(
-                    "DELETE FROM endpoints WHERE project_id = $1 AND name = $2 RETURNING record",
-                    &[&p, &name],
-                )
-                .await?
-            else {
-                return Ok(None);
-            };
-            let endpoint: Endpoint = record_of(&row, "endpoints", &name)?;
-            let record = record_json("endpoint", &endpoint)?;
-            tx.execute(
-                "INSERT INTO endpoints_deleted (id, record) VALUES ($1, $2)
-                 ON CONFLICT (id) DO UPDATE SET record = $2",
-                &[&endpoint.id, &record],
-            )
-            .await?;
-            tx.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&CHANNEL, &announcement(&endpoint)],
-            )
-            .await?;
-            tx.commit().await?;
-            Ok(Some(endpoint))
-        })
+        let mut tx = self.pg.begin()?;
+        let deleted = tx.step(move |client| async move {
+            let moved = async {
+                let Some(row) = client
+                    .query_opt(
+                        "DELETE FROM endpoints WHERE project_id = $1 AND name = $2 RETURNING record",
+                        &[&p, &name],
+                    )
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let endpoint: Endpoint = record_of(&row, "endpoints", &name)?;
+                let record = record_json("endpoint", &endpoint)?;
+                client
+                    .execute(
+                        "INSERT INTO endpoints_deleted (id, record) VALUES ($1, $2)
+                         ON CONFLICT (id) DO UPDATE SET record = $2",
+                        &[&endpoint.id, &record],
+                    )
+                    .await?;
+                client
+                    .execute(
+                        "SELECT pg_notify($1, $2)",
+                        &[&CHANNEL, &announcement(&endpoint)],
+                    )
+                    .await?;
+                Ok::<_, StoreError>(Some(endpoint))
+            }
+            .await;
+            (client, moved)
+        })?;
+        if deleted.is_some() {
+            insert_all(&mut tx, log)?;
+        }
+        tx.commit()?;
+        Ok(deleted)
     }
 
     fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError> {
@@ -217,14 +238,19 @@ impl EndpointRecords for PgEndpoints {
         })
     }
 
-    fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError> {
+    fn save_variable(
+        &self,
+        variable: &InsightVariable,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
         let (p, id, code) = (
             bigint(variable.project_id),
             variable.id,
             variable.code_name.clone(),
         );
         let record = record_json("insight variable", variable)?;
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
             let saved = client
                 .execute(
                     "INSERT INTO insight_variables (project_id, id, code_name, record)
@@ -233,12 +259,15 @@ impl EndpointRecords for PgEndpoints {
                     &[&p, &id, &code, &record],
                 )
                 .await;
-            match saved {
+            let done = match saved {
                 Ok(_) => Ok(()),
                 Err(e) if is_unique_violation(&e) => Err(code_name_taken(&code)),
                 Err(e) => Err(e.into()),
-            }
-        })
+            };
+            (client, done)
+        })?;
+        insert_all(&mut tx, log)?;
+        tx.commit()
     }
 
     fn watch(&self, on_change: OnEndpointChange) {
@@ -252,17 +281,28 @@ impl EndpointRecords for PgEndpoints {
         );
     }
 
-    fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
+    fn delete_variable(
+        &self,
+        project_id: u64,
+        id: Uuid,
+        log: &[ActivityEntry],
+    ) -> Result<bool, StoreError> {
         let p = bigint(project_id);
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        let removed = tx.step(move |client| async move {
             let n = client
                 .execute(
                     "DELETE FROM insight_variables WHERE project_id = $1 AND id = $2",
                     &[&p, &id],
                 )
-                .await?;
-            Ok(n > 0)
-        })
+                .await;
+            (client, n.map(|n| n > 0).map_err(StoreError::from))
+        })?;
+        if removed {
+            insert_all(&mut tx, log)?;
+        }
+        tx.commit()?;
+        Ok(removed)
     }
 }
 
@@ -275,7 +315,11 @@ mod tests {
     fn a_change_announced_by_one_node_reaches_another() {
         let server = TestPostgres::start();
         let db = server.database();
-        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
+        db.migrate(&[
+            corvid_kernel::MIGRATIONS,
+            corvid_activity::MIGRATIONS,
+            crate::MIGRATIONS,
+        ]);
         let node1 = PgEndpoints::new(Arc::new(db.connect()));
         let node3 = PgEndpoints::new(Arc::new(db.connect()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -289,7 +333,7 @@ mod tests {
             .expect("the listener connects");
         assert_eq!(connected, None);
         let endpoint = endpoint_named("weekly");
-        node1.create(&endpoint).expect("create");
+        node1.create(&endpoint, &[]).expect("create");
         let heard = rx
             .recv_timeout(std::time::Duration::from_secs(1))
             .expect("node 3 hears of the new endpoint within 1 s");
@@ -301,7 +345,7 @@ mod tests {
                 id: endpoint.id
             })
         );
-        node1.delete(1, "weekly").expect("delete");
+        node1.delete(1, "weekly", &[]).expect("delete");
         let heard = rx
             .recv_timeout(std::time::Duration::from_secs(1))
             .expect("and of its deletion");
@@ -325,27 +369,42 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
-        super::super::store::contract::suite(&PgEndpoints::new(pg));
+        migrate(
+            &pg,
+            &[
+                corvid_kernel::MIGRATIONS,
+                corvid_activity::MIGRATIONS,
+                crate::MIGRATIONS,
+            ],
+        )
+        .expect("migrate");
+        super::super::store::contract::suite(
+            &PgEndpoints::new(Arc::clone(&pg)),
+            &corvid_activity::PgActivity::new(pg),
+        );
     }
 
     #[test]
     fn updates_from_several_nodes_at_once_are_all_kept() {
         let server = TestPostgres::start();
         let db = server.database();
-        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
+        db.migrate(&[
+            corvid_kernel::MIGRATIONS,
+            corvid_activity::MIGRATIONS,
+            crate::MIGRATIONS,
+        ]);
         let nodes: Vec<PgEndpoints> = (0..3)
             .map(|_| PgEndpoints::new(Arc::new(db.connect())))
             .collect();
         let endpoint = endpoint_named("counts");
-        nodes[0].create(&endpoint).expect("create");
+        nodes[0].create(&endpoint, &[]).expect("create");
         std::thread::scope(|s| {
             for node in &nodes {
                 s.spawn(move || {
                     for _ in 0..10 {
                         node.update(1, "counts", &mut |e| {
                             e.current_version += 1;
-                            true
+                            Some(Vec::new())
                         })
                         .expect("update");
                     }

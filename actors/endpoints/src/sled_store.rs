@@ -4,10 +4,12 @@
 
 use std::sync::Mutex;
 
+use sled::Transactional;
 use uuid::Uuid;
 
 use super::model::{Endpoint, InsightVariable};
-use super::store::{code_name_taken, name_taken, EndpointRecords};
+use super::store::{code_name_taken, name_taken, EndpointEdit, EndpointRecords};
+use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{decode, encode, scan_prefix, u64_key};
 use corvid_kernel::StoreError;
 
@@ -20,6 +22,7 @@ pub struct SledEndpoints {
     /// Soft-deleted endpoints by id: kept for audit, invisible to the API, name free for reuse.
     deleted: sled::Tree,
     variables: sled::Tree,
+    activity: sled::Tree,
     write: Mutex<()>,
 }
 
@@ -41,6 +44,7 @@ impl SledEndpoints {
             endpoints: db.open_tree(ENDPOINTS)?,
             deleted: db.open_tree(DELETED)?,
             variables: db.open_tree(VARIABLES)?,
+            activity: db.open_tree(corvid_activity::TREE)?,
             write: Mutex::new(()),
         })
     }
@@ -48,6 +52,29 @@ impl SledEndpoints {
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // The guarded data is `()`: a panic while holding it cannot leave anything half-done.
         self.write.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `value` at `key` of `tree` (removes it when `None`) and writes `log`, in one sled
+    /// transaction, then flushes.
+    fn write_logged(
+        &self,
+        tree: &sled::Tree,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
+        (tree, &self.activity).transaction(|(records, activity)| {
+            match &value {
+                Some(v) => records.insert(key, v.clone())?,
+                None => records.remove(key)?,
+            };
+            for entry in log {
+                stage(activity, entry)?;
+            }
+            Ok(())
+        })?;
+        tree.flush()?;
+        Ok(())
     }
 }
 
@@ -68,44 +95,55 @@ impl EndpointRecords for SledEndpoints {
             .transpose()
     }
 
-    fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+    fn create(&self, endpoint: &Endpoint, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let _guard = self.lock();
         let key = endpoint_key(endpoint.project_id, &endpoint.name);
         if self.endpoints.contains_key(&key)? {
             return Err(name_taken(&endpoint.name));
         }
-        self.endpoints.insert(key, encode(endpoint)?)?;
-        self.endpoints.flush()?;
-        Ok(())
+        self.write_logged(&self.endpoints, &key, Some(encode(endpoint)?), log)
     }
 
     fn update(
         &self,
         project_id: u64,
         name: &str,
-        change: &mut dyn FnMut(&mut Endpoint) -> bool,
+        change: &mut EndpointEdit<'_>,
     ) -> Result<Option<Endpoint>, StoreError> {
         let _guard = self.lock();
         let Some(mut endpoint) = self.endpoint(project_id, name)? else {
             return Ok(None);
         };
-        if !change(&mut endpoint) {
+        let Some(log) = change(&mut endpoint) else {
             return self.endpoint(project_id, name);
-        }
-        self.endpoints
-            .insert(endpoint_key(project_id, name), encode(&endpoint)?)?;
-        self.endpoints.flush()?;
+        };
+        let key = endpoint_key(project_id, name);
+        self.write_logged(&self.endpoints, &key, Some(encode(&endpoint)?), &log)?;
         Ok(Some(endpoint))
     }
 
-    fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
+    fn delete(
+        &self,
+        project_id: u64,
+        name: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<Endpoint>, StoreError> {
         let _guard = self.lock();
         let key = endpoint_key(project_id, name);
-        let Some(bytes) = self.endpoints.remove(&key)? else {
+        let Some(bytes) = self.endpoints.get(&key)? else {
             return Ok(None);
         };
         let endpoint: Endpoint = decode(ENDPOINTS, &key, &bytes)?;
-        self.deleted.insert(endpoint.id.as_bytes(), bytes)?;
+        (&self.endpoints, &self.deleted, &self.activity).transaction(
+            |(endpoints, deleted, activity)| {
+                endpoints.remove(key.as_slice())?;
+                deleted.insert(endpoint.id.as_bytes(), bytes.clone())?;
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+                Ok(())
+            },
+        )?;
         self.endpoints.flush()?;
         Ok(Some(endpoint))
     }
@@ -125,7 +163,11 @@ impl EndpointRecords for SledEndpoints {
             .transpose()
     }
 
-    fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError> {
+    fn save_variable(
+        &self,
+        variable: &InsightVariable,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
         let _guard = self.lock();
         let clash = self
             .variables(variable.project_id)?
@@ -134,22 +176,23 @@ impl EndpointRecords for SledEndpoints {
         if clash {
             return Err(code_name_taken(&variable.code_name));
         }
-        self.variables.insert(
-            variable_key(variable.project_id, variable.id),
-            encode(variable)?,
-        )?;
-        self.variables.flush()?;
-        Ok(())
+        let key = variable_key(variable.project_id, variable.id);
+        self.write_logged(&self.variables, &key, Some(encode(variable)?), log)
     }
 
-    fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
+    fn delete_variable(
+        &self,
+        project_id: u64,
+        id: Uuid,
+        log: &[ActivityEntry],
+    ) -> Result<bool, StoreError> {
         let _guard = self.lock();
-        let removed = self
-            .variables
-            .remove(variable_key(project_id, id))?
-            .is_some();
-        self.variables.flush()?;
-        Ok(removed)
+        let key = variable_key(project_id, id);
+        if !self.variables.contains_key(&key)? {
+            return Ok(false);
+        }
+        self.write_logged(&self.variables, &key, None, log)?;
+        Ok(true)
     }
 }
 
@@ -161,6 +204,9 @@ mod tests {
     fn sled_endpoints_pass_the_contract() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("sled");
-        crate::store::contract::suite(&SledEndpoints::open(&db).expect("open"));
+        crate::store::contract::suite(
+            &SledEndpoints::open(&db).expect("open"),
+            &corvid_activity::SledActivity::open(&db).expect("log"),
+        );
     }
 }

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use dashmap::DashMap;
 use uuid::Uuid;
 
+use super::logged::{endpoint_entries, variable_entry, ENDPOINT, VARIABLE};
 use super::model::{Endpoint, InsightVariable};
+use corvid_activity::{current_actor, ActivityEntry};
 use corvid_kernel::StoreError;
 
 /// `create`'s refusal when the project already has an endpoint named `name`.
@@ -40,7 +42,12 @@ pub struct EndpointChange {
 /// Told of an endpoint another process changed (`None`: any may have changed).
 pub type OnEndpointChange = Arc<dyn Fn(Option<EndpointChange>) + Send + Sync>;
 
-/// Endpoints and insight variables, by project. Writes are durable when they return.
+/// A read-modify-write of one endpoint: `None` leaves it as it was; otherwise the
+/// activity-log entries to write with it.
+pub type EndpointEdit<'a> = dyn FnMut(&mut Endpoint) -> Option<Vec<ActivityEntry>> + 'a;
+
+/// Endpoints and insight variables, by project. Writes are durable when they return, and each
+/// writes the activity-log entries it is given in the same transaction.
 pub trait EndpointRecords: Send + Sync {
     /// A project's endpoints, by name.
     fn endpoints(&self, project_id: u64) -> Result<Vec<Endpoint>, StoreError>;
@@ -48,27 +55,42 @@ pub trait EndpointRecords: Send + Sync {
     fn all_endpoints(&self) -> Result<Vec<Endpoint>, StoreError>;
     fn endpoint(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError>;
     /// Stores a new endpoint: `Invalid` (attr `name`) when its name is taken in its project.
-    fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
+    fn create(&self, endpoint: &Endpoint, log: &[ActivityEntry]) -> Result<(), StoreError>;
     /// Read-modify-write of one endpoint: `change` is called exactly once, while no other
-    /// writer can change the record, and says whether to write. The record as it now is, or
-    /// `None` when there is no such endpoint.
+    /// writer can change the record, and answers whether to write (with which entries). The
+    /// record as it now is, or `None` when there is no such endpoint.
     fn update(
         &self,
         project_id: u64,
         name: &str,
-        change: &mut dyn FnMut(&mut Endpoint) -> bool,
+        change: &mut EndpointEdit<'_>,
     ) -> Result<Option<Endpoint>, StoreError>;
-    /// Soft delete: the record is kept aside by id and the name becomes free.
-    fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError>;
+    /// Soft delete: the record is kept aside by id and the name becomes free; `log` is
+    /// written only when there was such an endpoint.
+    fn delete(
+        &self,
+        project_id: u64,
+        name: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<Endpoint>, StoreError>;
 
     /// A project's variables, oldest first.
     fn variables(&self, project_id: u64) -> Result<Vec<InsightVariable>, StoreError>;
     fn variable(&self, project_id: u64, id: Uuid) -> Result<Option<InsightVariable>, StoreError>;
     /// Creates or replaces a variable: `Invalid` (attr `code_name`) when another variable of
     /// the project has its code name.
-    fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError>;
-    /// Whether it existed.
-    fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError>;
+    fn save_variable(
+        &self,
+        variable: &InsightVariable,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError>;
+    /// Whether it existed (`log` is written only then).
+    fn delete_variable(
+        &self,
+        project_id: u64,
+        id: Uuid,
+        log: &[ActivityEntry],
+    ) -> Result<bool, StoreError>;
 
     /// Calls `on_change` when another process changes an endpoint, so copies kept in memory
     /// (records, cached answers) can be dropped. A store only this process writes (the
@@ -165,9 +187,11 @@ impl EndpointStore {
         Ok(found)
     }
 
+    /// Stores a new endpoint, logged as the acting user's.
     pub fn create(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         let _writing = self.write_lock();
-        self.records.create(endpoint)?;
+        self.records
+            .create(endpoint, &endpoint_entries(None, endpoint))?;
         self.cached.insert(
             (endpoint.project_id, endpoint.name.clone()),
             Arc::new(endpoint.clone()),
@@ -175,8 +199,9 @@ impl EndpointStore {
         Ok(())
     }
 
-    /// Read-modify-write of one endpoint. `change` sees the current record and may refuse with
-    /// its own error; nothing is written then. `Ok(None)` when there is no such endpoint.
+    /// Read-modify-write of one endpoint, logged as the acting user's. `change` sees the
+    /// current record and may refuse with its own error; nothing is written then. `Ok(None)`
+    /// when there is no such endpoint.
     pub fn update<T, E>(
         &self,
         project_id: u64,
@@ -186,17 +211,34 @@ impl EndpointStore {
     where
         E: From<StoreError>,
     {
+        self.rewrite(project_id, name, true, change)
+    }
+
+    /// [`EndpointStore::update`]; with `logged` false, the write is bookkeeping of Corvid's
+    /// own (materialization status) and is not logged.
+    fn rewrite<T, E>(
+        &self,
+        project_id: u64,
+        name: &str,
+        logged: bool,
+        change: impl FnOnce(&mut Endpoint) -> Result<T, E>,
+    ) -> Result<Option<(Endpoint, T)>, E>
+    where
+        E: From<StoreError>,
+    {
         let mut change = Some(change);
         let mut outcome = None;
         let _writing = self.write_lock();
         let stored = self.records.update(project_id, name, &mut |e| {
-            let Some(change) = change.take() else {
-                return false;
-            };
+            let change = change.take()?;
+            let before = logged.then(|| e.clone());
             let result = change(e);
             let write = result.is_ok();
             outcome = Some(result);
-            write
+            write.then(|| match &before {
+                Some(before) => endpoint_entries(Some(before), e),
+                None => Vec::new(),
+            })
         })?;
         let Some(endpoint) = stored else {
             return Ok(None);
@@ -219,7 +261,7 @@ impl EndpointStore {
         id: Uuid,
         change: impl FnOnce(&mut Endpoint),
     ) -> Result<bool, StoreError> {
-        let done = self.update(project_id, name, |e| {
+        let done = self.rewrite(project_id, name, false, |e| {
             if e.id == id {
                 change(e);
                 Ok::<bool, StoreError>(true)
@@ -230,9 +272,20 @@ impl EndpointStore {
         Ok(done.is_some_and(|(_, d)| d))
     }
 
+    /// Soft-deletes an endpoint, logged as the acting user's.
     pub fn delete(&self, project_id: u64, name: &str) -> Result<Option<Endpoint>, StoreError> {
         let _writing = self.write_lock();
-        let deleted = self.records.delete(project_id, name)?;
+        let log = match self.records.endpoint(project_id, name)? {
+            Some(e) => vec![ActivityEntry::removal(
+                project_id,
+                &current_actor(),
+                ENDPOINT,
+                e.id.to_string(),
+                Some(e.name),
+            )],
+            None => Vec::new(),
+        };
+        let deleted = self.records.delete(project_id, name, &log)?;
         self.cached.remove(&(project_id, name.to_string()));
         Ok(deleted)
     }
@@ -249,12 +302,26 @@ impl EndpointStore {
         self.records.variable(project_id, id)
     }
 
+    /// Creates or replaces a variable, logged as the acting user's.
     pub fn save_variable(&self, variable: &InsightVariable) -> Result<(), StoreError> {
-        self.records.save_variable(variable)
+        let before = self.records.variable(variable.project_id, variable.id)?;
+        let log = variable_entry(before.as_ref(), variable);
+        self.records.save_variable(variable, &log)
     }
 
+    /// Deletes a variable, logged as the acting user's.
     pub fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<bool, StoreError> {
-        self.records.delete_variable(project_id, id)
+        let log = match self.records.variable(project_id, id)? {
+            Some(v) => vec![ActivityEntry::removal(
+                project_id,
+                &current_actor(),
+                VARIABLE,
+                id.to_string(),
+                Some(v.name),
+            )],
+            None => Vec::new(),
+        };
+        self.records.delete_variable(project_id, id, &log)
     }
 }
 
@@ -265,6 +332,7 @@ pub(crate) mod contract {
 
     use super::*;
     use crate::model::VariableType;
+    use corvid_activity::{ActivityQuery, ActivityRecords, Actor};
 
     fn endpoint(project_id: u64, name: &str) -> Endpoint {
         Endpoint {
@@ -295,21 +363,86 @@ pub(crate) mod contract {
         }
     }
 
-    /// Runs every check against an empty store.
-    pub fn suite(records: &dyn EndpointRecords) {
+    /// Runs every check against an empty store; `log` reads the activity log of the same
+    /// backing.
+    pub fn suite(records: &dyn EndpointRecords, log: &dyn ActivityRecords) {
         endpoints_are_kept_per_project_with_unique_names(records);
         updates_write_only_what_change_accepts(records);
         deleting_frees_the_name(records);
         variables_have_unique_code_names_per_project(records);
+        changes_are_logged_with_them(records, log);
+    }
+
+    fn logged(project: u64, item: &str) -> ActivityEntry {
+        ActivityEntry::removal(project, &Actor::system(), "Endpoint", item.into(), None)
+    }
+
+    /// The entries given with a write are in the log once it returns; a refused write (a
+    /// taken name, a change that says no, a missing endpoint or variable) leaves none.
+    fn changes_are_logged_with_them(records: &dyn EndpointRecords, log: &dyn ActivityRecords) {
+        let created = logged(30, "created");
+        records
+            .create(&endpoint(30, "e"), std::slice::from_ref(&created))
+            .expect("create");
+        assert!(records
+            .create(&endpoint(30, "e"), &[logged(30, "taken")])
+            .is_err());
+        let updated = logged(30, "updated");
+        records
+            .update(30, "e", &mut |e| {
+                e.created_by = Some("x".into());
+                Some(vec![updated.clone()])
+            })
+            .expect("update");
+        records.update(30, "e", &mut |_| None).expect("refused");
+        let deleted = logged(30, "deleted");
+        records
+            .delete(30, "e", std::slice::from_ref(&deleted))
+            .expect("delete");
+        records
+            .delete(30, "e", &[logged(30, "missing")])
+            .expect("nothing to delete");
+        let var = variable(30, "v");
+        let saved = logged(30, "saved");
+        records
+            .save_variable(&var, std::slice::from_ref(&saved))
+            .expect("save");
+        assert!(records
+            .save_variable(&variable(30, "v"), &[logged(30, "clash")])
+            .is_err());
+        let dropped = logged(30, "dropped");
+        assert!(records
+            .delete_variable(30, var.id, std::slice::from_ref(&dropped))
+            .expect("delete"));
+        assert!(!records
+            .delete_variable(30, var.id, &[logged(30, "gone")])
+            .expect("again"));
+        let items: Vec<String> = log
+            .query(
+                30,
+                &ActivityQuery {
+                    limit: 20,
+                    ..ActivityQuery::default()
+                },
+            )
+            .expect("log")
+            .entries
+            .into_iter()
+            .map(|e| e.item_id)
+            .collect();
+        assert_eq!(
+            items,
+            vec!["dropped", "saved", "deleted", "updated", "created"]
+        );
     }
 
     fn endpoints_are_kept_per_project_with_unique_names(records: &dyn EndpointRecords) {
-        records.create(&endpoint(1, "b")).expect("create");
-        records.create(&endpoint(1, "a")).expect("create");
+        records.create(&endpoint(1, "b"), &[]).expect("create");
+        records.create(&endpoint(1, "a"), &[]).expect("create");
         records
-            .create(&endpoint(2, "a"))
+            .create(&endpoint(2, "a"), &[])
             .expect("same name, other project");
-        let clash = records.create(&endpoint(1, "a"));
+        let clash = records.create(&endpoint(1, "a"), &[]);
         assert!(matches!(
             clash,
             Err(StoreError::Invalid {
@@ -337,11 +470,11 @@ pub(crate) mod contract {
     }
 
     fn updates_write_only_what_change_accepts(records: &dyn EndpointRecords) {
-        records.create(&endpoint(5, "u")).expect("create");
+        records.create(&endpoint(5, "u"), &[]).expect("create");
         let updated = records
             .update(5, "u", &mut |e| {
                 e.created_by = Some("changed".into());
-                true
+                Some(Vec::new())
             })
             .expect("update")
             .expect("exists");
@@ -349,7 +482,7 @@ pub(crate) mod contract {
         let refused = records
             .update(5, "u", &mut |e| {
                 e.created_by = Some("refused".into());
-                false
+                None
             })
             .expect("update")
             .expect("exists");
@@ -368,29 +501,29 @@ pub(crate) mod contract {
             Some("changed")
         );
         assert!(records
-            .update(5, "missing", &mut |_| true)
+            .update(5, "missing", &mut |_| Some(Vec::new()))
             .expect("update")
             .is_none());
     }
 
     fn deleting_frees_the_name(records: &dyn EndpointRecords) {
         let first = endpoint(6, "d");
-        records.create(&first).expect("create");
+        records.create(&first, &[]).expect("create");
         assert_eq!(
-            records.delete(6, "d").expect("delete").map(|e| e.id),
+            records.delete(6, "d", &[]).expect("delete").map(|e| e.id),
             Some(first.id)
         );
         assert!(records.endpoint(6, "d").expect("read").is_none());
-        assert!(records.delete(6, "d").expect("again").is_none());
+        assert!(records.delete(6, "d", &[]).expect("again").is_none());
         records
-            .create(&endpoint(6, "d"))
+            .create(&endpoint(6, "d"), &[])
             .expect("the name is free again");
     }
 
     fn variables_have_unique_code_names_per_project(records: &dyn EndpointRecords) {
         let a = variable(7, "country");
-        records.save_variable(&a).expect("save");
-        let clash = records.save_variable(&variable(7, "country"));
+        records.save_variable(&a, &[]).expect("save");
+        let clash = records.save_variable(&variable(7, "country"), &[]);
         assert!(matches!(
             clash,
             Err(StoreError::Invalid {
@@ -399,18 +532,20 @@ pub(crate) mod contract {
             })
         ));
         records
-            .save_variable(&variable(8, "country"))
+            .save_variable(&variable(8, "country"), &[])
             .expect("other project");
         let mut renamed = a.clone();
         renamed.name = "Country".into();
         records
-            .save_variable(&renamed)
+            .save_variable(&renamed, &[])
             .expect("replacing itself is no clash");
         assert_eq!(
             records.variable(7, a.id).expect("read").map(|v| v.name),
             Some(renamed.name)
         );
-        records.save_variable(&variable(7, "plan")).expect("save");
+        records
+            .save_variable(&variable(7, "plan"), &[])
+            .expect("save");
         let codes: Vec<String> = records
             .variables(7)
             .expect("list")
@@ -418,8 +553,8 @@ pub(crate) mod contract {
             .map(|v| v.code_name)
             .collect();
         assert_eq!(codes, vec!["country", "plan"], "oldest first");
-        assert!(records.delete_variable(7, a.id).expect("delete"));
-        assert!(!records.delete_variable(7, a.id).expect("again"));
+        assert!(records.delete_variable(7, a.id, &[]).expect("delete"));
+        assert!(!records.delete_variable(7, a.id, &[]).expect("again"));
         assert!(records.variable(7, a.id).expect("read").is_none());
     }
 }

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::model::{code_name_from, InsightVariable, VariableType};
 use super::{EndpointError, Endpoints};
+use corvid_activity::Actor;
 
 /// A create or partial update of a variable (absent fields keep their value).
 #[derive(Debug, Clone, Default)]
@@ -135,18 +136,21 @@ impl Endpoints {
     pub async fn create_variable(
         &self,
         project_id: u64,
+        actor: &Actor,
         changes: VariableChanges,
         now: DateTime<Utc>,
     ) -> Result<InsightVariable, EndpointError> {
         let variable = new_variable(project_id, changes, now)?;
         let saved = variable.clone();
-        self.stored(move |s| s.save_variable(&saved)).await?;
+        self.stored_as(actor, move |s| s.save_variable(&saved))
+            .await?;
         Ok(variable)
     }
 
     pub async fn update_variable(
         &self,
         project_id: u64,
+        actor: &Actor,
         id: Uuid,
         changes: VariableChanges,
         now: DateTime<Utc>,
@@ -154,13 +158,19 @@ impl Endpoints {
         let mut variable = self.variable(project_id, id).await?;
         apply(&mut variable, changes, now)?;
         let saved = variable.clone();
-        self.stored(move |s| s.save_variable(&saved)).await?;
+        self.stored_as(actor, move |s| s.save_variable(&saved))
+            .await?;
         Ok(variable)
     }
 
-    pub async fn delete_variable(&self, project_id: u64, id: Uuid) -> Result<(), EndpointError> {
+    pub async fn delete_variable(
+        &self,
+        project_id: u64,
+        actor: &Actor,
+        id: Uuid,
+    ) -> Result<(), EndpointError> {
         if self
-            .stored(move |s| s.delete_variable(project_id, id))
+            .stored_as(actor, move |s| s.delete_variable(project_id, id))
             .await?
         {
             Ok(())

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::records::{key_taken, CohortRecord, FlagChange, FlagRecord, FlagRecords};
-use corvid_activity::ActivityEntry;
+use corvid_activity::{insert_all, ActivityEntry};
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, RESYNC,
 };
@@ -86,25 +86,9 @@ impl PgFlags {
             let done = client.query(&statement, &[&p, &id, &record]).await;
             (client, done.map(|_| ()).map_err(StoreError::from))
         })?;
-        log_in(&mut tx, log)?;
+        insert_all(&mut tx, log)?;
         tx.commit()
     }
-}
-
-/// Writes the entries on the transaction's connection.
-fn log_in(
-    tx: &mut corvid_kernel::pg::BlockingTx<'_>,
-    log: &[ActivityEntry],
-) -> Result<(), StoreError> {
-    let log = log.to_vec();
-    tx.step(move |client| async move {
-        for entry in &log {
-            if let Err(e) = corvid_activity::insert(&client, entry).await {
-                return (client, Err(e));
-            }
-        }
-        (client, Ok(()))
-    })
 }
 
 impl FlagRecords for PgFlags {
@@ -149,7 +133,7 @@ impl FlagRecords for PgFlags {
             };
             (client, done)
         })?;
-        log_in(&mut tx, log)?;
+        insert_all(&mut tx, log)?;
         tx.commit()
     }
 
@@ -207,7 +191,7 @@ impl FlagRecords for PgFlags {
             };
             (client, done)
         })?;
-        log_in(&mut tx, &log)?;
+        insert_all(&mut tx, &log)?;
         tx.commit()?;
         Ok(Some(record))
     }
