@@ -384,6 +384,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
 
     events_captured_on_one_node_are_queryable_on_another(&node1, &node3);
     flag_edits_reach_other_nodes_within_a_second(&node1, &node2, &node3);
+    a_flag_changed_on_one_node_is_logged_and_reverted_through_another(&node1, &node3);
     deleted_keys_are_refused_everywhere_within_a_second(&node1, &node3);
     oauth_codes_and_refresh_tokens_are_single_use_across_nodes(&services, &node1, &node3);
     an_endpoint_is_materialized_once_and_served_by_every_node(&services, &node1, &node2, &node3);
@@ -944,6 +945,74 @@ fn flag_edits_reach_other_nodes_within_a_second(
         "a cohort edited on node 1 is served by node 3 within 1 s: {}",
         pro()
     );
+}
+
+/// The activity log is the cluster's: a change made through one node is in every node's log,
+/// with the entries of the other nodes' changes, and a revert through another node restores
+/// the flag every node serves.
+fn a_flag_changed_on_one_node_is_logged_and_reverted_through_another(
+    node1: &TestServer,
+    node3: &TestServer,
+) {
+    let key = node1.admin_key();
+    let flags: Value = node1
+        .get("/api/projects/1/feature_flags/", Some(key))
+        .json()
+        .expect("flags");
+    let id = flags["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|f| f["key"] == "cluster-flag")
+        .expect("made on node 2")["id"]
+        .clone();
+    let res = node1.patch_json(
+        &format!("/api/projects/1/feature_flags/{id}/"),
+        Some(key),
+        &json!({"filters": {"groups": [{"properties": [], "rollout_percentage": 0}]}}),
+    );
+    assert_eq!(res.status(), 200);
+    let history: Value = node3
+        .get(
+            &format!("/api/projects/1/feature_flags/{id}/activity/"),
+            Some(key),
+        )
+        .json()
+        .expect("history");
+    let activities: Vec<&str> = history["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|e| e["activity"].as_str().expect("activity"))
+        .collect();
+    assert_eq!(activities, vec!["updated", "created"], "{history}");
+    let res = node3.post_json(
+        &format!("/api/projects/1/feature_flags/{id}/revert/"),
+        Some(key),
+        &json!({}),
+    );
+    assert_eq!(res.status(), 200);
+    let enabled = || -> Value {
+        let res = node1
+            .client
+            .post(node1.url("/flags?v=2"))
+            .json(&json!({"api_key": node1.creds.project_token, "distinct_id": "someone"}))
+            .send()
+            .expect("flags");
+        res.json::<Value>().expect("json")["flags"]["cluster-flag"]["enabled"].clone()
+    };
+    assert!(
+        wait_until(Duration::from_secs(1), || enabled() == json!(true)),
+        "node 1 serves the flag node 3 reverted within 1 s"
+    );
+    let log: Value = node1
+        .get(
+            "/api/projects/1/activity_log/?scope=FeatureFlag&page=1",
+            Some(key),
+        )
+        .json()
+        .expect("log");
+    assert_eq!(log["results"][0]["activity"], "reverted", "{log}");
 }
 
 fn deleted_keys_are_refused_everywhere_within_a_second(node1: &TestServer, node3: &TestServer) {
