@@ -470,3 +470,32 @@ fn endpoints_their_versions_and_variables_are_logged() {
         .iter()
         .all(|e| e["user"]["email"] == server.creds.email));
 }
+
+#[test]
+fn a_person_deletion_is_in_the_project_log() {
+    let server = TestServer::new();
+    let res = server.capture_batch(&[json!({"event": "signup", "distinct_id": "gone-soon",
+        "properties": {"$set": {"email": "gone@example.com"}}})]);
+    assert_eq!(res.status(), 200);
+    assert!(common::wait_until(
+        std::time::Duration::from_secs(10),
+        || { !server.persons(1, "gone-soon").is_empty() }
+    ));
+    let uuid = server.persons(1, "gone-soon")[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let res = server.delete(
+        &format!("/api/projects/1/persons/{uuid}/?delete_events=true"),
+        Some(server.admin_key()),
+    );
+    assert_eq!(res.status(), 202);
+    let log = server.admin_get("/api/projects/1/activity_log/?scope=Person&page=1");
+    assert_eq!(log["count"], 1, "{log}");
+    let entry = &log["results"][0];
+    assert_eq!(entry["activity"], "deleted");
+    assert_eq!(entry["item_id"], json!(uuid));
+    assert_eq!(entry["detail"]["name"], "gone-soon");
+    assert_eq!(entry["detail"]["context"]["delete_events"], true);
+    assert_eq!(entry["user"]["email"], server.creds.email);
+}

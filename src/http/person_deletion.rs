@@ -91,7 +91,8 @@ async fn erase_one(
             requested_by: requested_by(access),
         },
     };
-    state.engine.persons.erase(project, request).await?;
+    let actor = crate::auth::actor(&access.credential);
+    state.engine.persons.erase(project, &actor, request).await?;
     Ok(HttpResponse::Accepted().finish())
 }
 
@@ -127,7 +128,11 @@ async fn bulk_delete(
     let summary = state
         .engine
         .persons
-        .erase(access.project.id, request)
+        .erase(
+            access.project.id,
+            &crate::auth::actor(&access.credential),
+            request,
+        )
         .await?;
     Ok(HttpResponse::Accepted().json(summary))
 }

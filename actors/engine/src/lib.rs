@@ -571,7 +571,7 @@ impl Engine {
             settings.flags,
             activity.records(),
         );
-        let persons = Persons::new(persons);
+        let persons = Persons::new(persons, activity.records());
         let jobs = Jobs::default();
         start_jobs(
             &jobs,

@@ -32,18 +32,42 @@ pub use sled_store::SledPersons;
 pub use store::{ErasureOptions, PersonStore};
 
 use chrono::Utc;
+use corvid_activity::{ActivityEntry, ActivityRecords, Actor};
 use corvid_kernel::{blocking, StoreError};
 use uuid::Uuid;
+
+/// Logs an erasure request (scope `Person`, item the person's uuid). The request itself is
+/// already stored: a log that fails is reported, not the erasure's failure.
+fn log_erasure(activity: &dyn ActivityRecords, actor: &Actor, e: &Erasure) {
+    let entry = ActivityEntry::removal(
+        e.project_id,
+        actor,
+        "Person",
+        e.person_uuid.to_string(),
+        e.distinct_ids.first().cloned(),
+    )
+    .with_context(serde_json::json!({
+        "distinct_ids": e.distinct_ids,
+        "person_deleted": e.person_deleted,
+        "delete_events": e.events,
+    }));
+    if let Err(err) = activity.append(&entry) {
+        tracing::warn!(project_id = e.project_id, person = %e.person_uuid, error = %err,
+            "an erasure request could not be logged");
+    }
+}
 
 /// The persons facade the service uses. Cheap to clone.
 #[derive(Clone)]
 pub struct Persons {
     store: Arc<PersonStore>,
+    /// Where each erasure request is logged (scope `Person`).
+    activity: Arc<dyn ActivityRecords>,
 }
 
 impl Persons {
-    pub fn new(store: Arc<PersonStore>) -> Persons {
-        Persons { store }
+    pub fn new(store: Arc<PersonStore>, activity: Arc<dyn ActivityRecords>) -> Persons {
+        Persons { store, activity }
     }
 
     /// A project's persons, or the one person of `distinct_id`.
@@ -79,13 +103,16 @@ impl Persons {
 
     /// Erases the persons `request` names: each person's request is recorded (its events
     /// captured until now are hidden from every read at once and removed from storage by the
-    /// compactor), then its profile and distinct ids are deleted unless `keep_person`.
+    /// compactor), then its profile and distinct ids are deleted unless `keep_person`. Each
+    /// request is logged as `actor`'s (scope `Person`), right after it is recorded.
     pub async fn erase(
         &self,
         project_id: u64,
+        actor: &Actor,
         request: BulkErasure,
     ) -> Result<ErasureSummary, StoreError> {
         let store = Arc::clone(&self.store);
+        let (activity, actor) = (Arc::clone(&self.activity), actor.clone());
         blocking(move || {
             let now = Utc::now();
             let mut persons: Vec<Uuid> = match &request.targets {
@@ -110,8 +137,13 @@ impl Persons {
             };
             for person in persons {
                 match store.erase(project_id, person, &request.options, now) {
-                    Ok(Some(_)) if !request.options.keep_person => summary.persons_deleted += 1,
-                    Ok(_) => {}
+                    Ok(Some(erasure)) => {
+                        log_erasure(activity.as_ref(), &actor, &erasure);
+                        if !request.options.keep_person {
+                            summary.persons_deleted += 1;
+                        }
+                    }
+                    Ok(None) => {}
                     Err(err) => {
                         tracing::warn!(project_id, %person, error = %err, "a person could not be erased");
                         summary.deletion_errors.push(DeletionError { person_uuid: person });
