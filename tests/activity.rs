@@ -499,3 +499,40 @@ fn a_person_deletion_is_in_the_project_log() {
     assert_eq!(entry["detail"]["context"]["delete_events"], true);
     assert_eq!(entry["user"]["email"], server.creds.email);
 }
+
+#[test]
+fn project_settings_are_logged_with_the_token_masked() {
+    let server = TestServer::new();
+    server.admin_patch(
+        "/api/projects/1/",
+        &json!({"name": "Renamed", "heatmaps_opt_in": true}),
+        200,
+    );
+    let res = server
+        .client
+        .patch(server.url("/api/projects/1/reset_token/"))
+        .bearer_auth(server.admin_key())
+        .send()
+        .expect("reset");
+    assert_eq!(res.status(), 200);
+    let new_token = res.json::<Value>().expect("json")["api_token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let log = server.admin_get("/api/projects/1/activity_log/?scope=Team&page=1");
+    assert_eq!(log["count"], 2, "{log}");
+    let rotation = &log["results"][0]["detail"]["changes"][0];
+    assert_eq!(rotation["field"], "api_token");
+    assert_eq!(rotation["before"], "masked");
+    assert_eq!(rotation["after"], "masked");
+    let text = log.to_string();
+    assert!(!text.contains(&new_token) && !text.contains(&server.creds.project_token));
+    let fields: Vec<&str> = log["results"][1]["detail"]["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert!(fields.contains(&"name"), "{fields:?}");
+    assert_eq!(log["results"][1]["detail"]["name"], "Renamed");
+}

@@ -137,7 +137,7 @@ async fn reset_token(
     let project = state
         .engine
         .tenancy
-        .rotate_project_token(access.project.id)
+        .rotate_project_token(access.project.id, &crate::auth::actor(&access.credential))
         .await?;
     tracing::info!(project = project.id, "project token rotated");
     Ok(HttpResponse::Ok().json(ProjectView::from(&project)))
@@ -151,6 +151,11 @@ async fn update(
     ValidJson(body): ValidJson<ProjectUpdate>,
 ) -> Result<HttpResponse, ApiError> {
     let id = access.project.id;
-    let project = state.engine.tenancy.update_project(id, body).await?;
+    let actor = crate::auth::actor(&access.credential);
+    let project = state
+        .engine
+        .tenancy
+        .update_project(id, &actor, body)
+        .await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(&project)))
 }

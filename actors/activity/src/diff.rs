@@ -54,6 +54,7 @@ fn is_secret(field: &str, scope: &str) -> bool {
         || f.contains("password")
         || f == "secure_value"
         || f == "private_key"
+        || f == "api_token"
         || (scope == "PersonalAPIKey" && f == "value")
 }
 

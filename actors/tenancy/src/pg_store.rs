@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::{MetadataRecords, OnRevoked, ROTATED_PROJECT};
+use super::store::{MetadataRecords, OnRevoked, ProjectEdit, ROTATED_PROJECT};
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
     RESYNC,
@@ -114,11 +114,7 @@ impl MetadataRecords for PgMetadata {
         })
     }
 
-    fn update_project(
-        &self,
-        id: u64,
-        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
-    ) -> Result<Project, StoreError> {
+    fn update_project(&self, id: u64, change: &mut ProjectEdit<'_>) -> Result<Project, StoreError> {
         let key = bigint(id);
         let mut tx = self.pg.begin()?;
         let found = tx.step(move |client| async move {
@@ -140,7 +136,7 @@ impl MetadataRecords for PgMetadata {
             });
         };
         let old_token = project.api_token.clone();
-        change(&mut project)?;
+        let log = change(&mut project)?;
         let record = record_json("project", &project)?;
         let token = project.api_token.clone();
         // A rotated token: every node forgets the project (and with it the old token).
@@ -160,6 +156,7 @@ impl MetadataRecords for PgMetadata {
                 done.map(|_| ()).map_err(|e| conflict(e, "project token")),
             )
         })?;
+        corvid_activity::insert_all(&mut tx, &log)?;
         tx.commit()?;
         Ok(project)
     }

@@ -11,7 +11,8 @@ use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::MetadataRecords;
+use super::store::{MetadataRecords, ProjectEdit};
+use corvid_activity::stage;
 use corvid_kernel::codec::{encode, get, u64_key};
 use corvid_kernel::StoreError;
 
@@ -27,6 +28,8 @@ pub struct SledMetadata {
     organizations: sled::Tree,
     projects: sled::Tree,
     project_tokens: sled::Tree,
+    /// The activity log's tree: project settings changes are logged in their transaction.
+    activity: sled::Tree,
     users: sled::Tree,
     user_emails: sled::Tree,
     keys: sled::Tree,
@@ -44,6 +47,7 @@ impl SledMetadata {
             organizations: db.open_tree("organizations")?,
             projects: db.open_tree("projects")?,
             project_tokens: db.open_tree("project_tokens")?,
+            activity: db.open_tree(corvid_activity::TREE)?,
             users: db.open_tree("users")?,
             user_emails: db.open_tree("user_emails")?,
             keys: db.open_tree("personal_api_keys")?,
@@ -139,17 +143,13 @@ impl MetadataRecords for SledMetadata {
         self.durable()
     }
 
-    fn update_project(
-        &self,
-        id: u64,
-        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
-    ) -> Result<Project, StoreError> {
+    fn update_project(&self, id: u64, change: &mut ProjectEdit<'_>) -> Result<Project, StoreError> {
         let key = u64_key(id);
         let change = std::cell::RefCell::new(change);
         let abort = ConflictableTransactionError::Abort;
         // sled retries the closure when another writer touched the same keys meanwhile.
-        let updated =
-            (&self.projects, &self.project_tokens).transaction(|(projects, tokens)| {
+        let updated = (&self.projects, &self.project_tokens, &self.activity).transaction(
+            |(projects, tokens, activity)| {
                 let Some(bytes) = projects.get(key)? else {
                     return Err(abort(StoreError::NotFound {
                         what: format!("project {id}"),
@@ -158,7 +158,7 @@ impl MetadataRecords for SledMetadata {
                 let mut project: Project =
                     corvid_kernel::codec::decode("projects", &key, &bytes).map_err(abort)?;
                 let old_token = project.api_token.clone();
-                (change.borrow_mut())(&mut project).map_err(abort)?;
+                let log = (change.borrow_mut())(&mut project).map_err(abort)?;
                 if project.api_token != old_token {
                     if tokens.get(project.api_token.as_bytes())?.is_some() {
                         return Err(abort(StoreError::Conflict {
@@ -169,8 +169,12 @@ impl MetadataRecords for SledMetadata {
                     tokens.insert(project.api_token.as_bytes(), &key)?;
                 }
                 projects.insert(&key, encode(&project).map_err(abort)?)?;
+                for entry in &log {
+                    stage(activity, entry)?;
+                }
                 Ok(project)
-            })?;
+            },
+        )?;
         self.durable()?;
         Ok(updated)
     }

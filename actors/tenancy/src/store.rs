@@ -10,6 +10,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
+use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
 /// Told the SHA-256 hex of a credential another process revoked (`None`: any may have been),
@@ -18,6 +19,10 @@ pub type OnRevoked = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// The prefix of a revocation notice that names a project whose token was rotated.
 pub const ROTATED_PROJECT: &str = "project:";
+
+/// A read-modify-write of one project: the activity-log entries to write with it (an error
+/// aborts the update).
+pub type ProjectEdit<'a> = dyn FnMut(&mut Project) -> Result<Vec<ActivityEntry>, StoreError> + 'a;
 
 pub trait MetadataRecords: Send + Sync {
     /// Runs `work` while no other node sharing this store runs work through here: for
@@ -46,11 +51,7 @@ pub trait MetadataRecords: Send + Sync {
     /// token, the old one stops resolving at once, on every node (`Conflict` when the new one
     /// is taken). `NotFound` when there is no such project; an error from `change` writes
     /// nothing. Returns the stored project.
-    fn update_project(
-        &self,
-        id: u64,
-        change: &mut dyn FnMut(&mut Project) -> Result<(), StoreError>,
-    ) -> Result<Project, StoreError>;
+    fn update_project(&self, id: u64, change: &mut ProjectEdit<'_>) -> Result<Project, StoreError>;
     fn project(&self, id: u64) -> Result<Option<Project>, StoreError>;
     fn project_by_token(&self, token: &str) -> Result<Option<Project>, StoreError>;
     fn projects(&self) -> Result<Vec<Project>, StoreError>;
@@ -184,7 +185,7 @@ pub(crate) mod contract {
                         store
                             .update_project(1, &mut |p| {
                                 p.name.push('+');
-                                Ok(())
+                                Ok(Vec::new())
                             })
                             .expect("update");
                     }
@@ -201,7 +202,7 @@ pub(crate) mod contract {
         let rotated = store
             .update_project(1, &mut |p| {
                 p.api_token = "phc_new".into();
-                Ok(())
+                Ok(Vec::new())
             })
             .expect("rotate");
         assert_eq!(rotated.api_token, "phc_new");
@@ -213,7 +214,7 @@ pub(crate) mod contract {
         assert!(matches!(
             store.update_project(1, &mut |p| {
                 p.api_token = "phc_two".into();
-                Ok(())
+                Ok(Vec::new())
             }),
             Err(StoreError::Conflict { .. })
         ));
@@ -223,7 +224,7 @@ pub(crate) mod contract {
         ));
         assert_eq!(store.project(1).expect("read"), Some(rotated));
         assert!(matches!(
-            store.update_project(99, &mut |_| Ok(())),
+            store.update_project(99, &mut |_| Ok(Vec::new())),
             Err(StoreError::NotFound { .. })
         ));
         assert_eq!(store.projects().expect("list").len(), 2);

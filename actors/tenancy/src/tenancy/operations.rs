@@ -12,6 +12,7 @@ use crate::{
     NewProject, Organization, OrganizationUpdate, PersonalApiKey, Project, ProjectSettings,
     ProjectUpdate, Tenancy, TenancySettings, User,
 };
+use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::{secrets, StoreError};
 impl Tenancy {
     pub fn new(store: Arc<dyn MetadataRecords>, settings: TenancySettings) -> Tenancy {
@@ -156,15 +157,20 @@ impl Tenancy {
         project
     }
 
+    /// Changes a project's settings, logged as `actor`'s (scope `Team`) in the same write.
     pub async fn update_project(
         &self,
         id: u64,
+        actor: &Actor,
         update: ProjectUpdate,
     ) -> Result<Project, StoreError> {
         let store = Arc::clone(&self.store);
+        let actor = actor.clone();
         let project = run(move || {
             // Atomic in the store: concurrent updates of other fields are not lost.
-            store.update_project(id, &mut |project| apply_update(project, update.clone()))
+            store.update_project(id, &mut |project| {
+                logged_change(project, &actor, |p| apply_update(p, update.clone()))
+            })
         })
         .await?;
         self.cache.put_project(Arc::new(project.clone()));
@@ -173,12 +179,19 @@ impl Tenancy {
 
     /// Gives project `id` a new token (PostHog's `reset_token`): the old one is refused at
     /// once, on every node; the new project is returned.
-    pub async fn rotate_project_token(&self, id: u64) -> Result<Project, StoreError> {
+    pub async fn rotate_project_token(
+        &self,
+        id: u64,
+        actor: &Actor,
+    ) -> Result<Project, StoreError> {
         let store = Arc::clone(&self.store);
+        let actor = actor.clone();
         let project = run(move || {
             store.update_project(id, &mut |project| {
-                project.api_token = secrets::new_project_token();
-                Ok(())
+                logged_change(project, &actor, |p| {
+                    p.api_token = secrets::new_project_token();
+                    Ok(())
+                })
             })
         })
         .await?;
@@ -459,4 +472,28 @@ impl Tenancy {
         let store = Arc::clone(&self.store);
         run(move || store.flush()).await
     }
+}
+
+/// Applies `change` to a project and answers its activity entry (scope `Team`, PostHog's
+/// name for a project's settings; the token is masked).
+fn logged_change(
+    project: &mut Project,
+    actor: &Actor,
+    change: impl FnOnce(&mut Project) -> Result<(), StoreError>,
+) -> Result<Vec<ActivityEntry>, StoreError> {
+    let json = |p: &Project| serde_json::to_value(p).unwrap_or_default();
+    let before = json(project);
+    change(project)?;
+    Ok(Recorded {
+        project_id: project.id,
+        actor,
+        scope: "Team",
+        item_id: project.id.to_string(),
+        name: Some(project.name.clone()),
+        before: Some(&before),
+        after: &json(project),
+    }
+    .entry()
+    .into_iter()
+    .collect())
 }

@@ -127,6 +127,7 @@ async fn projects_are_validated_numbered_and_found_by_token() {
     let updated = t
         .update_project(
             2,
+            &corvid_activity::Actor::system(),
             ProjectUpdate {
                 heatmaps_opt_in: Some(true),
                 name: Some("Renamed".into()),
@@ -143,6 +144,7 @@ async fn projects_are_validated_numbered_and_found_by_token() {
     let err = t
         .update_project(
             2,
+            &corvid_activity::Actor::system(),
             ProjectUpdate {
                 session_recording_opt_in: Some(true),
                 ..ProjectUpdate::default()
