@@ -132,7 +132,11 @@ async fn delete(
     let deleted = state
         .engine
         .tenancy
-        .delete_personal_api_key(auth.credential.user.id, &key_id)
+        .delete_personal_api_key(
+            auth.credential.user.id,
+            &key_id,
+            &crate::auth::actor(&auth.credential),
+        )
         .await?;
     if !deleted {
         return Err(ApiError::not_found("Personal API key"));

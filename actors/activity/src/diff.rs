@@ -52,7 +52,7 @@ fn is_secret(field: &str, scope: &str) -> bool {
     let f = field.to_ascii_lowercase();
     f.contains("secret")
         || f.contains("password")
-        || f == "secure_value"
+        || f.starts_with("secure_value")
         || f == "private_key"
         || f == "api_token"
         || (scope == "PersonalAPIKey" && f == "value")

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
 use super::store::{MetadataRecords, OnRevoked, ProjectEdit, ROTATED_PROJECT};
+use corvid_activity::ActivityEntry;
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
     RESYNC,
@@ -232,24 +233,28 @@ impl MetadataRecords for PgMetadata {
         })
     }
 
-    fn insert_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
+    fn insert_key(&self, key: &PersonalApiKey, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let (id, user, hash) = (
             key.id.clone(),
             bigint(key.user_id),
             key.secure_value_sha256.clone(),
         );
         let record = record_json("personal API key", key)?;
-        self.pg.run(move |client| async move {
-            client
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
+            let done = client
                 .execute(
                     "INSERT INTO personal_api_keys (id, user_id, secure_value_sha256, record)
                      VALUES ($1, $2, $3, $4)",
                     &[&id, &user, &hash, &record],
                 )
                 .await
-                .map_err(|e| conflict(e, "personal API key"))?;
-            Ok(())
-        })
+                .map(|_| ())
+                .map_err(|e| conflict(e, "personal API key"));
+            (client, done)
+        })?;
+        corvid_activity::insert_all(&mut tx, log)?;
+        tx.commit()
     }
 
     fn put_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
@@ -306,9 +311,14 @@ impl MetadataRecords for PgMetadata {
         })
     }
 
-    fn delete_key(&self, id: &str) -> Result<Option<PersonalApiKey>, StoreError> {
+    fn delete_key(
+        &self,
+        id: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<PersonalApiKey>, StoreError> {
         let id = id.to_string();
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        let deleted = tx.step(move |client| async move {
             // Every node's listener hears of it when the delete commits.
             let row = client
                 .query_opt(
@@ -319,10 +329,18 @@ impl MetadataRecords for PgMetadata {
                      SELECT record, pg_notify($2, secure_value_sha256) FROM gone",
                     &[&id, &CREDENTIALS_CHANNEL],
                 )
-                .await?;
-            row.map(|r| record_of(&r, "personal_api_keys", &id))
-                .transpose()
-        })
+                .await;
+            let found = row.map_err(StoreError::from).and_then(|r| {
+                r.map(|r| record_of::<PersonalApiKey>(&r, "personal_api_keys", &id))
+                    .transpose()
+            });
+            (client, found)
+        })?;
+        if deleted.is_some() {
+            corvid_activity::insert_all(&mut tx, log)?;
+        }
+        tx.commit()?;
+        Ok(deleted)
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -352,7 +370,15 @@ mod tests {
         let server = TestPostgres::start();
         let db = server.database();
         let pg = Arc::new(db.connect());
-        migrate(&pg, &[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]).expect("migrate");
+        migrate(
+            &pg,
+            &[
+                corvid_kernel::MIGRATIONS,
+                corvid_activity::MIGRATIONS,
+                crate::MIGRATIONS,
+            ],
+        )
+        .expect("migrate");
         super::super::store::contract::suite(&|| -> Box<dyn MetadataRecords> {
             Box::new(PgMetadata::new(Arc::new(db.connect())))
         });
@@ -362,7 +388,11 @@ mod tests {
     fn two_nodes_racing_for_one_email_or_token_get_one_winner() {
         let server = TestPostgres::start();
         let db = server.database();
-        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
+        db.migrate(&[
+            corvid_kernel::MIGRATIONS,
+            corvid_activity::MIGRATIONS,
+            crate::MIGRATIONS,
+        ]);
         let nodes: Vec<PgMetadata> = (0..4)
             .map(|_| PgMetadata::new(Arc::new(db.connect())))
             .collect();
@@ -428,7 +458,11 @@ mod cluster_tests {
     async fn a_key_deleted_on_one_node_is_refused_by_another_within_a_second() {
         let server = TestPostgres::start();
         let db = server.database();
-        db.migrate(&[corvid_kernel::MIGRATIONS, crate::MIGRATIONS]);
+        db.migrate(&[
+            corvid_kernel::MIGRATIONS,
+            corvid_activity::MIGRATIONS,
+            crate::MIGRATIONS,
+        ]);
         let node1 = node(&db);
         let node3 = node(&db);
         let boot = node1
@@ -453,7 +487,7 @@ mod cluster_tests {
             .expect("key id");
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(node1
-            .delete_personal_api_key(boot.admin.id, &key_id)
+            .delete_personal_api_key(boot.admin.id, &key_id, &corvid_activity::Actor::system())
             .await
             .expect("delete"));
         let deadline = Instant::now() + Duration::from_secs(1);

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::model::{Organization, PersonalApiKey, Project, User};
 use super::store::{MetadataRecords, ProjectEdit};
-use corvid_activity::stage;
+use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{encode, get, u64_key};
 use corvid_kernel::StoreError;
 
@@ -220,13 +220,18 @@ impl MetadataRecords for SledMetadata {
         }
     }
 
-    fn insert_key(&self, key: &PersonalApiKey) -> Result<(), StoreError> {
+    fn insert_key(&self, key: &PersonalApiKey, log: &[ActivityEntry]) -> Result<(), StoreError> {
         let record = encode(key)?;
-        (&self.keys, &self.key_hashes).transaction(|(keys, hashes)| {
-            keys.insert(key.id.as_bytes(), record.as_slice())?;
-            hashes.insert(key.secure_value_sha256.as_bytes(), key.id.as_bytes())?;
-            Ok::<(), ConflictableTransactionError<StoreError>>(())
-        })?;
+        (&self.keys, &self.key_hashes, &self.activity).transaction(
+            |(keys, hashes, activity)| {
+                keys.insert(key.id.as_bytes(), record.as_slice())?;
+                hashes.insert(key.secure_value_sha256.as_bytes(), key.id.as_bytes())?;
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            },
+        )?;
         self.durable()
     }
 
@@ -253,15 +258,24 @@ impl MetadataRecords for SledMetadata {
             .collect())
     }
 
-    fn delete_key(&self, id: &str) -> Result<Option<PersonalApiKey>, StoreError> {
+    fn delete_key(
+        &self,
+        id: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<PersonalApiKey>, StoreError> {
         let Some(key) = self.key(id)? else {
             return Ok(None);
         };
-        (&self.keys, &self.key_hashes).transaction(|(keys, hashes)| {
-            keys.remove(key.id.as_bytes())?;
-            hashes.remove(key.secure_value_sha256.as_bytes())?;
-            Ok::<(), ConflictableTransactionError<StoreError>>(())
-        })?;
+        (&self.keys, &self.key_hashes, &self.activity).transaction(
+            |(keys, hashes, activity)| {
+                keys.remove(key.id.as_bytes())?;
+                hashes.remove(key.secure_value_sha256.as_bytes())?;
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            },
+        )?;
         self.durable()?;
         Ok(Some(key))
     }

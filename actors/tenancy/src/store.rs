@@ -61,15 +61,21 @@ pub trait MetadataRecords: Send + Sync {
     fn user(&self, id: u64) -> Result<Option<User>, StoreError>;
     fn user_by_email(&self, email: &str) -> Result<Option<User>, StoreError>;
 
-    /// Inserts a key (findable by its id and by its secret's hash).
-    fn insert_key(&self, key: &PersonalApiKey) -> Result<(), StoreError>;
+    /// Inserts a key (findable by its id and by its secret's hash), with its activity-log
+    /// entries in the same transaction.
+    fn insert_key(&self, key: &PersonalApiKey, log: &[ActivityEntry]) -> Result<(), StoreError>;
     /// Replaces an existing key (its hash does not change).
     fn put_key(&self, key: &PersonalApiKey) -> Result<(), StoreError>;
     fn key(&self, id: &str) -> Result<Option<PersonalApiKey>, StoreError>;
     fn key_by_hash(&self, sha256_hex: &str) -> Result<Option<PersonalApiKey>, StoreError>;
     fn keys_of_user(&self, user_id: u64) -> Result<Vec<PersonalApiKey>, StoreError>;
-    /// Deletes a key; the deleted record, if it existed.
-    fn delete_key(&self, id: &str) -> Result<Option<PersonalApiKey>, StoreError>;
+    /// Deletes a key; the deleted record, if it existed (`log` is written only then, in the
+    /// same transaction).
+    fn delete_key(
+        &self,
+        id: &str,
+        log: &[ActivityEntry],
+    ) -> Result<Option<PersonalApiKey>, StoreError>;
 
     /// Makes everything written so far durable (shutdown).
     fn flush(&self) -> Result<(), StoreError>;
@@ -245,16 +251,16 @@ pub(crate) mod contract {
 
         // Keys: by id, by hash, per user; deletion forgets both.
         let k = key("k1", 1, "abc");
-        store.insert_key(&k).expect("key");
-        store.insert_key(&key("k2", 2, "def")).expect("key");
+        store.insert_key(&k, &[]).expect("key");
+        store.insert_key(&key("k2", 2, "def"), &[]).expect("key");
         assert_eq!(store.key_by_hash("abc").expect("read"), Some(k.clone()));
         assert_eq!(store.keys_of_user(1).expect("list"), vec![k.clone()]);
         let mut used = k.clone();
         used.last_used_at = Some(Utc::now());
         store.put_key(&used).expect("touch");
         assert_eq!(store.key("k1").expect("read"), Some(used.clone()));
-        assert_eq!(store.delete_key("k1").expect("delete"), Some(used));
-        assert_eq!(store.delete_key("k1").expect("delete again"), None);
+        assert_eq!(store.delete_key("k1", &[]).expect("delete"), Some(used));
+        assert_eq!(store.delete_key("k1", &[]).expect("delete again"), None);
         assert_eq!(store.key_by_hash("abc").expect("read"), None);
 
         // Sequences are per name, increasing, and survive a reopen.

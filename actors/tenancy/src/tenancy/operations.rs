@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    apply_update, bootstrap, create_user, mint_key, normalize_email, projects_of, run,
+    apply_update, bootstrap, create_user, key_entries, mint_key, normalize_email, projects_of, run,
     validate_key, validate_project_name, validate_timezone, Arc, MetaCache, ROTATED_PROJECT,
 };
 use crate::{
@@ -290,7 +290,9 @@ impl Tenancy {
         run(move || {
             let projects = projects_of(store.as_ref(), creator.user.organization_id)?;
             creator.check_delegation(&new, &projects)?;
-            mint_key(store.as_ref(), new, label)
+            let u = &creator.user;
+            let actor = Actor::user(u.id, u.uuid, &u.email, &u.first_name);
+            mint_key(store.as_ref(), new, label, &actor)
         })
         .await
     }
@@ -315,18 +317,24 @@ impl Tenancy {
             .filter(|k| k.user_id == user_id))
     }
 
-    /// Deletes a key of `user_id`; it stops working at once. Whether it existed.
+    /// Deletes a key of `user_id`; it stops working at once. Whether it existed. Logged as
+    /// `actor`'s in the same write.
     pub async fn delete_personal_api_key(
         &self,
         user_id: u64,
         id: &str,
+        actor: &Actor,
     ) -> Result<bool, StoreError> {
         let Some(key) = self.personal_api_key(user_id, id).await? else {
             return Ok(false);
         };
         let store = Arc::clone(&self.store);
-        let key_id = key.id.clone();
-        run(move || store.delete_key(&key_id)).await?;
+        let (stored, actor) = (key.clone(), actor.clone());
+        run(move || {
+            let log = key_entries(store.as_ref(), &stored, &actor, false)?;
+            store.delete_key(&stored.id, &log)
+        })
+        .await?;
         self.cache.forget_credential(&key.secure_value_sha256);
         Ok(true)
     }
@@ -336,7 +344,11 @@ impl Tenancy {
         let hash = secrets::sha256_hex(secret);
         let (store, lookup) = (Arc::clone(&self.store), hash.clone());
         let deleted = run(move || match store.key_by_hash(&lookup)? {
-            Some(key) => store.delete_key(&key.id).map(|k| k.is_some()),
+            Some(key) => {
+                // Revoked by Corvid on a leak report: the system's change.
+                let log = key_entries(store.as_ref(), &key, &Actor::system(), false)?;
+                store.delete_key(&key.id, &log).map(|k| k.is_some())
+            }
             None => Ok(false),
         })
         .await?;

@@ -7,6 +7,7 @@ use crate::{
     Bootstrapped, MetadataRecords, MintKey, NewPersonalApiKey, Organization, PersonalApiKey,
     Project, ProjectSettings, User, ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
 };
+use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::{secrets, StoreError};
 pub(super) fn projects_of(
     store: &dyn MetadataRecords,
@@ -40,10 +41,60 @@ pub(super) fn create_user(
     Ok(user)
 }
 
+/// The activity entries of a key made (`created`) or deleted: one per project the key can
+/// reach (its `scoped_teams`, else every project of its user's organization), scope
+/// `PersonalAPIKey`, the key's hash masked.
+pub(super) fn key_entries(
+    store: &dyn MetadataRecords,
+    key: &PersonalApiKey,
+    actor: &Actor,
+    created: bool,
+) -> Result<Vec<ActivityEntry>, StoreError> {
+    let projects: Vec<u64> = match &key.scoped_teams {
+        Some(teams) => teams.clone(),
+        None => match store.user(key.user_id)? {
+            Some(user) => projects_of(store, user.organization_id)?
+                .iter()
+                .map(|p| p.id)
+                .collect(),
+            None => Vec::new(),
+        },
+    };
+    let json = serde_json::to_value(key).unwrap_or_default();
+    Ok(projects
+        .into_iter()
+        .filter_map(|project_id| {
+            let (item_id, name) = (key.id.clone(), Some(key.label.clone()));
+            if created {
+                Recorded {
+                    project_id,
+                    actor,
+                    scope: "PersonalAPIKey",
+                    item_id,
+                    name,
+                    before: None,
+                    after: &json,
+                }
+                .entry()
+            } else {
+                Some(ActivityEntry::removal(
+                    project_id,
+                    actor,
+                    "PersonalAPIKey",
+                    item_id,
+                    name,
+                ))
+            }
+        })
+        .collect())
+}
+
+/// Makes a key, logged as `actor`'s.
 pub(super) fn mint_key(
     store: &dyn MetadataRecords,
     new: NewPersonalApiKey,
     label: String,
+    actor: &Actor,
 ) -> Result<(PersonalApiKey, String), StoreError> {
     let secret = secrets::new_personal_api_key();
     let key = PersonalApiKey {
@@ -58,7 +109,7 @@ pub(super) fn mint_key(
         created_at: Utc::now(),
         last_used_at: None,
     };
-    store.insert_key(&key)?;
+    store.insert_key(&key, &key_entries(store, &key, actor, true)?)?;
     Ok((key, secret))
 }
 
@@ -121,7 +172,7 @@ pub(super) fn bootstrap(
             scoped_teams: None,
             scoped_organizations: None,
         };
-        Some(mint_key(store, new, "bootstrap".into())?.1)
+        Some(mint_key(store, new, "bootstrap".into(), &Actor::system())?.1)
     } else {
         None
     };

@@ -212,12 +212,12 @@ async fn keys_never_outgrow_their_creator_and_stop_working_when_deleted() {
     ));
 
     assert!(t
-        .delete_personal_api_key(boot.admin.id, &key.id)
+        .delete_personal_api_key(boot.admin.id, &key.id, &corvid_activity::Actor::system())
         .await
         .expect("delete"));
     assert!(t.authenticate_key(&secret).await.expect("auth").is_none());
     assert!(!t
-        .delete_personal_api_key(boot.admin.id, &key.id)
+        .delete_personal_api_key(boot.admin.id, &key.id, &corvid_activity::Actor::system())
         .await
         .expect("again"));
 }
