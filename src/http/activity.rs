@@ -170,18 +170,19 @@ async fn log(
 }
 
 /// PostHog's `activity_page_response`: `limit` (10) per `page` (1), with `total_count`.
+/// The page and how many entries match in all.
 async fn activity_page(
-    access: &ProjectAccess<ActivityLogRead>,
     state: &AppState,
     req: &HttpRequest,
     params: &Params,
+    project: u64,
     mut query: ActivityQuery,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<(HttpResponse, u64), ApiError> {
     let limit = number(params, "limit", 10)?.min(1000);
     let page = number(params, "page", 1)?;
     query.limit = limit;
     query.offset = (page - 1).saturating_mul(limit);
-    let found = state.engine.activity.list(access.project.id, query).await?;
+    let found = state.engine.activity.list(project, query).await?;
     let link = |p: usize| {
         page_link(
             req,
@@ -193,12 +194,13 @@ async fn activity_page(
             ],
         )
     };
-    Ok(HttpResponse::Ok().json(json!({
+    let body = HttpResponse::Ok().json(json!({
         "results": found.entries.iter().map(entry_json).collect::<Vec<_>>(),
         "next": ((page.saturating_mul(limit) as u64) < found.total).then(|| link(page + 1)),
         "previous": (page > 1).then(|| link(page - 1)),
         "total_count": found.total,
-    })))
+    }));
+    Ok((body, found.total))
 }
 
 /// `GET …/{resource}/activity/`: every item of one scope.
@@ -213,7 +215,8 @@ async fn of_scope(
         scopes: vec![scope.into()],
         ..ActivityQuery::default()
     };
-    activity_page(&access, &state, &req, &params, query).await
+    let (page, _) = activity_page(&state, &req, &params, access.project.id, query).await?;
+    Ok(page)
 }
 
 /// `GET …/{resource}/{id}/activity/`: one item's entries; an item with none that the project
@@ -230,19 +233,13 @@ async fn of_item(
     let query = ActivityQuery {
         scopes: vec![scope.into()],
         item_id: Some(item.clone()),
-        limit: 1,
         ..ActivityQuery::default()
     };
-    let any = state
-        .engine
-        .activity
-        .list(access.project.id, query.clone())
-        .await?;
-    if any.total == 0 && item_exists(&state, access.project.id, scope, &item).await? == Some(false)
-    {
+    let (page, total) = activity_page(&state, &req, &params, access.project.id, query).await?;
+    if total == 0 && item_exists(&state, access.project.id, scope, &item).await? == Some(false) {
         return Err(ApiError::not_found(scope));
     }
-    activity_page(&access, &state, &req, &params, query).await
+    Ok(page)
 }
 
 /// Whether the project has the item (`None`: not checked for this scope; an item without

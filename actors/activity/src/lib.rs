@@ -67,15 +67,24 @@ impl ActivityLog {
         blocking(move || records.append(&entry)).await
     }
 
-    /// Deletes entries made before `cutoff` (blocking; the engine's upkeep job calls it).
-    pub fn expire(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.records.expire(cutoff)
+    /// Deletes entries older than `ttl` at `now` (blocking; the engine's upkeep job calls
+    /// it). A `ttl` reaching before the calendar's start deletes nothing.
+    pub fn expire(&self, now: DateTime<Utc>, ttl: std::time::Duration) -> Result<u64, StoreError> {
+        match cutoff(now, ttl) {
+            Some(cutoff) => self.records.expire(cutoff),
+            None => Ok(0),
+        }
     }
 
     /// The storage, for the domains that read entries in their own rules (a flag's revert).
     pub fn records(&self) -> Arc<dyn ActivityRecords> {
         Arc::clone(&self.records)
     }
+}
+
+/// `now - ttl`, or `None` when that is before any representable time (nothing is so old).
+fn cutoff(now: DateTime<Utc>, ttl: std::time::Duration) -> Option<DateTime<Utc>> {
+    now.checked_sub_signed(chrono::Duration::from_std(ttl).ok()?)
 }
 
 /// The PostgreSQL schema of this crate's table (`migrations/`), applied by the engine with every
@@ -85,3 +94,17 @@ pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
     name: "activity log",
     sql: include_str!("../migrations/0011_activity_log.sql"),
 }];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_past_the_calendar_keeps_everything_instead_of_overflowing() {
+        let now = Utc::now();
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(cutoff(now, day), Some(now - chrono::Duration::days(1)));
+        assert_eq!(cutoff(now, std::time::Duration::MAX), None);
+        assert_eq!(cutoff(now, day * 365 * 1_000_000), None);
+    }
+}

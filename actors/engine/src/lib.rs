@@ -833,11 +833,10 @@ fn start_jobs(
             run: Arc::new(move || {
                 let activity = activity.clone();
                 Box::pin(async move {
-                    let cutoff = chrono::Utc::now()
-                        - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
-                    let expired = corvid_kernel::blocking(move || activity.expire(cutoff))
-                        .await
-                        .map_err(|e: StoreError| e.to_string())?;
+                    let expired =
+                        corvid_kernel::blocking(move || activity.expire(chrono::Utc::now(), ttl))
+                            .await
+                            .map_err(|e: StoreError| e.to_string())?;
                     if expired > 0 {
                         tracing::info!(expired, "deleted expired activity-log entries");
                     }
