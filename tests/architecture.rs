@@ -246,7 +246,7 @@ fn cycles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Strin
 const LAYERS: &[&[&str]] = &[
     &["kernel"],
     &["activity"],
-    &["tenancy", "persons"],
+    &["tenancy", "persons", "webhooks"],
     &["events", "flags", "oauth"],
     &["query"],
     &["endpoints", "surfaces", "lifecycle"],

@@ -291,6 +291,8 @@ impl Services {
         c.lifecycle.batch_export_tick = Duration::from_millis(500);
         c.lifecycle.batch_export_settle = Duration::from_secs(5);
         c.lifecycle.dev_allow_private_export_endpoints = true;
+        c.webhooks.dev_allow_loopback = true;
+        c.webhooks.dispatch_interval = Duration::from_millis(200);
         c
     }
 
@@ -306,7 +308,8 @@ impl Services {
              [surveys]\nmaintenance_interval = \"200ms\"\n\
              [lifecycle]\nerasure_interval = \"200ms\"\nerasure_settle = \"3s\"\n\
              erasure_grace = \"5s\"\nbatch_export_tick = \"500ms\"\n\
-             batch_export_settle = \"5s\"\ndev_allow_private_export_endpoints = true\n",
+             batch_export_settle = \"5s\"\ndev_allow_private_export_endpoints = true\n\
+             [webhooks]\ndev_allow_loopback = true\ndispatch_interval = \"200ms\"\n",
             self.pg_url, self.s3.url
         );
         std::fs::write(&path, text).expect("node config");
@@ -385,6 +388,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
     events_captured_on_one_node_are_queryable_on_another(&node1, &node3);
     flag_edits_reach_other_nodes_within_a_second(&node1, &node2, &node3);
     a_flag_changed_on_one_node_is_logged_and_reverted_through_another(&node1, &node3);
+    changes_on_every_node_are_delivered_once_by_one_node(&node1, &node3);
     deleted_keys_are_refused_everywhere_within_a_second(&node1, &node3);
     oauth_codes_and_refresh_tokens_are_single_use_across_nodes(&services, &node1, &node3);
     an_endpoint_is_materialized_once_and_served_by_every_node(&services, &node1, &node2, &node3);
@@ -1013,6 +1017,37 @@ fn a_flag_changed_on_one_node_is_logged_and_reverted_through_another(
         .json()
         .expect("log");
     assert_eq!(log["results"][0]["activity"], "reverted", "{log}");
+}
+
+/// A webhook made through one node gets the changes made through every node, each once: one
+/// node of the cluster sends a webhook's deliveries.
+fn changes_on_every_node_are_delivered_once_by_one_node(node1: &TestServer, node3: &TestServer) {
+    let receiver = common::receiver::Receiver::start(&[]);
+    let key = node1.admin_key();
+    let res = node1.post_json(
+        "/api/projects/1/webhooks/",
+        Some(key),
+        &json!({"url": receiver.url, "events": ["FeatureFlag.created"], "secret": "cluster"}),
+    );
+    assert_eq!(res.status(), 201);
+    for (i, node) in [node1, node3].iter().cycle().take(6).enumerate() {
+        let res = node.post_json(
+            "/api/projects/1/feature_flags/",
+            Some(key),
+            &json!({"key": format!("hooked-{i}"), "filters": {"groups": []}}),
+        );
+        assert_eq!(res.status(), 201);
+    }
+    receiver.wait_for(6);
+    std::thread::sleep(Duration::from_secs(1));
+    let got = receiver.received();
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|r| r.headers["x-corvid-delivery"].as_str())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!((got.len(), ids.len()), (6, 6), "each change delivered once");
 }
 
 fn deleted_keys_are_refused_everywhere_within_a_second(node1: &TestServer, node3: &TestServer) {

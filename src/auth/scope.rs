@@ -46,4 +46,6 @@ required_scopes! {
     SurveyWrite => "survey:write",
     EarlyAccessFeatureRead => "early_access_feature:read",
     EarlyAccessFeatureWrite => "early_access_feature:write",
+    WebhookRead => "webhook:read",
+    WebhookWrite => "webhook:write",
 }

@@ -15,6 +15,7 @@ use corvid_flags::FlagsSettings;
 use corvid_oauth::{ClientSettings, FetchSettings, Lifetimes, OAuthSettings};
 use corvid_query::QuerySettings;
 use corvid_tenancy::TenancySettings;
+use corvid_webhooks::WebhookSettings;
 
 impl Config {
     /// The embedded defaults alone.
@@ -126,6 +127,11 @@ impl Config {
                     "oauth.region_urls entry `{url}` must be an http(s) URL without a trailing slash"
                 )));
             }
+        }
+        if self.webhooks.dispatch_interval.is_zero() || self.webhooks.timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "webhooks.dispatch_interval and webhooks.timeout must be > 0".into(),
+            ));
         }
         if self.surveys.maintenance_interval.is_zero() {
             return Err(ConfigError::Invalid(
@@ -450,6 +456,14 @@ impl Config {
                 stored_read_deadline: self.flags.stored_read_deadline,
             },
             geoip: self.geoip.database_path.clone(),
+            webhooks: WebhookSettings {
+                timeout: self.webhooks.timeout,
+                retry_schedule: self.webhooks.retry_schedule.iter().map(|d| d.0).collect(),
+                max_consecutive_failures: self.webhooks.max_consecutive_failures,
+                allow_loopback: self.webhooks.dev_allow_loopback,
+                keep_deliveries: self.webhooks.keep_deliveries,
+                max_per_project: self.webhooks.max_per_project,
+            },
             jobs: JobSettings {
                 usage_flush: Duration::from_secs(1),
                 oauth_prune: Duration::from_secs(3600),
@@ -459,6 +473,7 @@ impl Config {
                 batch_export_tick: self.lifecycle.batch_export_tick,
                 activity_expiry: self.activity.expiry_interval,
                 activity_ttl: self.activity.ttl,
+                webhook_dispatch: self.webhooks.dispatch_interval,
             },
         })
     }

@@ -43,6 +43,7 @@ pub struct Config {
     pub ingest: IngestSection,
     pub lifecycle: LifecycleConfig,
     pub activity: ActivityConfig,
+    pub webhooks: WebhooksConfig,
     pub flags: FlagsConfig,
     pub browser: BrowserConfig,
     pub surveys: SurveysConfig,

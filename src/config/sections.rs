@@ -69,6 +69,35 @@ pub struct ActivityConfig {
     pub expiry_interval: Duration,
 }
 
+/// `[webhooks]`: how change notifications are sent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// How often new activity entries become deliveries and due deliveries are sent.
+    #[serde(with = "humantime_serde")]
+    pub dispatch_interval: Duration,
+    /// Deadline of one delivery attempt.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The wait before each retry of a failed delivery; after the last the delivery has
+    /// failed and its webhook is turned off.
+    pub retry_schedule: Vec<HumanDuration>,
+    /// Failed attempts in a row that turn a webhook off.
+    pub max_consecutive_failures: u32,
+    /// DEVELOPMENT ONLY: deliver to loopback addresses (private ones stay refused).
+    pub dev_allow_loopback: bool,
+    /// Finished deliveries and their attempts are kept this long.
+    #[serde(with = "humantime_serde")]
+    pub keep_deliveries: Duration,
+    /// Webhooks one project may have.
+    pub max_per_project: usize,
+}
+
+/// A duration written as text (`"10s"`, `"2h"`), inside a list.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(transparent)]
+pub struct HumanDuration(#[serde(with = "humantime_serde")] pub Duration);
+
 /// `[lifecycle]`: how erasure requests are carried out and how long their records stay.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use corvid_activity::{ActivityEntry, ActivityQuery, Actor};
-use serde_json::{json, Value};
+use corvid_activity::{ActivityEntry, ActivityQuery};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::{page_link, project_route};
@@ -41,36 +41,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             move || web::get().to(move |a, s, r, p, q| of_item(a, s, r, p, q, scope)),
         );
     }
-}
-
-/// The user an entry names, in PostHog's basic shape (the system as "System").
-fn user_json(actor: &Actor) -> Value {
-    if actor.is_system {
-        return json!({"first_name": "System", "email": null, "is_system": true});
-    }
-    json!({
-        "id": actor.id,
-        "uuid": actor.uuid,
-        "first_name": actor.first_name,
-        "email": actor.email,
-        "is_system": false,
-    })
-}
-
-/// An entry as the API shows it.
-pub fn entry_json(e: &ActivityEntry) -> Value {
-    json!({
-        "id": e.id,
-        "user": user_json(&e.user),
-        "activity": e.activity,
-        "scope": e.scope,
-        "item_id": e.item_id,
-        "detail": e.detail,
-        "created_at": e.created_at,
-        "is_system": e.user.is_system,
-        "was_impersonated": false,
-        "version": e.version,
-    })
 }
 
 type Params = web::Query<HashMap<String, String>>;
@@ -141,7 +111,7 @@ async fn log(
             "count": found.total,
             "next": more.then(|| link(page + 1)),
             "previous": (page > 1).then(|| link(page - 1)),
-            "results": found.entries.iter().map(entry_json).collect::<Vec<_>>(),
+            "results": found.entries.iter().map(ActivityEntry::api_json).collect::<Vec<_>>(),
         })));
     }
     if let Some(cursor) = params.get("cursor") {
@@ -165,7 +135,7 @@ async fn log(
     Ok(HttpResponse::Ok().json(json!({
         "next": next,
         "previous": null,
-        "results": found.entries.iter().map(entry_json).collect::<Vec<_>>(),
+        "results": found.entries.iter().map(ActivityEntry::api_json).collect::<Vec<_>>(),
     })))
 }
 
@@ -195,7 +165,7 @@ async fn activity_page(
         )
     };
     let body = HttpResponse::Ok().json(json!({
-        "results": found.entries.iter().map(entry_json).collect::<Vec<_>>(),
+        "results": found.entries.iter().map(ActivityEntry::api_json).collect::<Vec<_>>(),
         "next": ((page.saturating_mul(limit) as u64) < found.total).then(|| link(page + 1)),
         "previous": (page > 1).then(|| link(page - 1)),
         "total_count": found.total,

@@ -31,6 +31,7 @@ mod retention;
 pub mod starting;
 mod surveys;
 mod users;
+mod webhooks;
 
 use actix_web::{web, HttpResponse};
 
@@ -57,6 +58,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     exports::configure(cfg);
     batch_exports::configure(cfg);
     activity::configure(cfg);
+    webhooks::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

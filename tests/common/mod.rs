@@ -304,6 +304,7 @@ pub fn segment_rows(file: std::fs::File) -> Vec<(String, i64)> {
 
 pub mod oauth;
 pub mod process;
+pub mod receiver;
 pub mod sdk;
 
 // ---- capture helpers ----

@@ -80,6 +80,40 @@ pub struct ActivityEntry {
     pub version: Option<i64>,
 }
 
+impl Actor {
+    /// The user as the API shows it, in PostHog's basic shape (the system as "System").
+    pub fn api_json(&self) -> Value {
+        if self.is_system {
+            return serde_json::json!({"first_name": "System", "email": null, "is_system": true});
+        }
+        serde_json::json!({
+            "id": self.id,
+            "uuid": self.uuid,
+            "first_name": self.first_name,
+            "email": self.email,
+            "is_system": false,
+        })
+    }
+}
+
+impl ActivityEntry {
+    /// The entry as the API shows it (and a webhook delivery carries it).
+    pub fn api_json(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "user": self.user.api_json(),
+            "activity": self.activity,
+            "scope": self.scope,
+            "item_id": self.item_id,
+            "detail": self.detail,
+            "created_at": self.created_at,
+            "is_system": self.user.is_system,
+            "was_impersonated": false,
+            "version": self.version,
+        })
+    }
+}
+
 /// The change an entry is made from: an item's JSON before (`None`: it was created) and after.
 pub struct Recorded<'a> {
     pub project_id: u64,

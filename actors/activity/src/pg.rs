@@ -138,6 +138,26 @@ impl ActivityRecords for PgActivity {
         })
     }
 
+    fn since(
+        &self,
+        project_id: u64,
+        after: Uuid,
+        limit: usize,
+    ) -> Result<Vec<ActivityEntry>, StoreError> {
+        let p = bigint(project_id);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT id, record FROM activity_log WHERE project_id = $1 AND id > $2
+                     ORDER BY id LIMIT $3",
+                    &[&p, &after, &limit],
+                )
+                .await?;
+            rows.iter().map(decoded).collect()
+        })
+    }
+
     fn expire(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         self.pg.run(move |client| async move {
             Ok(client

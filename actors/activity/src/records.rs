@@ -61,6 +61,14 @@ pub trait ActivityRecords: Send + Sync {
     /// `query.limit`.
     fn query(&self, project_id: u64, query: &ActivityQuery) -> Result<ActivityPage, StoreError>;
     fn entry(&self, project_id: u64, id: Uuid) -> Result<Option<ActivityEntry>, StoreError>;
+    /// The project's entries with an id above `after`, oldest first, at most `limit`: how a
+    /// reader that follows the log (webhook deliveries) pages forward.
+    fn since(
+        &self,
+        project_id: u64,
+        after: Uuid,
+        limit: usize,
+    ) -> Result<Vec<ActivityEntry>, StoreError>;
     /// Deletes every entry made before `cutoff`; how many.
     fn expire(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 }
@@ -128,6 +136,25 @@ impl ActivityRecords for SledActivity {
             .get(key(project_id, id))?
             .map(|v| decode(TREE, &key(project_id, id), &v))
             .transpose()
+    }
+
+    fn since(
+        &self,
+        project_id: u64,
+        after: Uuid,
+        limit: usize,
+    ) -> Result<Vec<ActivityEntry>, StoreError> {
+        let start = key(project_id, after);
+        let end = key(project_id, Uuid::max());
+        self.tree
+            .range(start..=end)
+            .filter(|item| item.as_ref().map_or(true, |(k, _)| k[..] != start[..]))
+            .take(limit)
+            .map(|item| {
+                let (k, v) = item?;
+                decode(TREE, &k, &v)
+            })
+            .collect()
     }
 
     fn expire(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -232,6 +259,21 @@ pub mod contract {
             ..ActivityQuery::default()
         });
         assert_eq!(ids(newer), vec![c.id, b.id]);
+        let following = |after: Uuid, limit| {
+            records
+                .since(1, after, limit)
+                .expect("since")
+                .iter()
+                .map(|e| e.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            following(Uuid::nil(), 10),
+            vec![a.id, b.id, c.id],
+            "oldest first"
+        );
+        assert_eq!(following(a.id, 1), vec![b.id], "after, not from; limited");
+        assert_eq!(following(c.id, 10), Vec::<Uuid>::new());
         assert_eq!(records.entry(1, b.id).expect("read"), Some(b.clone()));
         assert_eq!(records.entry(2, b.id).expect("read"), None, "per project");
         // Expiry removes what is older than the cutoff, in every project.

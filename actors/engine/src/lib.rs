@@ -48,6 +48,9 @@ use corvid_surfaces::experiments::Experiments;
 use corvid_surfaces::remote_config::RemoteConfig;
 use corvid_surfaces::surveys::Surveys;
 use corvid_tenancy::{PgMetadata, SledMetadata, Tenancy, TenancySettings};
+use corvid_webhooks::{
+    Claims as WebhookClaims, WebhookSettings, WebhookStores, Webhooks, STORE_NAMES,
+};
 
 pub use corvid_kernel::pg::PgSettings;
 pub use jobs::JobReport;
@@ -133,6 +136,7 @@ pub struct EngineSettings {
     pub flags: FlagsSettings,
     /// A MaxMind city database for `/flags` GeoIP.
     pub geoip: Option<PathBuf>,
+    pub webhooks: WebhookSettings,
     pub jobs: JobSettings,
 }
 
@@ -155,6 +159,9 @@ pub struct JobSettings {
     /// Activity-log entries older than `activity_ttl` deleted (on one node of a cluster).
     pub activity_expiry: Duration,
     pub activity_ttl: Duration,
+    /// Webhook deliveries made from new activity entries and sent (on one node of a
+    /// cluster; each webhook's sends under a claim of its own).
+    pub webhook_dispatch: Duration,
 }
 
 impl EngineError {
@@ -223,6 +230,7 @@ impl Unready {
 /// The engine's facades and the handles that stop it.
 pub struct Engine {
     pub activity: ActivityLog,
+    pub webhooks: Webhooks,
     pub tenancy: Tenancy,
     pub persons: Persons,
     pub ingest: Ingest,
@@ -572,16 +580,31 @@ impl Engine {
             activity.records(),
         );
         let persons = Persons::new(persons, activity.records());
+        let webhooks = Webhooks::new(
+            WebhookStores {
+                hooks: backing.records(STORE_NAMES[0])?,
+                deliveries: backing.records(STORE_NAMES[1])?,
+                queue: backing.records(STORE_NAMES[2])?,
+                cursors: backing.records(STORE_NAMES[3])?,
+            },
+            activity.records(),
+            WebhookClaims {
+                claims: backing.lease(&node_id, Duration::ZERO).claims,
+                holder: node_id.clone(),
+            },
+            settings.webhooks.clone(),
+        );
         let jobs = Jobs::default();
         start_jobs(
             &jobs,
             &settings.jobs,
             &backing.lease(&node_id, Duration::ZERO),
             (&persons, &oauth, &surveys, &exports),
-            (&batch_exports, &activity),
+            (&batch_exports, &activity, &webhooks),
         );
         Ok(Engine {
             activity,
+            webhooks,
             tenancy,
             persons,
             ingest,
@@ -822,8 +845,21 @@ fn start_jobs(
     settings: &JobSettings,
     lease: &JobLease,
     (persons, oauth, surveys, exports): (&Persons, &OAuth, &Surveys, &Exports),
-    (batch_exports, activity): (&BatchExports, &ActivityLog),
+    (batch_exports, activity, webhooks): (&BatchExports, &ActivityLog, &Webhooks),
 ) {
+    let hooks = webhooks.clone();
+    jobs.spawn(
+        Job {
+            name: "webhook_dispatch",
+            period: settings.webhook_dispatch,
+            scope: JobScope::OneNode,
+            run: Arc::new(move || {
+                let hooks = hooks.clone();
+                Box::pin(async move { hooks.tick().await.map(|_| ()).map_err(|e| e.to_string()) })
+            }),
+        },
+        lease,
+    );
     let (activity, ttl) = (activity.clone(), settings.activity_ttl);
     jobs.spawn(
         Job {

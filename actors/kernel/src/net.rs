@@ -3,7 +3,9 @@
 //! multicast, documentation and other special-use addresses (RFC 6890) are not public, nor
 //! names that only exist inside private networks.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use url::{Host, Url};
 
 /// Name suffixes that only make sense inside a private network.
 pub const INTERNAL_SUFFIXES: &[&str] = &[
@@ -87,6 +89,72 @@ pub fn is_internal_name(name: &str) -> bool {
         || INTERNAL_SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
+/// Where an outbound request may go: the URL's host name (for TLS and the `Host` header; `None`
+/// for an address literal) and the one checked address to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub domain: Option<String>,
+    pub address: SocketAddr,
+}
+
+/// Why an outbound request may not go where its URL points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreachable {
+    /// The URL names a private or special-use address, or an internal name.
+    Refused(String),
+    /// The name does not resolve.
+    Dns(String),
+}
+
+/// Resolves `url`'s host once and checks every address it has: all must be public, so the
+/// caller connects to [`Resolved::address`] and never looks the name up again (no DNS
+/// rebinding between the check and the connection). `allow_loopback` (development only) lets
+/// loopback addresses through, still refusing every other special use.
+pub async fn resolve_public(url: &Url, allow_loopback: bool) -> Result<Resolved, Unreachable> {
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| Unreachable::Refused("URL has no port".into()))?;
+    let host = url
+        .host()
+        .ok_or_else(|| Unreachable::Refused("URL has no host".into()))?;
+    let (domain, addrs) = match host {
+        Host::Ipv4(ip) => (None, vec![IpAddr::V4(ip)]),
+        Host::Ipv6(ip) => (None, vec![IpAddr::V6(ip)]),
+        Host::Domain(name) => {
+            let name = name.to_ascii_lowercase();
+            let bare = name.trim_end_matches('.');
+            if INTERNAL_SUFFIXES.iter().any(|s| bare.ends_with(s)) {
+                return Err(Unreachable::Refused(format!(
+                    "{bare} is an internal host name"
+                )));
+            }
+            let addrs: Vec<IpAddr> = tokio::net::lookup_host((name.as_str(), port))
+                .await
+                .map_err(|_| Unreachable::Dns(name.clone()))?
+                .map(|a| a.ip())
+                .collect();
+            if addrs.is_empty() {
+                return Err(Unreachable::Dns(name));
+            }
+            (Some(name), addrs)
+        }
+    };
+    let allowed = |ip: IpAddr| {
+        (allow_loopback && embedded_v4(ip).map_or(ip.is_loopback(), |v4| v4.is_loopback()))
+            || !is_special_use(ip)
+    };
+    if let Some(bad) = addrs.iter().find(|ip| !allowed(**ip)) {
+        return Err(Unreachable::Refused(format!(
+            "{} resolves to {bad}, a private or special-use address",
+            url.host_str().unwrap_or("")
+        )));
+    }
+    Ok(Resolved {
+        domain,
+        address: SocketAddr::new(addrs[0], port),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +199,26 @@ mod tests {
             let ip: IpAddr = ok.parse().expect("test address parses");
             assert!(!is_special_use(ip), "{ok} is public");
         }
+    }
+
+    #[tokio::test]
+    async fn loopback_is_refused_unless_allowed_and_internal_names_always() {
+        let url = |s: &str| Url::parse(s).expect("test URL parses");
+        let loopback = url("http://127.0.0.1:9/hook");
+        assert!(matches!(
+            resolve_public(&loopback, false).await,
+            Err(Unreachable::Refused(_))
+        ));
+        let resolved = resolve_public(&loopback, true).await.expect("allowed");
+        assert_eq!(resolved.address, "127.0.0.1:9".parse().expect("address"));
+        assert_eq!(resolved.domain, None);
+        assert!(matches!(
+            resolve_public(&url("http://10.0.0.1/"), true).await,
+            Err(Unreachable::Refused(_))
+        ));
+        assert!(matches!(
+            resolve_public(&url("https://metadata.internal/"), true).await,
+            Err(Unreachable::Refused(_))
+        ));
     }
 }

@@ -8,12 +8,11 @@
 //! - the body is capped (checked on `Content-Length`, then while streaming) and the whole fetch
 //!   has one deadline, so a slow-drip server cannot hold a worker.
 
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use url::{Host, Url};
+use url::Url;
 
-use corvid_kernel::net::{embedded_v4, is_special_use, INTERNAL_SUFFIXES};
+use corvid_kernel::net::{resolve_public, Resolved, Unreachable};
 
 /// Limits and the two development-only escape hatches.
 #[derive(Debug, Clone)]
@@ -102,34 +101,15 @@ impl Fetcher {
         if url.scheme() != "https" {
             return Err(FetchError::Refused("only https URLs are fetched".into()));
         }
-        let port = url.port_or_known_default().unwrap_or(443);
-        let host = url
-            .host()
-            .ok_or_else(|| FetchError::Refused("URL has no host".into()))?;
-        let (domain, addrs) = match host {
-            Host::Ipv4(ip) => (None, vec![IpAddr::V4(ip)]),
-            Host::Ipv6(ip) => (None, vec![IpAddr::V6(ip)]),
-            Host::Domain(name) => {
-                let name = name.to_ascii_lowercase();
-                self.check_name(&name)?;
-                let addrs: Vec<IpAddr> = tokio::net::lookup_host((name.as_str(), port))
-                    .await
-                    .map_err(|_| FetchError::Dns(name.clone()))?
-                    .map(|a| a.ip())
-                    .collect();
-                if addrs.is_empty() {
-                    return Err(FetchError::Dns(name));
-                }
-                (Some(name), addrs)
-            }
-        };
-        if let Some(bad) = addrs.iter().find(|ip| !self.allowed(**ip)) {
-            return Err(FetchError::Refused(format!(
-                "{} resolves to {bad}, a private or special-use address",
-                url.host_str().unwrap_or("")
-            )));
-        }
-        let pinned = SocketAddr::new(addrs[0], port);
+        let Resolved {
+            domain,
+            address: pinned,
+        } = resolve_public(url, self.settings.allow_loopback)
+            .await
+            .map_err(|e| match e {
+                Unreachable::Refused(why) => FetchError::Refused(why),
+                Unreachable::Dns(name) => FetchError::Dns(name),
+            })?;
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -184,27 +164,6 @@ impl Fetcher {
             content_type,
             max_age,
         })
-    }
-
-    /// Names that only exist inside private networks are refused before any lookup; every
-    /// other name (`localhost` included) is judged by the addresses it resolves to.
-    fn check_name(&self, name: &str) -> Result<(), FetchError> {
-        let name = name.trim_end_matches('.');
-        if INTERNAL_SUFFIXES.iter().any(|s| name.ends_with(s)) {
-            return Err(FetchError::Refused(format!(
-                "{name} is an internal host name"
-            )));
-        }
-        Ok(())
-    }
-
-    fn allowed(&self, ip: IpAddr) -> bool {
-        if self.settings.allow_loopback
-            && embedded_v4(ip).map_or(ip.is_loopback(), |v4| v4.is_loopback())
-        {
-            return true;
-        }
-        !is_special_use(ip)
     }
 }
 

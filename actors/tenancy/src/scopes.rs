@@ -25,6 +25,7 @@ pub const OBJECTS: &[&str] = &[
     "query",
     "survey",
     "user",
+    "webhook",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,722 @@
+//! Webhooks: a project's changes, as its activity log records them, POSTed to the URLs its
+//! users name, signed, at least once.
+//!
+//! The activity log is the outbox. Each entry is durable in the write of the change it
+//! records, so the dispatcher ([`Webhooks::tick`], a job on one node of a cluster) follows
+//! each project's log from a stored cursor and makes one [`Delivery`] per entry and webhook
+//! that asks for its event type. A delivery's id derives from the webhook and the entry, so
+//! reading an entry twice (the dispatcher re-reads a few seconds back each pass, for entries
+//! that committed late) never makes a second delivery. Deliveries wait in a queue until they
+//! succeed or their retries run out; every attempt is kept for `…/deliveries/`.
+//!
+//! While a webhook's receiver fails, the webhook is paused until the failed delivery's retry,
+//! so a receiver that is down sees one request per retry, not one per queued delivery. A
+//! delivery that exhausts its retries, or `max_consecutive_failures` failures in a row, turns
+//! the webhook off (logged as the system's change); turning it on again resumes its queue.
+
+mod delivery;
+mod hook;
+mod send;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use corvid_activity::{ActivityEntry, ActivityRecords, Actor, Recorded};
+use corvid_kernel::{blocking, DefinitionRecords, JobClaims, StoreError};
+
+pub use delivery::{event_type, Attempt, Cursor, Delivery, DeliveryState, Outcome, Queued};
+pub use hook::{Webhook, WebhookInput, SCOPES};
+pub use send::{signature, Sender};
+
+/// The activity log's scope for webhooks themselves.
+const SCOPE: &str = "Webhook";
+/// How far back of its cursor the dispatcher reads a project's log each pass: an entry whose
+/// id was taken before a later one's but committed after it is still seen.
+const LOOKBACK: chrono::Duration = chrono::Duration::seconds(10);
+/// Entries read from the log per page.
+const PAGE: usize = 500;
+/// Entries one pass reads per project at most (the rest wait for the next pass).
+const PASS: usize = 20_000;
+/// Deliveries one pass sends per webhook at most.
+const SENDS_PER_PASS: usize = 100;
+/// How often finished deliveries past `keep_deliveries` are deleted.
+const PRUNE_EVERY: chrono::Duration = chrono::Duration::hours(1);
+/// The cursor's record id (one per project).
+const CURSOR: &str = "log";
+
+/// How webhooks behave (`[webhooks]`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Deadline of one attempt.
+    pub timeout: Duration,
+    /// The wait before each retry of a failed delivery; when it is used up the delivery has
+    /// failed and its webhook is turned off.
+    pub retry_schedule: Vec<Duration>,
+    /// Failed attempts in a row (across deliveries) that turn a webhook off.
+    pub max_consecutive_failures: u32,
+    /// DEVELOPMENT ONLY: loopback receivers are allowed.
+    pub allow_loopback: bool,
+    /// Delivered and failed deliveries (and their attempts) are kept this long.
+    pub keep_deliveries: Duration,
+    /// Webhooks one project may have.
+    pub max_per_project: usize,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> WebhookSettings {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        WebhookSettings {
+            timeout: Duration::from_secs(10),
+            retry_schedule: vec![
+                Duration::from_secs(10),
+                minutes(1),
+                minutes(5),
+                minutes(30),
+                minutes(120),
+                minutes(360),
+            ],
+            max_consecutive_failures: 20,
+            allow_loopback: false,
+            keep_deliveries: Duration::from_secs(30 * 86_400),
+            max_per_project: 50,
+        }
+    }
+}
+
+/// Where webhooks and their deliveries are kept.
+pub struct WebhookStores {
+    pub hooks: Arc<dyn DefinitionRecords<Webhook>>,
+    pub deliveries: Arc<dyn DefinitionRecords<Delivery>>,
+    pub queue: Arc<dyn DefinitionRecords<Queued>>,
+    pub cursors: Arc<dyn DefinitionRecords<Cursor>>,
+}
+
+/// The names of the stores, for the engine to open them in its backing.
+pub const STORE_NAMES: [&str; 4] = [
+    "webhooks",
+    "webhook_deliveries",
+    "webhook_queue",
+    "webhook_cursors",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("{detail}")]
+    Invalid { attr: &'static str, detail: String },
+    #[error("{what} not found.")]
+    NotFound { what: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A webhook just made: the record and its secret, shown this once.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub webhook: Webhook,
+    pub secret: String,
+}
+
+/// One row of `…/deliveries/`: an attempt and the delivery it belongs to.
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub attempt: Attempt,
+    pub delivery: Delivery,
+}
+
+/// A page of attempts, newest first, with how many there are.
+#[derive(Debug, Clone)]
+pub struct AttemptPage {
+    pub rows: Vec<AttemptRow>,
+    pub total: usize,
+}
+
+/// What one dispatcher pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassReport {
+    pub made: usize,
+    pub delivered: usize,
+    pub failed_attempts: usize,
+}
+
+/// Who this node is in the cluster's claims, so one node sends a webhook's deliveries.
+pub struct Claims {
+    pub claims: Arc<dyn JobClaims>,
+    pub holder: String,
+}
+
+/// The webhooks' door. Cheap to clone.
+#[derive(Clone)]
+pub struct Webhooks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    stores: WebhookStores,
+    activity: Arc<dyn ActivityRecords>,
+    claims: Claims,
+    settings: WebhookSettings,
+    sender: Sender,
+    last_prune: Mutex<Option<DateTime<Utc>>>,
+}
+
+impl Webhooks {
+    pub fn new(
+        stores: WebhookStores,
+        activity: Arc<dyn ActivityRecords>,
+        claims: Claims,
+        settings: WebhookSettings,
+    ) -> Webhooks {
+        if settings.allow_loopback {
+            tracing::warn!("WEBHOOK DEVELOPMENT MODE: deliveries may go to loopback addresses");
+        }
+        let sender = Sender {
+            timeout: settings.timeout,
+            allow_loopback: settings.allow_loopback,
+        };
+        Webhooks {
+            inner: Arc::new(Inner {
+                stores,
+                activity,
+                claims,
+                settings,
+                sender,
+                last_prune: Mutex::new(None),
+            }),
+        }
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Inner) -> Result<T, WebhookError> + Send + 'static,
+    ) -> Result<T, WebhookError> {
+        let inner = Arc::clone(&self.inner);
+        blocking(move || work(&inner)).await
+    }
+
+    pub async fn list(&self, project: u64) -> Result<Vec<Webhook>, WebhookError> {
+        self.run(move |i| Ok(i.stores.hooks.list(project)?)).await
+    }
+
+    pub async fn get(&self, project: u64, id: Uuid) -> Result<Webhook, WebhookError> {
+        self.run(move |i| i.hook(project, id)).await
+    }
+
+    /// Makes a webhook from `input` (`url` and `events` required; a secret is made when none
+    /// is given).
+    pub async fn create(
+        &self,
+        project: u64,
+        actor: &Actor,
+        input: WebhookInput,
+    ) -> Result<Created, WebhookError> {
+        let actor = actor.clone();
+        self.run(move |i| {
+            if input.url.is_none() {
+                return Err(required("url"));
+            }
+            if input.events.is_none() {
+                return Err(required("events"));
+            }
+            if i.stores.hooks.list(project)?.len() >= i.settings.max_per_project {
+                return Err(WebhookError::Invalid {
+                    attr: "url",
+                    detail: format!(
+                        "A project has at most {} webhooks.",
+                        i.settings.max_per_project
+                    ),
+                });
+            }
+            let now = Utc::now();
+            let mut hook = Webhook {
+                id: Uuid::now_v7(),
+                project_id: project,
+                url: String::new(),
+                events: Vec::new(),
+                secret: hook::new_secret(),
+                enabled: true,
+                created_at: now,
+                updated_at: now,
+                consecutive_failures: 0,
+                disabled_reason: None,
+                paused_until: None,
+                last_success_at: None,
+                last_failure_at: None,
+            };
+            input.apply(&mut hook, i.settings.allow_loopback)?;
+            i.stores.hooks.put(project, &hook.id.to_string(), &hook)?;
+            i.log(&actor, None, &hook);
+            Ok(Created {
+                secret: hook.secret.clone(),
+                webhook: hook,
+            })
+        })
+        .await
+    }
+
+    /// Changes the fields `input` names. Turning a webhook on clears what turned it off.
+    pub async fn update(
+        &self,
+        project: u64,
+        actor: &Actor,
+        id: Uuid,
+        input: WebhookInput,
+    ) -> Result<Webhook, WebhookError> {
+        let actor = actor.clone();
+        self.run(move |i| {
+            let before = i.hook(project, id)?;
+            let mut hook = before.clone();
+            input.apply(&mut hook, i.settings.allow_loopback)?;
+            hook.updated_at = Utc::now();
+            i.stores.hooks.put(project, &id.to_string(), &hook)?;
+            i.log(&actor, Some(&before), &hook);
+            Ok(hook)
+        })
+        .await
+    }
+
+    /// Deletes a webhook with its deliveries (queued ones are not sent).
+    pub async fn delete(&self, project: u64, actor: &Actor, id: Uuid) -> Result<(), WebhookError> {
+        let actor = actor.clone();
+        self.run(move |i| {
+            let hook = i.hook(project, id)?;
+            i.stores.hooks.delete(project, &id.to_string())?;
+            for d in i.deliveries_of(project, id)? {
+                i.stores.queue.delete(project, &d.key())?;
+                i.stores.deliveries.delete(project, &d.key())?;
+            }
+            let entry = ActivityEntry::removal(project, &actor, SCOPE, id.to_string(), None);
+            i.append(&entry.with_context(serde_json::json!({"url": hook.url})));
+            Ok(())
+        })
+        .await
+    }
+
+    /// The webhook's attempts, newest first.
+    pub async fn attempts(
+        &self,
+        project: u64,
+        id: Uuid,
+        offset: usize,
+        limit: usize,
+    ) -> Result<AttemptPage, WebhookError> {
+        self.run(move |i| {
+            i.hook(project, id)?;
+            let mut rows: Vec<AttemptRow> = i
+                .deliveries_of(project, id)?
+                .into_iter()
+                .flat_map(|d| {
+                    d.attempts
+                        .iter()
+                        .map(|a| AttemptRow {
+                            attempt: a.clone(),
+                            delivery: d.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                (b.attempt.attempted_at, b.attempt.number)
+                    .cmp(&(a.attempt.attempted_at, a.attempt.number))
+            });
+            let total = rows.len();
+            let rows = rows.into_iter().skip(offset).take(limit).collect();
+            Ok(AttemptPage { rows, total })
+        })
+        .await
+    }
+
+    /// Queues a delivery (named by its id or one of its attempts' ids) to be sent again at
+    /// once, even if the webhook is off or paused.
+    pub async fn redeliver(
+        &self,
+        project: u64,
+        id: Uuid,
+        delivery: Uuid,
+    ) -> Result<Delivery, WebhookError> {
+        self.run(move |i| {
+            i.hook(project, id)?;
+            let mut found = i
+                .deliveries_of(project, id)?
+                .into_iter()
+                .find(|d| d.id == delivery || d.attempts.iter().any(|a| a.id == delivery))
+                .ok_or(WebhookError::NotFound { what: "Delivery" })?;
+            found.redeliver(Utc::now());
+            i.save(project, &found)?;
+            Ok(found)
+        })
+        .await
+    }
+
+    /// One dispatcher pass: new entries become deliveries, and what is due is sent. Each
+    /// webhook's deliveries are sent by the node that holds its claim, in entry order.
+    pub async fn tick(&self) -> Result<PassReport, WebhookError> {
+        let (due, made) = self
+            .run(|i| {
+                let now = Utc::now();
+                let made = i.follow_logs(now)?;
+                i.prune(now)?;
+                Ok((i.due(now)?, made))
+            })
+            .await?;
+        let passes = due
+            .into_iter()
+            .map(|(hook, deliveries)| self.send_all(hook, deliveries));
+        let mut report = PassReport {
+            made,
+            ..PassReport::default()
+        };
+        for (delivered, failed) in futures_util::future::join_all(passes).await {
+            report.delivered += delivered;
+            report.failed_attempts += failed;
+        }
+        Ok(report)
+    }
+
+    /// Sends one webhook's due deliveries in order, stopping at the first failure (the
+    /// webhook is then paused until that delivery's retry). `(delivered, failed)`.
+    async fn send_all(&self, hook: Webhook, deliveries: Vec<Delivery>) -> (usize, usize) {
+        let lease = self.inner.settings.timeout.saturating_mul(3) + Duration::from_secs(30);
+        let name = format!("webhook/{}", hook.id);
+        let claims = Arc::clone(&self.inner.claims.claims);
+        let holder = self.inner.claims.holder.clone();
+        let claimed = blocking(move || claims.claim(&name, &holder, Utc::now(), lease)).await;
+        match claimed {
+            Ok(true) => {}
+            Ok(false) => return (0, 0),
+            Err(err) => {
+                let err: StoreError = err;
+                tracing::warn!(webhook = %hook.id, error = %err, "could not claim a webhook's deliveries");
+                return (0, 0);
+            }
+        }
+        let started = Instant::now();
+        let (mut delivered, mut failed) = (0, 0);
+        for delivery in deliveries {
+            // Stop well before the claim runs out, so another node never sends alongside.
+            if started.elapsed() + self.inner.settings.timeout * 2 > lease {
+                break;
+            }
+            // Another pass (or node) may have settled it since it was read.
+            let (project, key) = (hook.project_id, delivery.key());
+            let current = self
+                .run(move |i| Ok(i.stores.deliveries.get(project, &key)?))
+                .await;
+            if !matches!(current, Ok(Some(d)) if d.state == DeliveryState::Pending && d.attempts.len() == delivery.attempts.len())
+            {
+                continue;
+            }
+            let outcome = self
+                .inner
+                .sender
+                .send(&hook.url, &hook.secret, &delivery)
+                .await;
+            let success = outcome.success();
+            let project = hook.project_id;
+            let hook_id = hook.id;
+            let saved = self
+                .run(move |i| i.settle(project, hook_id, delivery, outcome))
+                .await;
+            if let Err(err) = saved {
+                tracing::warn!(webhook = %hook_id, error = %err, "could not record a delivery attempt");
+                break;
+            }
+            if success {
+                delivered += 1;
+            } else {
+                failed += 1;
+                break;
+            }
+        }
+        (delivered, failed)
+    }
+}
+
+fn required(attr: &'static str) -> WebhookError {
+    WebhookError::Invalid {
+        attr,
+        detail: "This field is required.".into(),
+    }
+}
+
+/// The smallest time-ordered id of the millisecond `t` (a lower bound for reading the log).
+fn floor_id(t: DateTime<Utc>) -> Uuid {
+    let ms = u64::try_from(t.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
+/// When a time-ordered id was taken.
+fn id_time(id: Uuid) -> Option<DateTime<Utc>> {
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    DateTime::from_timestamp(i64::try_from(secs).ok()?, nanos)
+}
+
+impl Inner {
+    fn hook(&self, project: u64, id: Uuid) -> Result<Webhook, WebhookError> {
+        self.stores
+            .hooks
+            .get(project, &id.to_string())?
+            .ok_or(WebhookError::NotFound { what: "Webhook" })
+    }
+
+    fn deliveries_of(&self, project: u64, id: Uuid) -> Result<Vec<Delivery>, StoreError> {
+        Ok(self
+            .stores
+            .deliveries
+            .list(project)?
+            .into_iter()
+            .filter(|d| d.webhook_id == id)
+            .collect())
+    }
+
+    /// Writes a delivery and its place in the queue (the delivery first: a queue entry whose
+    /// delivery is finished is dropped when read).
+    fn save(&self, project: u64, d: &Delivery) -> Result<(), StoreError> {
+        let key = d.key();
+        self.stores.deliveries.put(project, &key, d)?;
+        match d.queued() {
+            Some(q) => self.stores.queue.put(project, &key, &q),
+            None => self.stores.queue.delete(project, &key).map(|_| ()),
+        }
+    }
+
+    fn append(&self, entry: &ActivityEntry) {
+        if let Err(err) = self.activity.append(entry) {
+            tracing::warn!(project_id = entry.project_id, error = %err, "a webhook change could not be logged");
+        }
+    }
+
+    /// Logs a webhook's creation or change (the secret masked by the log).
+    fn log(&self, actor: &Actor, before: Option<&Webhook>, after: &Webhook) {
+        let json = |h: &Webhook| serde_json::to_value(h).unwrap_or_default();
+        let before = before.map(json);
+        let after_json = json(after);
+        let entry = Recorded {
+            project_id: after.project_id,
+            actor,
+            scope: SCOPE,
+            item_id: after.id.to_string(),
+            name: Some(after.url.clone()),
+            before: before.as_ref(),
+            after: &after_json,
+        }
+        .entry();
+        if let Some(entry) = entry {
+            self.append(&entry);
+        }
+    }
+
+    /// Reads every project's new entries and makes their deliveries; how many were made.
+    fn follow_logs(&self, now: DateTime<Utc>) -> Result<usize, WebhookError> {
+        let mut by_project: HashMap<u64, Vec<Webhook>> = HashMap::new();
+        for (project, hook) in self.stores.hooks.list_all()? {
+            if hook.enabled {
+                by_project.entry(project).or_default().push(hook);
+            }
+        }
+        let mut made = 0;
+        for (project, hooks) in by_project {
+            made += self.follow(project, &hooks, now)?;
+        }
+        Ok(made)
+    }
+
+    fn follow(
+        &self,
+        project: u64,
+        hooks: &[Webhook],
+        now: DateTime<Utc>,
+    ) -> Result<usize, WebhookError> {
+        let cursor = self
+            .stores
+            .cursors
+            .get(project, CURSOR)?
+            .map(|c| c.entry_id);
+        let earliest = hooks.iter().map(|h| h.created_at).min().unwrap_or(now);
+        let from = cursor
+            .and_then(id_time)
+            .map_or(earliest, |c| c.max(earliest));
+        let mut after = floor_id(from - LOOKBACK);
+        let (mut read, mut made) = (0, 0);
+        let mut newest = cursor;
+        loop {
+            let page = self.activity.since(project, after, PAGE)?;
+            for entry in &page {
+                let kind = event_type(entry);
+                for hook in hooks {
+                    if entry.created_at >= hook.created_at && hook.wants(&kind) {
+                        made += usize::from(self.ensure(project, hook, entry, now)?);
+                    }
+                }
+            }
+            read += page.len();
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            newest = newest.max(Some(last.id));
+            if page.len() < PAGE || read >= PASS {
+                break;
+            }
+        }
+        if newest != cursor {
+            if let Some(entry_id) = newest {
+                self.stores
+                    .cursors
+                    .put(project, CURSOR, &Cursor { entry_id })?;
+            }
+        }
+        Ok(made)
+    }
+
+    /// Makes the delivery of `entry` to `hook` unless it exists; requeues one still pending
+    /// whose queue entry was lost (a crash between the two writes). Whether one was made.
+    fn ensure(
+        &self,
+        project: u64,
+        hook: &Webhook,
+        entry: &ActivityEntry,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let key = delivery::key(hook.id, entry.id);
+        match self.stores.deliveries.get(project, &key)? {
+            None => {
+                self.save(project, &Delivery::of(hook.id, entry, now))?;
+                Ok(true)
+            }
+            Some(d) if d.state == DeliveryState::Pending => {
+                if self.stores.queue.get(project, &key)?.is_none() {
+                    self.save(project, &d)?;
+                }
+                Ok(false)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    /// The deliveries due now, by webhook, oldest entry first.
+    fn due(&self, now: DateTime<Utc>) -> Result<Vec<(Webhook, Vec<Delivery>)>, StoreError> {
+        let hooks: HashMap<Uuid, Webhook> = self
+            .stores
+            .hooks
+            .list_all()?
+            .into_iter()
+            .map(|(_, h)| (h.id, h))
+            .collect();
+        let mut due: HashMap<Uuid, Vec<Delivery>> = HashMap::new();
+        for (project, queued) in self.stores.queue.list_all()? {
+            let key = delivery::key(queued.webhook_id, queued.entry_id);
+            let Some(hook) = hooks.get(&queued.webhook_id) else {
+                self.stores.queue.delete(project, &key)?;
+                continue;
+            };
+            let held = !hook.enabled || hook.paused_until.is_some_and(|t| t > now);
+            if queued.next_attempt_at > now || (held && !queued.redelivery) {
+                continue;
+            }
+            let waiting = due.entry(hook.id).or_default();
+            if waiting.len() >= SENDS_PER_PASS {
+                continue;
+            }
+            match self.stores.deliveries.get(project, &key)? {
+                Some(d) if d.state == DeliveryState::Pending => waiting.push(d),
+                _ => {
+                    self.stores.queue.delete(project, &key)?;
+                }
+            }
+        }
+        Ok(due
+            .into_iter()
+            .filter_map(|(id, mut ds)| {
+                ds.sort_by_key(|d| (!d.redelivery, d.entry_id));
+                Some((hooks.get(&id)?.clone(), ds))
+            })
+            .collect())
+    }
+
+    /// Records an attempt, and what it means for the webhook: a success clears its failures;
+    /// a failure pauses it until the retry, and turns it off when the delivery has failed for
+    /// good or the failures in a row reach the limit.
+    fn settle(
+        &self,
+        project: u64,
+        hook_id: Uuid,
+        mut delivery: Delivery,
+        outcome: Outcome,
+    ) -> Result<(), WebhookError> {
+        let now = Utc::now();
+        let success = outcome.success();
+        delivery.settle(outcome, now, &self.settings.retry_schedule);
+        self.save(project, &delivery)?;
+        let Some(before) = self.stores.hooks.get(project, &hook_id.to_string())? else {
+            return Ok(());
+        };
+        let mut hook = before.clone();
+        if success {
+            hook.consecutive_failures = 0;
+            hook.paused_until = None;
+            hook.last_success_at = Some(now);
+        } else {
+            hook.consecutive_failures = hook.consecutive_failures.saturating_add(1);
+            hook.last_failure_at = Some(now);
+            hook.paused_until = delivery.next_attempt_at;
+            let reason = if delivery.state == DeliveryState::Failed {
+                Some(format!(
+                    "delivery {} failed {} times",
+                    delivery.id, delivery.failures
+                ))
+            } else if hook.consecutive_failures >= self.settings.max_consecutive_failures {
+                Some(format!(
+                    "{} deliveries failed in a row",
+                    hook.consecutive_failures
+                ))
+            } else {
+                None
+            };
+            if let (Some(reason), true) = (reason, hook.enabled) {
+                tracing::warn!(webhook = %hook.id, %reason, "webhook turned off");
+                hook.enabled = false;
+                hook.disabled_reason = Some(reason);
+                hook.updated_at = now;
+                self.stores
+                    .hooks
+                    .put(project, &hook_id.to_string(), &hook)?;
+                self.log(&Actor::system(), Some(&before), &hook);
+                return Ok(());
+            }
+        }
+        self.stores
+            .hooks
+            .put(project, &hook_id.to_string(), &hook)?;
+        Ok(())
+    }
+
+    /// Deletes finished deliveries older than `keep_deliveries`, once an hour.
+    fn prune(&self, now: DateTime<Utc>) -> Result<(), StoreError> {
+        {
+            let mut last = self.last_prune.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now - t < PRUNE_EVERY) {
+                return Ok(());
+            }
+            *last = Some(now);
+        }
+        let Some(cutoff) = chrono::Duration::from_std(self.settings.keep_deliveries)
+            .ok()
+            .and_then(|keep| now.checked_sub_signed(keep))
+        else {
+            return Ok(());
+        };
+        for (project, d) in self.stores.deliveries.list_all()? {
+            if d.state != DeliveryState::Pending && d.created_at < cutoff {
+                self.stores.deliveries.delete(project, &d.key())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
