@@ -53,8 +53,36 @@ fn unauthenticated(state: &AppState, detail: &'static str, code: &'static str) -
 }
 
 /// Resolves the `Authorization: Bearer …` header to a credential (cache first, then sled).
+/// The credential of a signed-in browser session, when the request carries one. A request
+/// that changes something must also carry the session's CSRF token in `X-CSRFToken` (the
+/// `corvid_csrftoken` cookie holds it for the page's script to copy), so another site cannot
+/// make a signed-in browser write.
+async fn session_credential(
+    req: &HttpRequest,
+    state: &AppState,
+) -> Result<Option<Arc<Credential>>, ApiError> {
+    let Some(session) = crate::http::session::current(req, state).await? else {
+        return Ok(None);
+    };
+    let safe = matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS");
+    let given = req
+        .headers()
+        .get("x-csrftoken")
+        .and_then(|v| v.to_str().ok());
+    if !safe && !crate::http::session::csrf_matches(&session.record.csrf, given) {
+        return Err(ApiError::PermissionDenied {
+            detail: "CSRF token missing or incorrect: send the session's token in X-CSRFToken."
+                .into(),
+        });
+    }
+    Ok(Credential::from_session(session.user, session.record.expires_at).map(Arc::new))
+}
+
 async fn authenticate(req: &HttpRequest, state: &AppState) -> Result<Arc<Credential>, ApiError> {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        if let Some(credential) = session_credential(req, state).await? {
+            return Ok(credential);
+        }
         return Err(unauthenticated(
             state,
             "Authentication credentials were not provided.",

@@ -22,6 +22,7 @@ required_scopes! {
     ProjectRead => "project:read",
     ProjectWrite => "project:write",
     UserRead => "user:read",
+    UserWrite => "user:write",
     PersonRead => "person:read",
     PersonWrite => "person:write",
     BatchExportRead => "batch_export:read",

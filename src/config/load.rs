@@ -426,6 +426,7 @@ impl Config {
                 last_used_resolution: self.auth.last_used_resolution,
                 password_threads: self.auth.password_threads.get(),
                 password_queue: self.auth.password_queue,
+                invite_ttl: self.auth.invite_ttl,
             },
             ingest,
             materialized_properties: self.ingest.materialized_properties.clone(),

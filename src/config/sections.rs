@@ -270,6 +270,9 @@ pub struct AuthConfig {
     pub password_threads: NonZeroUsize,
     /// Sign-ins waiting for a password thread; past it, 503 with `Retry-After`.
     pub password_queue: usize,
+    /// How long an invitation's link can be used.
+    #[serde(with = "humantime_serde")]
+    pub invite_ttl: Duration,
 }
 
 /// `[endpoints.s3]`: an S3-compatible bucket for materialized results.

@@ -30,8 +30,11 @@ mod remote_config;
 mod retention;
 pub mod starting;
 mod surveys;
+mod team;
 mod users;
 mod webhooks;
+
+pub(crate) use oauth::session;
 
 use actix_web::{web, HttpResponse};
 
@@ -62,6 +65,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);
+    team::configure(cfg);
     query::configure(cfg);
     insight_variables::configure(cfg);
     early_access::configure(cfg);

@@ -207,6 +207,30 @@ impl Browser {
     pub fn has_cookie(&self, name: &str) -> bool {
         self.cookies.contains_key(name)
     }
+
+    /// An API call as the signed-in browser: its cookies, and the session's CSRF token (from
+    /// the `corvid_csrftoken` cookie) in `X-CSRFToken` unless `csrf` is false.
+    pub fn api(
+        &mut self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        csrf: bool,
+    ) -> Response {
+        let mut req = self
+            .http
+            .request(method, self.absolute(path))
+            .header(header::COOKIE, self.jar());
+        if let (true, Some(token)) = (csrf, self.cookies.get("corvid_csrftoken")) {
+            req = req.header("X-CSRFToken", token);
+        }
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let res = req.send().expect("API call");
+        self.keep(&res);
+        res
+    }
 }
 
 /// The sign-in form of `page` (its hidden fields) filled with `email` and `password`.

@@ -258,7 +258,7 @@ impl OAuth {
         let Some(record) = self.grants(move |g| g.session(&lookup, now)).await? else {
             return Ok(None);
         };
-        let Some(user) = self.inner.tenancy.user(record.user_id).await? else {
+        let Some(user) = self.inner.tenancy.active_user(record.user_id).await? else {
             return Ok(None);
         };
         Ok(Some(Session { hash, record, user }))
@@ -295,7 +295,7 @@ impl OAuth {
         else {
             return Ok(None);
         };
-        let Some(user) = tenancy.user(found.token.user_id).await? else {
+        let Some(user) = tenancy.active_user(found.token.user_id).await? else {
             return Ok(None);
         };
         let Some(credential) = found.token.credential(hash.clone(), user) else {

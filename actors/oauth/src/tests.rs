@@ -34,6 +34,7 @@ fn oauth() -> Fixture {
             last_used_resolution: Duration::from_secs(3600),
             password_threads: 1,
             password_queue: 8,
+            invite_ttl: Duration::from_secs(3 * 86_400),
         },
     );
     let settings = OAuthSettings {

@@ -160,6 +160,9 @@ mod tests {
             organization_id: Uuid::now_v7(),
             is_staff: false,
             created_at: Utc::now(),
+            level: crate::model::Level::Owner,
+            is_active: true,
+            deactivated_at: None,
         };
         let key = PersonalApiKey {
             id: "k1".into(),

@@ -22,6 +22,9 @@ pub enum CredentialSource {
         family_id: uuid::Uuid,
         expires_at: DateTime<Utc>,
     },
+    /// A signed-in browser session (the console, an invitee just signed up): the user's own
+    /// reach, every scope, until the session ends.
+    Session { expires_at: DateTime<Utc> },
 }
 
 #[derive(Debug, Clone)]
@@ -34,9 +37,28 @@ pub struct Credential {
 }
 
 impl Credential {
+    /// What a signed-in browser session of an active user grants: everything the user can
+    /// reach, as the API's own pages (the console) need.
+    pub fn from_session(user: User, expires_at: DateTime<Utc>) -> Option<Credential> {
+        if !user.is_active {
+            return None;
+        }
+        Some(Credential {
+            user,
+            scopes: ScopeSet::parse(&["*"]).ok()?,
+            scoped_teams: None,
+            scoped_organizations: None,
+            source: CredentialSource::Session { expires_at },
+        })
+    }
+
     /// The credential a personal API key grants, or `None` when its stored scopes no longer
-    /// parse (a key from a newer build): such a key is treated as invalid, never as `*`.
+    /// parse (a key from a newer build): such a key is treated as invalid, never as `*`. A
+    /// deactivated user's keys grant nothing.
     pub fn from_personal_api_key(key: PersonalApiKey, user: User) -> Option<Credential> {
+        if !user.is_active {
+            return None;
+        }
         let scopes = ScopeSet::parse(&key.scopes).ok()?;
         Some(Credential {
             user,
@@ -59,13 +81,15 @@ impl Credential {
             CredentialSource::OAuthAccessToken { client_id, .. } => {
                 format!("oauth:{}:{client_id}", self.user.id)
             }
+            CredentialSource::Session { .. } => format!("session:{}", self.user.id),
         }
     }
 
     /// Whether the credential has run out (only OAuth access tokens expire).
     pub fn expired(&self, now: DateTime<Utc>) -> bool {
         match &self.source {
-            CredentialSource::OAuthAccessToken { expires_at, .. } => *expires_at <= now,
+            CredentialSource::OAuthAccessToken { expires_at, .. }
+            | CredentialSource::Session { expires_at } => *expires_at <= now,
             CredentialSource::PersonalApiKey { .. } => false,
         }
     }

@@ -21,22 +21,29 @@ pub use corvid_kernel::secrets::PERSONAL_API_KEY_PREFIX;
 pub use corvid_kernel::StoreError;
 pub use credential::{Credential, CredentialSource};
 pub use model::{
-    NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project, ProjectSettings,
-    ProjectUpdate, User,
+    Invite, Level, NewPersonalApiKey, NewProject, Organization, PersonalApiKey, Project,
+    ProjectSettings, ProjectUpdate, User,
 };
 pub use pg_store::PgMetadata;
 pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
 pub use sled_store::{SledMetadata, SCHEMA_VERSION};
 pub use store::MetadataRecords;
 pub use tenancy::{
-    Bootstrapped, MintKey, OrganizationUpdate, Tenancy, TenancySettings, ADMIN_EMAIL,
-    DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
+    Bootstrapped, MemberUpdate, MintKey, NewInvite, OrganizationUpdate, Tenancy, TenancySettings,
+    ADMIN_EMAIL, DEFAULT_ORGANIZATION, DEFAULT_PROJECT,
 };
 
 /// The PostgreSQL schema of this crate's tables (`migrations/`), applied by the engine with every
 /// other crate's.
-pub const MIGRATIONS: &[corvid_kernel::Migration] = &[corvid_kernel::Migration {
-    version: 1,
-    name: "metadata",
-    sql: include_str!("../migrations/0001_metadata.sql"),
-}];
+pub const MIGRATIONS: &[corvid_kernel::Migration] = &[
+    corvid_kernel::Migration {
+        version: 1,
+        name: "metadata",
+        sql: include_str!("../migrations/0001_metadata.sql"),
+    },
+    corvid_kernel::Migration {
+        version: 12,
+        name: "organization invites",
+        sql: include_str!("../migrations/0012_invites.sql"),
+    },
+];

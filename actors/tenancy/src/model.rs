@@ -130,6 +130,84 @@ pub struct User {
     /// Instance administrators may use admin-only APIs (e.g. verifying OAuth clients).
     pub is_staff: bool,
     pub created_at: DateTime<Utc>,
+    /// The user's level in their organization. Users stored before levels existed were
+    /// all administrators of everything: they read as owners.
+    #[serde(default = "Level::owner")]
+    pub level: Level,
+    /// A deactivated user cannot sign in, and their keys, tokens and sessions are refused.
+    #[serde(default = "active")]
+    pub is_active: bool,
+    #[serde(default)]
+    pub deactivated_at: Option<DateTime<Utc>>,
+}
+
+fn active() -> bool {
+    true
+}
+
+/// A member's level in their organization, with PostHog's numbers: members use the projects;
+/// admins also manage members and invites; owners also make owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Level {
+    Member,
+    Admin,
+    Owner,
+}
+
+impl Level {
+    pub fn owner() -> Level {
+        Level::Owner
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Member => "member",
+            Level::Admin => "admin",
+            Level::Owner => "owner",
+        }
+    }
+}
+
+impl From<Level> for u8 {
+    fn from(level: Level) -> u8 {
+        match level {
+            Level::Member => 1,
+            Level::Admin => 8,
+            Level::Owner => 15,
+        }
+    }
+}
+
+impl TryFrom<u8> for Level {
+    type Error = String;
+    fn try_from(n: u8) -> Result<Level, String> {
+        match n {
+            1 => Ok(Level::Member),
+            8 => Ok(Level::Admin),
+            15 => Ok(Level::Owner),
+            other => Err(format!(
+                "{other} is not a level (1 member, 8 admin, 15 owner)"
+            )),
+        }
+    }
+}
+
+/// An invitation to join an organization: whoever opens its link before it expires sets a
+/// password and becomes a user with the invite's email and level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Invite {
+    /// Random (v4): the link's secret.
+    pub id: Uuid,
+    pub organization_id: Uuid,
+    pub target_email: String,
+    pub first_name: String,
+    pub level: Level,
+    pub message: Option<String>,
+    /// The inviting user's id.
+    pub created_by: u64,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// A personal API key. The secret itself is never stored: only its SHA-256.

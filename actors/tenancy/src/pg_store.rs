@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::{MetadataRecords, OnRevoked, ProjectEdit, ROTATED_PROJECT};
+use super::model::{Invite, Organization, PersonalApiKey, Project, User};
+use super::store::{MetadataRecords, OnRevoked, ProjectEdit, UserEdit, ROTATED_PROJECT};
 use corvid_activity::ActivityEntry;
 use corvid_kernel::pg::{
     bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg, CREDENTIALS_CHANNEL,
@@ -343,6 +343,118 @@ impl MetadataRecords for PgMetadata {
         Ok(deleted)
     }
 
+    fn users_of_organization(&self, org: Uuid) -> Result<Vec<User>, StoreError> {
+        let org = org.to_string();
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT id, record FROM users WHERE record->>'organization_id' = $1 ORDER BY id",
+                    &[&org],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| record_of(r, "users", r.get::<_, i64>(0)))
+                .collect()
+        })
+    }
+
+    fn update_user(&self, id: u64, change: &mut UserEdit<'_>) -> Result<User, StoreError> {
+        let key = bigint(id);
+        let mut tx = self.pg.begin()?;
+        let found = tx.step(move |client| async move {
+            let row = client
+                .query_opt("SELECT record FROM users WHERE id = $1 FOR UPDATE", &[&key])
+                .await;
+            let found = row
+                .map_err(StoreError::from)
+                .and_then(|r| r.map(|r| record_of::<User>(&r, "users", id)).transpose());
+            (client, found)
+        })?;
+        let Some(mut user) = found else {
+            return Err(StoreError::NotFound {
+                what: format!("user {id}"),
+            });
+        };
+        let email = user.email.clone();
+        let log = change(&mut user)?;
+        user.email = email;
+        let record = record_json("user", &user)?;
+        tx.step(move |client| async move {
+            // Every node drops its cached credentials when this commits ("*": any may have
+            // changed), so a deactivated user's keys and tokens stop at once everywhere.
+            let done = client
+                .query(
+                    "WITH changed AS (UPDATE users SET record = $2 WHERE id = $1 RETURNING 1)
+                     SELECT pg_notify($3, '*') FROM changed",
+                    &[&key, &record, &CREDENTIALS_CHANNEL],
+                )
+                .await;
+            (client, done.map(|_| ()).map_err(StoreError::from))
+        })?;
+        corvid_activity::insert_all(&mut tx, &log)?;
+        tx.commit()?;
+        Ok(user)
+    }
+
+    fn put_invite(&self, invite: &Invite, log: &[ActivityEntry]) -> Result<(), StoreError> {
+        let (id, org, record) = (
+            invite.id,
+            invite.organization_id,
+            record_json("invite", invite)?,
+        );
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
+            let done = client
+                .execute(
+                    "INSERT INTO invites (id, organization_id, record) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET record = $3",
+                    &[&id, &org, &record],
+                )
+                .await;
+            (client, done.map(|_| ()).map_err(StoreError::from))
+        })?;
+        corvid_activity::insert_all(&mut tx, log)?;
+        tx.commit()
+    }
+
+    fn invite(&self, id: Uuid) -> Result<Option<Invite>, StoreError> {
+        self.pg.run(move |client| async move {
+            let row = client
+                .query_opt("SELECT record FROM invites WHERE id = $1", &[&id])
+                .await?;
+            row.map(|r| record_of(&r, "invites", id)).transpose()
+        })
+    }
+
+    fn invites_of_organization(&self, org: Uuid) -> Result<Vec<Invite>, StoreError> {
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT id, record FROM invites WHERE organization_id = $1 ORDER BY id",
+                    &[&org],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| record_of(r, "invites", r.get::<_, Uuid>(0)))
+                .collect()
+        })
+    }
+
+    fn delete_invite(&self, id: Uuid, log: &[ActivityEntry]) -> Result<bool, StoreError> {
+        let mut tx = self.pg.begin()?;
+        let existed = tx.step(move |client| async move {
+            let done = client
+                .execute("DELETE FROM invites WHERE id = $1", &[&id])
+                .await;
+            (client, done.map(|n| n > 0).map_err(StoreError::from))
+        })?;
+        if existed {
+            corvid_activity::insert_all(&mut tx, log)?;
+        }
+        tx.commit()?;
+        Ok(existed)
+    }
+
     fn flush(&self) -> Result<(), StoreError> {
         // Every write above is a committed statement: durable already.
         Ok(())
@@ -413,6 +525,9 @@ mod tests {
                             organization_id: org,
                             is_staff: false,
                             created_at: chrono::Utc::now(),
+                            level: crate::model::Level::Member,
+                            is_active: true,
+                            deactivated_at: None,
                         };
                         match node.insert_user(&user) {
                             Ok(()) => true,
@@ -450,6 +565,7 @@ mod cluster_tests {
                 last_used_resolution: Duration::from_secs(3600),
                 password_threads: 1,
                 password_queue: 8,
+                invite_ttl: Duration::from_secs(3 * 86_400),
             },
         )
     }

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 use uuid::Uuid;
 
-use super::model::{Organization, PersonalApiKey, Project, User};
-use super::store::{MetadataRecords, ProjectEdit};
+use super::model::{Invite, Organization, PersonalApiKey, Project, User};
+use super::store::{MetadataRecords, ProjectEdit, UserEdit};
 use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{encode, get, u64_key};
 use corvid_kernel::StoreError;
@@ -34,6 +34,7 @@ pub struct SledMetadata {
     user_emails: sled::Tree,
     keys: sled::Tree,
     key_hashes: sled::Tree,
+    invites: sled::Tree,
 }
 
 impl SledMetadata {
@@ -52,6 +53,7 @@ impl SledMetadata {
             user_emails: db.open_tree("user_emails")?,
             keys: db.open_tree("personal_api_keys")?,
             key_hashes: db.open_tree("personal_api_key_hashes")?,
+            invites: db.open_tree("invites")?,
             db,
         };
         store.check_schema()?;
@@ -218,6 +220,75 @@ impl MetadataRecords for SledMetadata {
             Some(id) => self.user(id),
             None => Ok(None),
         }
+    }
+
+    fn users_of_organization(&self, org: Uuid) -> Result<Vec<User>, StoreError> {
+        Ok(scan::<User>(&self.users, "users")?
+            .into_iter()
+            .filter(|u| u.organization_id == org)
+            .collect())
+    }
+
+    fn update_user(&self, id: u64, change: &mut UserEdit<'_>) -> Result<User, StoreError> {
+        let key = u64_key(id);
+        let change = std::cell::RefCell::new(change);
+        let abort = ConflictableTransactionError::Abort;
+        let updated = (&self.users, &self.activity).transaction(|(users, activity)| {
+            let Some(bytes) = users.get(key)? else {
+                return Err(abort(StoreError::NotFound {
+                    what: format!("user {id}"),
+                }));
+            };
+            let mut user: User =
+                corvid_kernel::codec::decode("users", &key, &bytes).map_err(abort)?;
+            let email = user.email.clone();
+            let log = (change.borrow_mut())(&mut user).map_err(abort)?;
+            user.email = email;
+            users.insert(&key, encode(&user).map_err(abort)?)?;
+            for entry in &log {
+                stage(activity, entry)?;
+            }
+            Ok(user)
+        })?;
+        self.durable()?;
+        Ok(updated)
+    }
+
+    fn put_invite(&self, invite: &Invite, log: &[ActivityEntry]) -> Result<(), StoreError> {
+        let record = encode(invite)?;
+        (&self.invites, &self.activity).transaction(|(invites, activity)| {
+            invites.insert(invite.id.as_bytes(), record.as_slice())?;
+            for entry in log {
+                stage(activity, entry)?;
+            }
+            Ok::<(), ConflictableTransactionError<StoreError>>(())
+        })?;
+        self.durable()
+    }
+
+    fn invite(&self, id: Uuid) -> Result<Option<Invite>, StoreError> {
+        get(&self.invites, "invites", id.as_bytes())
+    }
+
+    fn invites_of_organization(&self, org: Uuid) -> Result<Vec<Invite>, StoreError> {
+        Ok(scan::<Invite>(&self.invites, "invites")?
+            .into_iter()
+            .filter(|i| i.organization_id == org)
+            .collect())
+    }
+
+    fn delete_invite(&self, id: Uuid, log: &[ActivityEntry]) -> Result<bool, StoreError> {
+        let existed = (&self.invites, &self.activity).transaction(|(invites, activity)| {
+            let existed = invites.remove(id.as_bytes())?.is_some();
+            if existed {
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+            }
+            Ok::<bool, ConflictableTransactionError<StoreError>>(existed)
+        })?;
+        self.durable()?;
+        Ok(existed)
     }
 
     fn insert_key(&self, key: &PersonalApiKey, log: &[ActivityEntry]) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::model::{Organization, PersonalApiKey, Project, User};
+use super::model::{Invite, Organization, PersonalApiKey, Project, User};
 use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
@@ -23,6 +23,10 @@ pub const ROTATED_PROJECT: &str = "project:";
 /// A read-modify-write of one project: the activity-log entries to write with it (an error
 /// aborts the update).
 pub type ProjectEdit<'a> = dyn FnMut(&mut Project) -> Result<Vec<ActivityEntry>, StoreError> + 'a;
+
+/// A read-modify-write of one user: the activity-log entries to write with it (an error aborts
+/// the update).
+pub type UserEdit<'a> = dyn FnMut(&mut User) -> Result<Vec<ActivityEntry>, StoreError> + 'a;
 
 pub trait MetadataRecords: Send + Sync {
     /// Runs `work` while no other node sharing this store runs work through here: for
@@ -60,6 +64,20 @@ pub trait MetadataRecords: Send + Sync {
     fn insert_user(&self, user: &User) -> Result<(), StoreError>;
     fn user(&self, id: u64) -> Result<Option<User>, StoreError>;
     fn user_by_email(&self, email: &str) -> Result<Option<User>, StoreError>;
+    /// Every user of the organization, by id.
+    fn users_of_organization(&self, org: Uuid) -> Result<Vec<User>, StoreError>;
+    /// Changes one user (its email stays) with its activity-log entries in the same
+    /// transaction. `change` must not call the store (the embedded one would deadlock). Every process drops the credentials it cached (a user's level and whether
+    /// they are active are part of each credential).
+    fn update_user(&self, id: u64, change: &mut UserEdit<'_>) -> Result<User, StoreError>;
+
+    /// Inserts or replaces an invite, with its activity-log entries in the same transaction.
+    fn put_invite(&self, invite: &Invite, log: &[ActivityEntry]) -> Result<(), StoreError>;
+    fn invite(&self, id: Uuid) -> Result<Option<Invite>, StoreError>;
+    fn invites_of_organization(&self, org: Uuid) -> Result<Vec<Invite>, StoreError>;
+    /// Deletes an invite; whether it existed (`log` is written only then, in the same
+    /// transaction).
+    fn delete_invite(&self, id: Uuid, log: &[ActivityEntry]) -> Result<bool, StoreError>;
 
     /// Inserts a key (findable by its id and by its secret's hash), with its activity-log
     /// entries in the same transaction.
@@ -131,6 +149,9 @@ pub(crate) mod contract {
             organization_id: org,
             is_staff: false,
             created_at: Utc::now(),
+            level: crate::model::Level::Owner,
+            is_active: true,
+            deactivated_at: None,
         }
     }
 
@@ -246,8 +267,65 @@ pub(crate) mod contract {
             store.user_by_email("ann@example.com").expect("read"),
             Some(ann.clone())
         );
-        assert_eq!(store.user(1).expect("read"), Some(ann));
+        assert_eq!(store.user(1).expect("read"), Some(ann.clone()));
         assert_eq!(store.user(2).expect("read"), None);
+        let other_org = org("Other");
+        store.put_organization(&other_org).expect("org");
+        store
+            .insert_user(&user(3, "bob@example.com", other_org.id))
+            .expect("user");
+        assert_eq!(
+            store.users_of_organization(acme.id).expect("list"),
+            vec![ann.clone()]
+        );
+        // A user's change keeps its email; a refused change writes nothing.
+        let demoted = store
+            .update_user(1, &mut |u| {
+                u.level = crate::model::Level::Member;
+                u.is_active = false;
+                u.email = "changed@example.com".into();
+                Ok(Vec::new())
+            })
+            .expect("update user");
+        assert_eq!(
+            (demoted.level, demoted.is_active),
+            (crate::model::Level::Member, false)
+        );
+        assert_eq!(demoted.email, "ann@example.com");
+        assert_eq!(store.user(1).expect("read"), Some(demoted.clone()));
+        assert!(store
+            .update_user(1, &mut |_| Err(StoreError::invalid("no", "level")))
+            .is_err());
+        assert_eq!(store.user(1).expect("read"), Some(demoted));
+        assert!(matches!(
+            store.update_user(99, &mut |_| Ok(Vec::new())),
+            Err(StoreError::NotFound { .. })
+        ));
+
+        // Invites: by id and per organization; deletion.
+        let invite = crate::model::Invite {
+            id: Uuid::new_v4(),
+            organization_id: acme.id,
+            target_email: "cy@example.com".into(),
+            first_name: "Cy".into(),
+            level: crate::model::Level::Admin,
+            message: None,
+            created_by: 1,
+            created_at: Utc::now(),
+            expires_at: Utc::now(),
+        };
+        store.put_invite(&invite, &[]).expect("invite");
+        assert_eq!(store.invite(invite.id).expect("read"), Some(invite.clone()));
+        assert_eq!(
+            store.invites_of_organization(acme.id).expect("list"),
+            vec![invite.clone()]
+        );
+        assert!(store
+            .invites_of_organization(other_org.id)
+            .expect("list")
+            .is_empty());
+        assert!(store.delete_invite(invite.id, &[]).expect("delete"));
+        assert!(!store.delete_invite(invite.id, &[]).expect("delete again"));
 
         // Keys: by id, by hash, per user; deletion forgets both.
         let k = key("k1", 1, "abc");

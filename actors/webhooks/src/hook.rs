@@ -20,6 +20,8 @@ pub const SCOPES: &[&str] = &[
     "ExperimentHoldout",
     "FeatureFlag",
     "InsightVariable",
+    "OrganizationInvite",
+    "OrganizationMembership",
     "Person",
     "PersonalAPIKey",
     "Survey",

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::Utc;
 use corvid_oauth::OAuth;
 use corvid_tenancy::StoreError;
 
@@ -127,19 +126,12 @@ pub async fn submit(
             StatusCode::UNAUTHORIZED,
         ));
     };
-    let id = state
-        .engine
-        .oauth
-        .start_session(user.id, Utc::now())
-        .await?;
-    let ttl = state.config.oauth.session_ttl.as_secs();
+    let [session_cookie, csrf_cookie] = session::sign_in(&state, user.id).await?;
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, next))
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .append_header((
-            header::SET_COOKIE,
-            session::set_cookie(&state, SESSION_COOKIE, &id, ttl),
-        ))
+        .append_header((header::SET_COOKIE, session_cookie))
+        .append_header((header::SET_COOKIE, csrf_cookie))
         .append_header((
             header::SET_COOKIE,
             session::set_cookie(&state, LOGIN_CSRF_COOKIE, "", 0),

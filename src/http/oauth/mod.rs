@@ -6,9 +6,9 @@ mod admin;
 mod authorize;
 mod login;
 mod metadata;
-mod pages;
+pub(crate) mod pages;
 mod secret_scanning;
-mod session;
+pub(crate) mod session;
 mod token;
 
 use actix_web::web;

@@ -43,6 +43,26 @@ pub fn csrf_matches(expected: &str, given: Option<&str>) -> bool {
     })
 }
 
+/// The cookie holding the session's CSRF token for scripts to echo in `X-CSRFToken` (readable
+/// by the page: not `HttpOnly`).
+pub const CSRF_COOKIE: &str = "corvid_csrftoken";
+
+/// Starts a session for `user_id`: the `Set-Cookie` values of the session and of its CSRF
+/// token.
+pub async fn sign_in(state: &AppState, user_id: u64) -> Result<[String; 2], ApiError> {
+    let now = Utc::now();
+    let oauth = &state.engine.oauth;
+    let id = oauth.start_session(user_id, now).await?;
+    let csrf = oauth
+        .session(&id, now)
+        .await?
+        .map(|s| s.record.csrf)
+        .unwrap_or_default();
+    let ttl = state.config.oauth.session_ttl.as_secs();
+    let csrf_cookie = set_cookie(state, CSRF_COOKIE, &csrf, ttl).replace("; HttpOnly", "");
+    Ok([set_cookie(state, SESSION_COOKIE, &id, ttl), csrf_cookie])
+}
+
 /// The request's live session and its user, if any.
 pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Session>, ApiError> {
     let Some(id) = cookie(req, SESSION_COOKIE).filter(|v| !v.is_empty()) else {

@@ -32,6 +32,8 @@ pub struct TenancySettings {
     pub password_threads: usize,
     /// …and sign-ins that may wait for one (past it, [`StoreError::Busy`]).
     pub password_queue: usize,
+    /// How long an invitation's link can be used.
+    pub invite_ttl: Duration,
 }
 
 /// A partial update of an organization.
@@ -75,6 +77,9 @@ pub struct Tenancy {
 mod operations;
 mod rules;
 mod setup;
+mod team;
+
+pub use team::{MemberUpdate, NewInvite};
 
 use rules::*;
 use setup::*;

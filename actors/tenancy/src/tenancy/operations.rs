@@ -258,7 +258,7 @@ impl Tenancy {
                     .map(|u| u.password_hash.clone())
                     .unwrap_or_else(secrets::dummy_password_hash);
                 let ok = secrets::verify_password(&password, &hash);
-                Ok(user.filter(|_| ok))
+                Ok(user.filter(|u| ok && u.is_active))
             })
             .map_err(|_| busy)?
             .await;

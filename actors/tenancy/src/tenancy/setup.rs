@@ -36,6 +36,9 @@ pub(super) fn create_user(
         organization_id,
         is_staff,
         created_at: Utc::now(),
+        level: crate::model::Level::Owner,
+        is_active: true,
+        deactivated_at: None,
     };
     store.insert_user(&user)?;
     Ok(user)

@@ -19,6 +19,7 @@ fn tenancy(dir: &std::path::Path) -> Tenancy {
             last_used_resolution: Duration::from_secs(3600),
             password_threads: 1,
             password_queue: 8,
+            invite_ttl: Duration::from_secs(3 * 86_400),
         },
     )
 }
