@@ -18,6 +18,7 @@ mod exports;
 mod flags;
 mod health;
 mod insight_variables;
+mod logs;
 mod oauth;
 mod organizations;
 mod person_deletion;
@@ -62,6 +63,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     batch_exports::configure(cfg);
     activity::configure(cfg);
     webhooks::configure(cfg);
+    logs::configure(cfg);
     flags::configure(cfg);
     cohorts::configure(cfg);
     organizations::configure(cfg);

@@ -56,6 +56,23 @@ impl EndpointError {
         }
     }
 
+    /// The HTTP status a run that failed this way answers, for its log line's `status=`.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            EndpointError::Invalid { .. } => 400,
+            EndpointError::Plain { status, .. } => *status,
+            EndpointError::NotFound | EndpointError::MissingVariable { .. } => 404,
+            EndpointError::Throttled { .. } => 429,
+            EndpointError::Query(QueryError::Timeout(_)) => 504,
+            EndpointError::Query(QueryError::Busy) => 503,
+            EndpointError::Query(QueryError::CredentialBusy) => 429,
+            EndpointError::Query(QueryError::Internal(_))
+            | EndpointError::Store(_)
+            | EndpointError::Storage(_) => 500,
+            EndpointError::Query(_) => 400,
+        }
+    }
+
     /// The token a failed run's log line carries as `error=` (a code name, never values).
     pub fn log_code(&self) -> String {
         match self {

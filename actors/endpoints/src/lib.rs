@@ -41,8 +41,14 @@ use chrono_tz::Tz;
 
 use uuid::Uuid;
 
+use chrono::{DateTime, Utc};
+
 pub use changes::EndpointRequest;
 pub use error::EndpointError;
+pub use logs::ops::{
+    fields as log_fields, Bucket, EndpointSummary, Fields, OpsAnswer, OpsQuery, Percentiles,
+    StatusFilter,
+};
 use logs::ExecutionLogHandle;
 pub use logs::{
     ExecutionLogRecords, Level, LogEntry, LogQuery, LogStats, PgExecutionLog, SledExecutionLog,
@@ -239,10 +245,55 @@ impl Endpoints {
         query: LogQuery,
     ) -> Result<Vec<LogEntry>, EndpointError> {
         let store = Arc::clone(&self.log_store);
-        tokio::task::spawn_blocking(move || store.search(project_id, endpoint_id, &query))
+        tokio::task::spawn_blocking(move || store.search(project_id, Some(endpoint_id), &query))
             .await
             .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?
             .map_err(EndpointError::from)
+    }
+
+    /// Ops log search over the project's execution logs (see [`logs::ops`]).
+    pub async fn search_logs(
+        &self,
+        project_id: u64,
+        query: OpsQuery,
+    ) -> Result<OpsAnswer, EndpointError> {
+        let store = Arc::clone(&self.log_store);
+        tokio::task::spawn_blocking(move || {
+            let range = query.range(Utc::now());
+            let mut scan = query.base.clone();
+            (scan.after, scan.before) = (Some(range.0), Some(range.1));
+            scan.limit = logs::ops::SCAN_CAP + 1;
+            let found = store.search(project_id, query.endpoint, &scan)?;
+            let matched = found.into_iter().filter(|e| query.keeps(e)).collect();
+            Ok(logs::ops::answer(&query, range, matched))
+        })
+        .await
+        .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?
+    }
+
+    /// The lines matching `query` written after `after`, oldest first (at most the query's
+    /// limit): what a live tail sends next.
+    pub async fn tail_logs(
+        &self,
+        project_id: u64,
+        query: OpsQuery,
+        after: DateTime<Utc>,
+    ) -> Result<Vec<LogEntry>, EndpointError> {
+        let store = Arc::clone(&self.log_store);
+        tokio::task::spawn_blocking(move || {
+            let mut scan = query.base.clone();
+            scan.after = Some(after);
+            scan.before = None;
+            let mut found: Vec<LogEntry> = store
+                .search(project_id, query.endpoint, &scan)?
+                .into_iter()
+                .filter(|e| query.keeps(e))
+                .collect();
+            found.reverse();
+            Ok(found)
+        })
+        .await
+        .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?
     }
 }
 

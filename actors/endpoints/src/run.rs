@@ -113,7 +113,7 @@ impl Endpoints {
             let refused = EndpointError::Throttled {
                 retry_after_secs: wait.as_secs().max(1),
             };
-            let why = failure(path, &version, &refused);
+            let why = failure(path, &version, &refused, started);
             return Err(self.failed(endpoint, execution_id, why, refused));
         }
         let key = self.cache_key(endpoint, &version, &req);
@@ -125,7 +125,7 @@ impl Endpoints {
                     (answer, false)
                 }
                 Err((e, path)) => {
-                    let why = failure(path, &version, &e);
+                    let why = failure(path, &version, &e, started);
                     return Err(self.failed(endpoint, execution_id, why, e));
                 }
             },
@@ -164,8 +164,8 @@ impl Endpoints {
         })
     }
 
-    /// Logs a run that failed (`why` follows "Endpoint execution failed · ") and hands its
-    /// error back.
+    /// Logs a run that failed (`why` follows "Endpoint execution failed · ", the status its
+    /// answer has comes last) and hands its error back.
     fn failed(
         &self,
         endpoint: &Endpoint,
@@ -173,7 +173,10 @@ impl Endpoints {
         why: String,
         error: EndpointError,
     ) -> EndpointError {
-        let message = format!("Endpoint execution failed · {why}");
+        let message = format!(
+            "Endpoint execution failed · {why} status={}",
+            error.http_status()
+        );
         self.record(endpoint, execution_id, Level::Error, message);
         error
     }
@@ -396,11 +399,18 @@ impl Endpoints {
 }
 
 /// Where a run failed, as its log entry says it: the path, the version and the error's code.
-fn failure(path: &str, version: &EndpointVersion, error: &EndpointError) -> String {
+/// A failed run's fields (logfmt, as log search reads them).
+fn failure(
+    path: &str,
+    version: &EndpointVersion,
+    error: &EndpointError,
+    started: std::time::Instant,
+) -> String {
     format!(
-        "path={path} version={} error={}",
+        "path={path} version={} error={} duration_ms={}",
         version.version,
-        error.log_code()
+        error.log_code(),
+        started.elapsed().as_millis()
     )
 }
 

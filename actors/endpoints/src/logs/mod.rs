@@ -3,6 +3,7 @@
 //! embedded default; every implementation passes [`contract::suite`]) and searched by endpoint,
 //! level, text, time and instance.
 
+pub mod ops;
 mod pg_store;
 mod sled_store;
 mod writer;
@@ -24,11 +25,12 @@ pub(crate) use writer::{ExecutionLogHandle, GetLogStats};
 pub trait ExecutionLogRecords: Send + Sync {
     /// Appends entries of any endpoints.
     fn append(&self, entries: Vec<LogEntry>) -> Result<(), StoreError>;
-    /// Entries of one endpoint that match `query`, newest first, at most `query.limit`.
+    /// Entries of one endpoint (every endpoint of the project with `None`) that match
+    /// `query`, newest first, at most `query.limit`.
     fn search(
         &self,
         project_id: u64,
-        endpoint_id: Uuid,
+        endpoint_id: Option<Uuid>,
         query: &LogQuery,
     ) -> Result<Vec<LogEntry>, StoreError>;
     /// Deletes every entry older than `cutoff`. How many storage units were removed or
@@ -203,7 +205,7 @@ pub(crate) mod contract {
             ),
         ];
         store.append(entries.clone()).expect("append");
-        let search = |q: LogQuery| store.search(1, ep, &q).expect("search");
+        let search = |q: LogQuery| store.search(1, Some(ep), &q).expect("search");
         let all = search(query(|_| {}));
         assert_eq!(all.len(), 3, "another endpoint's entries are not listed");
         assert!(all[0].timestamp > all[1].timestamp && all[1].timestamp > all[2].timestamp);
@@ -227,12 +229,25 @@ pub(crate) mod contract {
             1,
             "before is exclusive"
         );
+        let everywhere = store.search(1, None, &query(|_| {})).expect("search");
+        assert_eq!(everywhere.len(), 4, "every endpoint of the project");
+        assert_eq!(
+            everywhere[0].endpoint_id, other,
+            "newest first across endpoints"
+        );
+        assert_eq!(
+            store
+                .search(1, None, &query(|q| q.levels = vec![Level::Error]))
+                .expect("search")[0]
+                .endpoint_id,
+            ep
+        );
         let one = search(query(|q| q.instance_id = Some(entries[1].instance_id)));
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].level, Level::Error);
         assert!(
             store
-                .search(2, ep, &query(|_| {}))
+                .search(2, Some(ep), &query(|_| {}))
                 .expect("search")
                 .is_empty(),
             "other project"
@@ -247,12 +262,12 @@ pub(crate) mod contract {
                 .expect("append");
         }
         let all = store
-            .search(1, ep, &query(|q| q.limit = 10_000))
+            .search(1, Some(ep), &query(|q| q.limit = 10_000))
             .expect("search");
         assert_eq!(all.len(), 1100);
         assert_eq!(all[0].message, "run 1099", "newest first");
         let page = store
-            .search(1, ep, &query(|q| q.limit = 5))
+            .search(1, Some(ep), &query(|q| q.limit = 5))
             .expect("search");
         let messages: Vec<&str> = page.iter().map(|e| e.message.as_str()).collect();
         assert_eq!(
@@ -272,7 +287,7 @@ pub(crate) mod contract {
         store
             .prune(Utc::now() - chrono::Duration::days(1))
             .expect("prune");
-        let left = store.search(1, ep, &query(|_| {})).expect("search");
+        let left = store.search(1, Some(ep), &query(|_| {})).expect("search");
         let messages: Vec<&str> = left.iter().map(|e| e.message.as_str()).collect();
         assert_eq!(messages, vec!["fresh"]);
     }

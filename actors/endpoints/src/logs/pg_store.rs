@@ -67,7 +67,7 @@ impl ExecutionLogRecords for PgExecutionLog {
     fn search(
         &self,
         project_id: u64,
-        endpoint_id: Uuid,
+        endpoint_id: Option<Uuid>,
         query: &LogQuery,
     ) -> Result<Vec<LogEntry>, StoreError> {
         let p = i64::try_from(project_id).unwrap_or(i64::MAX);
@@ -84,8 +84,8 @@ impl ExecutionLogRecords for PgExecutionLog {
         self.pg.run(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT instance_id, ts, level, message FROM endpoint_logs
-                     WHERE project_id = $1 AND endpoint_id = $2
+                    "SELECT instance_id, ts, level, message, endpoint_id FROM endpoint_logs
+                     WHERE project_id = $1 AND ($2::uuid IS NULL OR endpoint_id = $2)
                        AND ($3::text[] IS NULL OR level = ANY($3))
                        AND ($4::text IS NULL OR strpos(lower(message), lower($4)) > 0)
                        AND ($5::timestamptz IS NULL OR ts > $5)
@@ -109,7 +109,7 @@ impl ExecutionLogRecords for PgExecutionLog {
                 .iter()
                 .map(|r| LogEntry {
                     project_id,
-                    endpoint_id,
+                    endpoint_id: r.get(4),
                     instance_id: r.get(0),
                     timestamp: r.get::<_, DateTime<Utc>>(1),
                     level: Level::parse(r.get::<_, &str>(2)).unwrap_or(Level::Info),

@@ -172,19 +172,27 @@ impl ExecutionLogRecords for SledExecutionLog {
         Ok(removed)
     }
 
-    /// Entries of one endpoint, newest first.
+    /// Entries of one endpoint (or all of the project's), newest first.
     fn search(
         &self,
         project_id: u64,
-        endpoint_id: Uuid,
+        endpoint_id: Option<Uuid>,
         q: &LogQuery,
     ) -> Result<Vec<LogEntry>, StoreError> {
-        let p = prefix(project_id, endpoint_id);
         let after = q.after.map(|t| t.timestamp_micros());
         let before = q.before.map(|t| t.timestamp_micros());
-        // A block whose newest entry is not after `after` holds nothing wanted.
-        let start = block_key(&p, after.map_or(i64::MIN, |a| a.saturating_add(1)), 0);
-        let end = block_key(&p, i64::MAX, u64::MAX);
+        let (start, end) = match endpoint_id {
+            Some(endpoint) => {
+                let p = prefix(project_id, endpoint);
+                // A block whose newest entry is not after `after` holds nothing wanted.
+                let start = block_key(&p, after.map_or(i64::MIN, |a| a.saturating_add(1)), 0);
+                (start, block_key(&p, i64::MAX, u64::MAX))
+            }
+            None => (
+                project_id.to_be_bytes().to_vec(),
+                project_id.saturating_add(1).to_be_bytes().to_vec(),
+            ),
+        };
         let search = match &q.search {
             Some(text) => Some(
                 regex::bytes::RegexBuilder::new(&regex::escape(text))
@@ -201,12 +209,23 @@ impl ExecutionLogRecords for SledExecutionLog {
         let mut found: Vec<LogEntry> = Vec::new();
         for item in self.tree.range(start..end).rev() {
             let (key, value) = item?;
+            if key.len() != 40 {
+                continue;
+            }
             let newest = time_of_key(&key[24..32]);
-            // Blocks come newest-first by their newest entry; once `limit` matches are held
-            // and this block is entirely older than all of them, nothing later can displace one.
-            if found.len() >= limit && found.iter().all(|e| e.micros() > newest) {
+            if after.is_some_and(|a| newest <= a) {
+                continue;
+            }
+            // One endpoint's blocks come newest-first by their newest entry; once `limit`
+            // matches are held and this block is entirely older than all of them, nothing
+            // later can displace one. (Across endpoints the order restarts per endpoint.)
+            if endpoint_id.is_some()
+                && found.len() >= limit
+                && found.iter().all(|e| e.micros() > newest)
+            {
                 break;
             }
+            let endpoint_id = Uuid::from_slice(&key[8..24]).unwrap_or_default();
             let oldest = value
                 .get(..8)
                 .and_then(|b| b.try_into().ok())

@@ -1,0 +1,452 @@
+//! Log search for ops, the way Grafana and Loki taught it: a project's execution logs (every
+//! endpoint, or one) over a time range, filtered by level, text, status and duration, with
+//! the volume per time bucket, duration percentiles per bucket and per endpoint, and the
+//! newest matching lines.
+//!
+//! Status and duration are read from each line's logfmt fields (`status=504 duration_ms=812`),
+//! which every run writes; a line without a status counts as 200 when INFO and 500 when ERROR.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{Level, LogEntry, LogQuery};
+use crate::EndpointError;
+
+/// Most entries one search reads; past it the answer says it is truncated.
+pub const SCAN_CAP: usize = 1_000_000;
+/// The time range when none is given: the last hour.
+const DEFAULT_RANGE: chrono::Duration = chrono::Duration::hours(1);
+/// Buckets a range is cut into when no bucket size is given (about).
+const TARGET_BUCKETS: i64 = 60;
+/// Bucket sizes picked from, in seconds.
+const NICE_BUCKETS: &[i64] = &[
+    1,
+    5,
+    10,
+    30,
+    60,
+    300,
+    600,
+    1800,
+    3600,
+    6 * 3600,
+    86_400,
+    7 * 86_400,
+];
+
+/// Which statuses a search keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    Exactly(u16),
+    AtLeast(u16),
+    /// `5xx`: 500–599.
+    Class(u16),
+}
+
+impl StatusFilter {
+    /// `504`, `>=500` or `5xx`.
+    pub fn parse(text: &str) -> Option<StatusFilter> {
+        let t = text.trim();
+        if let Some(n) = t.strip_prefix(">=") {
+            return n.trim().parse().ok().map(StatusFilter::AtLeast);
+        }
+        if let Some(class) = t.strip_suffix("xx").or_else(|| t.strip_suffix("XX")) {
+            return class
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (1..=5).contains(c))
+                .map(StatusFilter::Class);
+        }
+        t.parse().ok().map(StatusFilter::Exactly)
+    }
+
+    fn keeps(self, status: u16) -> bool {
+        match self {
+            StatusFilter::Exactly(s) => status == s,
+            StatusFilter::AtLeast(s) => status >= s,
+            StatusFilter::Class(c) => status / 100 == c,
+        }
+    }
+}
+
+/// What an ops search asks for.
+#[derive(Debug, Clone)]
+pub struct OpsQuery {
+    /// Level, text, instance and the time range (defaulting to the last hour); `limit` is how
+    /// many lines the answer lists.
+    pub base: LogQuery,
+    pub endpoint: Option<Uuid>,
+    pub status: Option<StatusFilter>,
+    pub min_duration_ms: Option<u64>,
+    pub max_duration_ms: Option<u64>,
+    /// The histogram's bucket; picked from the range when `None`.
+    pub bucket: Option<Duration>,
+}
+
+impl OpsQuery {
+    /// The query a search URL asks for: the log routes' parameters (`level`, `search`,
+    /// `limit`, `after`, `before`, `instance_id`) and `status`, `min_duration_ms`,
+    /// `max_duration_ms`, `bucket` (`1m`, `30s`…). The endpoint is named by the caller.
+    pub fn from_params(pairs: &[(String, String)]) -> Result<OpsQuery, EndpointError> {
+        let mut q = OpsQuery {
+            base: LogQuery::from_params(pairs)?,
+            endpoint: None,
+            status: None,
+            min_duration_ms: None,
+            max_duration_ms: None,
+            bucket: None,
+        };
+        let number = |name: &str, v: &str| {
+            v.parse::<u64>().map_err(|_| {
+                EndpointError::invalid(name, format!("{name} must be a whole number of ms."))
+            })
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "status" => {
+                    q.status = Some(StatusFilter::parse(v).ok_or_else(|| {
+                        EndpointError::invalid("status", "status is like 504, >=500 or 5xx.")
+                    })?)
+                }
+                "min_duration_ms" => q.min_duration_ms = Some(number(k, v)?),
+                "max_duration_ms" => q.max_duration_ms = Some(number(k, v)?),
+                "bucket" => {
+                    let d = parse_bucket(v).ok_or_else(|| {
+                        EndpointError::invalid("bucket", "bucket is a duration such as 1m.")
+                    })?;
+                    q.bucket = Some(d);
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+
+    /// The range searched: as asked, else the hour before `now`.
+    pub fn range(&self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        let before = self.base.before.unwrap_or(now);
+        let after = self.base.after.unwrap_or(before - DEFAULT_RANGE);
+        (after, before)
+    }
+
+    /// Whether a line read from the store passes the filters the store does not apply.
+    pub fn keeps(&self, e: &LogEntry) -> bool {
+        let f = fields(e);
+        self.status.is_none_or(|s| s.keeps(f.status))
+            && self
+                .min_duration_ms
+                .is_none_or(|min| f.duration_ms.is_some_and(|d| d >= min))
+            && self
+                .max_duration_ms
+                .is_none_or(|max| f.duration_ms.is_some_and(|d| d <= max))
+    }
+}
+
+/// `30s`, `5m`, `1h` or `1d` (at least a second).
+fn parse_bucket(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().ok().filter(|n| *n > 0)?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
+
+/// A line's status and duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    pub status: u16,
+    pub duration_ms: Option<u64>,
+}
+
+/// The logfmt fields search reads from a line.
+pub fn fields(e: &LogEntry) -> Fields {
+    let mut status = None;
+    let mut duration_ms = None;
+    for token in e.message.split_whitespace() {
+        if let Some(v) = token.strip_prefix("status=") {
+            status = v.parse().ok();
+        } else if let Some(v) = token.strip_prefix("duration_ms=") {
+            duration_ms = v.parse().ok();
+        }
+    }
+    Fields {
+        status: status.unwrap_or(match e.level {
+            Level::Info => 200,
+            Level::Error => 500,
+        }),
+        duration_ms,
+    }
+}
+
+/// Duration percentiles of a set of lines (nearest rank); `None` without durations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Percentiles {
+    pub p50: Option<u64>,
+    pub p95: Option<u64>,
+    pub p99: Option<u64>,
+}
+
+fn percentiles(mut durations: Vec<u64>) -> Percentiles {
+    if durations.is_empty() {
+        return Percentiles::default();
+    }
+    durations.sort_unstable();
+    let rank = |p: f64| {
+        let n = durations.len();
+        let i = ((p * n as f64).ceil() as usize).clamp(1, n) - 1;
+        Some(durations[i])
+    };
+    Percentiles {
+        p50: rank(0.50),
+        p95: rank(0.95),
+        p99: rank(0.99),
+    }
+}
+
+/// One bucket of the histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub start: DateTime<Utc>,
+    pub count: u64,
+    pub errors: u64,
+    pub latency: Percentiles,
+}
+
+/// One endpoint's share of the matches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointSummary {
+    pub endpoint_id: Uuid,
+    pub count: u64,
+    pub errors: u64,
+    pub latency: Percentiles,
+}
+
+/// What an ops search answers.
+#[derive(Debug, Clone)]
+pub struct OpsAnswer {
+    pub after: DateTime<Utc>,
+    pub before: DateTime<Utc>,
+    pub bucket: Duration,
+    /// Every bucket of the range, oldest first, empty ones included.
+    pub buckets: Vec<Bucket>,
+    pub endpoints: Vec<EndpointSummary>,
+    /// The newest matching lines, at most the query's limit.
+    pub entries: Vec<LogEntry>,
+    /// Lines matching.
+    pub total: u64,
+    /// More than [`SCAN_CAP`] lines matched: the counts cover the newest of them.
+    pub truncated: bool,
+}
+
+/// The bucket size for a range: as asked, else a round size giving about 60 buckets.
+fn bucket_for(q: &OpsQuery, after: DateTime<Utc>, before: DateTime<Utc>) -> i64 {
+    if let Some(b) = q.bucket {
+        return i64::try_from(b.as_secs()).unwrap_or(i64::MAX).max(1);
+    }
+    let span = (before - after).num_seconds().max(1);
+    let wanted = (span / TARGET_BUCKETS).max(1);
+    NICE_BUCKETS
+        .iter()
+        .copied()
+        .find(|b| *b >= wanted)
+        .unwrap_or(wanted)
+}
+
+#[derive(Default)]
+struct Tally {
+    count: u64,
+    errors: u64,
+    durations: Vec<u64>,
+}
+
+impl Tally {
+    fn add(&mut self, e: &LogEntry, f: Fields) {
+        self.count += 1;
+        if e.level == Level::Error || f.status >= 500 {
+            self.errors += 1;
+        }
+        if let Some(d) = f.duration_ms {
+            self.durations.push(d);
+        }
+    }
+}
+
+/// Aggregates `matched` (newest first, already filtered) over the range.
+pub fn answer(
+    q: &OpsQuery,
+    (after, before): (DateTime<Utc>, DateTime<Utc>),
+    mut matched: Vec<LogEntry>,
+) -> OpsAnswer {
+    let truncated = matched.len() > SCAN_CAP;
+    matched.truncate(SCAN_CAP);
+    let bucket = bucket_for(q, after, before);
+    let first = after.timestamp().div_euclid(bucket) * bucket;
+    let slots = usize::try_from((before.timestamp() - first) / bucket + 1)
+        .unwrap_or(1)
+        .min(10_000);
+    let mut buckets: Vec<Tally> = (0..slots).map(|_| Tally::default()).collect();
+    let mut endpoints: HashMap<Uuid, Tally> = HashMap::new();
+    for e in &matched {
+        let f = fields(e);
+        let slot = usize::try_from((e.timestamp.timestamp() - first) / bucket).ok();
+        if let Some(t) = slot.and_then(|s| buckets.get_mut(s)) {
+            t.add(e, f);
+        }
+        endpoints.entry(e.endpoint_id).or_default().add(e, f);
+    }
+    let mut by_endpoint: Vec<EndpointSummary> = endpoints
+        .into_iter()
+        .map(|(endpoint_id, t)| EndpointSummary {
+            endpoint_id,
+            count: t.count,
+            errors: t.errors,
+            latency: percentiles(t.durations),
+        })
+        .collect();
+    by_endpoint.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.endpoint_id.cmp(&b.endpoint_id))
+    });
+    let total = matched.len() as u64;
+    matched.truncate(q.base.limit.max(1));
+    OpsAnswer {
+        after,
+        before,
+        bucket: Duration::from_secs(u64::try_from(bucket).unwrap_or(1)),
+        buckets: buckets
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Bucket {
+                start: DateTime::from_timestamp(first + bucket * i as i64, 0).unwrap_or(after),
+                count: t.count,
+                errors: t.errors,
+                latency: percentiles(t.durations),
+            })
+            .collect(),
+        endpoints: by_endpoint,
+        entries: matched,
+        total,
+        truncated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn line(secs: i64, level: Level, message: &str, endpoint: Uuid) -> LogEntry {
+        LogEntry {
+            project_id: 1,
+            endpoint_id: endpoint,
+            instance_id: Uuid::new_v4(),
+            timestamp: Utc
+                .timestamp_opt(1_700_000_000 + secs, 0)
+                .single()
+                .expect("time"),
+            level,
+            message: message.into(),
+        }
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> OpsQuery {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        OpsQuery::from_params(&pairs).expect("valid")
+    }
+
+    #[test]
+    fn fields_come_from_logfmt_with_defaults_by_level() {
+        let ep = Uuid::nil();
+        let ok = line(
+            0,
+            Level::Info,
+            "Endpoint executed · path=inline status=200 duration_ms=12",
+            ep,
+        );
+        assert_eq!(
+            fields(&ok),
+            Fields {
+                status: 200,
+                duration_ms: Some(12)
+            }
+        );
+        let old = line(
+            0,
+            Level::Error,
+            "Endpoint execution failed · error=Timeout",
+            ep,
+        );
+        assert_eq!(
+            fields(&old),
+            Fields {
+                status: 500,
+                duration_ms: None
+            }
+        );
+        assert_eq!(
+            StatusFilter::parse(">=500"),
+            Some(StatusFilter::AtLeast(500))
+        );
+        assert_eq!(StatusFilter::parse("4xx"), Some(StatusFilter::Class(4)));
+        assert_eq!(StatusFilter::parse("504"), Some(StatusFilter::Exactly(504)));
+        assert_eq!(StatusFilter::parse("9xx"), None);
+        let q = query(&[("status", "5xx"), ("min_duration_ms", "10")]);
+        assert!(!q.keeps(&ok));
+        let slow_fail = line(0, Level::Error, "failed · status=504 duration_ms=900", ep);
+        assert!(q.keeps(&slow_fail));
+    }
+
+    #[test]
+    fn buckets_percentiles_and_endpoints_add_up() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut lines = Vec::new();
+        for i in 0..100 {
+            lines.push(line(
+                i,
+                Level::Info,
+                &format!("status=200 duration_ms={}", i + 1),
+                a,
+            ));
+        }
+        lines.push(line(70, Level::Error, "status=504 duration_ms=5000", b));
+        lines.reverse();
+        let q = query(&[("bucket", "1m"), ("limit", "5")]);
+        let start = Utc.timestamp_opt(1_700_000_000, 0).single().expect("time");
+        let end = start + chrono::Duration::seconds(119);
+        let got = answer(&q, (start, end), lines);
+        assert_eq!(got.total, 101);
+        assert_eq!(got.entries.len(), 5, "limited lines, whole counts");
+        assert_eq!(got.bucket, Duration::from_secs(60));
+        let counts: u64 = got.buckets.iter().map(|b| b.count).sum();
+        assert_eq!(counts, 101);
+        assert_eq!(got.buckets.iter().map(|b| b.errors).sum::<u64>(), 1);
+        assert_eq!(got.endpoints[0].endpoint_id, a);
+        assert_eq!(got.endpoints[0].latency.p50, Some(50));
+        assert_eq!(got.endpoints[0].latency.p99, Some(99));
+        assert_eq!(got.endpoints[1].errors, 1);
+    }
+
+    #[test]
+    fn the_bucket_is_a_round_size_for_the_range() {
+        let q = query(&[]);
+        let end = Utc::now();
+        assert_eq!(bucket_for(&q, end - chrono::Duration::hours(1), end), 60);
+        assert_eq!(bucket_for(&q, end - chrono::Duration::days(1), end), 1800);
+        assert_eq!(bucket_for(&q, end - chrono::Duration::seconds(30), end), 1);
+    }
+}
