@@ -100,6 +100,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .wrap(from_fn(telemetry::observe))
             .configure(http::recover::extractor_errors)
             .configure(http::configure)
+            .configure(crate::console::configure)
             .default_service(web::to(http::not_found))
     })
     .disable_signals()

@@ -12,6 +12,7 @@ pub mod body;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod control;
 pub mod error;
 pub mod http;

@@ -120,10 +120,18 @@ fn an_invitee_joins_sees_what_a_member_may_and_stops_at_once_when_deactivated() 
         false,
     );
     assert_eq!(no_csrf.status(), 403);
-    let key = browser.api(
+    // A member's key cannot grant what their session lacks (managing the organization).
+    let too_wide = browser.api(
         Method::POST,
         "/api/personal_api_keys/",
         Some(&json!({"label": "k", "scopes": ["*"]})),
+        true,
+    );
+    assert_eq!(too_wide.status(), 400);
+    let key = browser.api(
+        Method::POST,
+        "/api/personal_api_keys/",
+        Some(&json!({"label": "k", "scopes": ["feature_flag:read", "user:read"]})),
         true,
     );
     assert_eq!(key.status(), 201);

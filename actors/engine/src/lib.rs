@@ -53,7 +53,7 @@ use corvid_webhooks::{
 };
 
 pub use corvid_kernel::pg::PgSettings;
-pub use jobs::JobReport;
+pub use jobs::{JobReport, JobScope};
 
 /// Every crate's PostgreSQL schema, each beside the crate that owns its tables.
 pub const MIGRATIONS: &[&[corvid_kernel::Migration]] = &[
@@ -67,7 +67,7 @@ pub const MIGRATIONS: &[&[corvid_kernel::Migration]] = &[
     corvid_events::MIGRATIONS,
     corvid_surfaces::MIGRATIONS,
 ];
-use jobs::{Job, JobScope, Jobs};
+use jobs::{Job, Jobs};
 
 /// What [`migrate_metastore`] did.
 #[derive(Debug, Clone, PartialEq)]

@@ -39,6 +39,7 @@ pub use definitions::{CohortChanges, FlagChanges};
 pub use evaluate::FlagsOutcome;
 pub use evaluation::{evaluate_all, Evaluation, Reason, Subject};
 pub use geoip::{GeoIp, GeoIpError};
+pub use hash::rollout_hash;
 pub use local_eval::LocalEvaluation;
 pub use model::{
     CohortDefinition, Condition, FlagDefinition, FlagFilters, Holdout, Multivariate, Variant,

@@ -38,14 +38,24 @@ pub struct Credential {
 
 impl Credential {
     /// What a signed-in browser session of an active user grants: everything the user can
-    /// reach, as the API's own pages (the console) need.
+    /// reach, except that a member's session cannot manage the organization
+    /// (`organization:write`: its team, invites and settings).
     pub fn from_session(user: User, expires_at: DateTime<Utc>) -> Option<Credential> {
         if !user.is_active {
             return None;
         }
+        let scopes = if user.level >= crate::model::Level::Admin {
+            ScopeSet::parse(&["*"]).ok()?
+        } else {
+            let names: Vec<String> = ScopeSet::all_scope_names()
+                .into_iter()
+                .filter(|s| s != "organization:write")
+                .collect();
+            ScopeSet::parse(&names).ok()?
+        };
         Some(Credential {
             user,
-            scopes: ScopeSet::parse(&["*"]).ok()?,
+            scopes,
             scoped_teams: None,
             scoped_organizations: None,
             source: CredentialSource::Session { expires_at },
