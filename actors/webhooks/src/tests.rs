@@ -6,6 +6,7 @@ use std::sync::Arc;
 use corvid_activity::{ActivityRecords, Actor, Recorded, SledActivity};
 use corvid_kernel::{LocalClaims, SledRecords};
 
+use super::dispatch::{floor_id, id_time};
 use super::*;
 
 struct Fixture {
