@@ -160,10 +160,13 @@ impl Delivery {
         let wait = usize::try_from(self.failures - 1)
             .ok()
             .and_then(|i| schedule.get(i));
-        match wait.and_then(|w| chrono::Duration::from_std(*w).ok()) {
-            Some(wait) => {
+        let retry_at = wait
+            .and_then(|w| chrono::Duration::from_std(*w).ok())
+            .and_then(|w| now.checked_add_signed(w));
+        match retry_at {
+            Some(at) => {
                 self.state = DeliveryState::Pending;
-                self.next_attempt_at = Some(now + wait);
+                self.next_attempt_at = Some(at);
             }
             None => {
                 self.state = DeliveryState::Failed;

@@ -21,6 +21,8 @@ pub const SCAN_CAP: usize = 1_000_000;
 const DEFAULT_RANGE: chrono::Duration = chrono::Duration::hours(1);
 /// Buckets a range is cut into when no bucket size is given (about).
 const TARGET_BUCKETS: i64 = 60;
+/// The largest bucket accepted: a year.
+const MAX_BUCKET_SECS: u64 = 366 * 86_400;
 /// Bucket sizes picked from, in seconds.
 const NICE_BUCKETS: &[i64] = &[
     1,
@@ -128,7 +130,11 @@ impl OpsQuery {
     /// The range searched: as asked, else the hour before `now`.
     pub fn range(&self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
         let before = self.base.before.unwrap_or(now);
-        let after = self.base.after.unwrap_or(before - DEFAULT_RANGE);
+        let after = self
+            .base
+            .after
+            .or_else(|| before.checked_sub_signed(DEFAULT_RANGE))
+            .unwrap_or(before);
         (after, before)
     }
 
@@ -150,7 +156,7 @@ fn parse_bucket(text: &str) -> Option<Duration> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit())?;
     let (n, unit) = t.split_at(split);
-    let n: u64 = n.parse().ok().filter(|n| *n > 0)?;
+    let n: u64 = n.parse().ok().filter(|n| *n > 0 && *n <= MAX_BUCKET_SECS)?;
     let secs = match unit {
         "s" => n,
         "m" => n.checked_mul(60)?,
@@ -158,7 +164,7 @@ fn parse_bucket(text: &str) -> Option<Duration> {
         "d" => n.checked_mul(86_400)?,
         _ => return None,
     };
-    Some(Duration::from_secs(secs))
+    (secs <= MAX_BUCKET_SECS).then(|| Duration::from_secs(secs))
 }
 
 /// A line's status and duration.
@@ -291,14 +297,14 @@ pub fn answer(
     matched.truncate(SCAN_CAP);
     let bucket = bucket_for(q, after, before);
     let first = after.timestamp().div_euclid(bucket) * bucket;
-    let slots = usize::try_from((before.timestamp() - first) / bucket + 1)
+    let slots = usize::try_from(before.timestamp().saturating_sub(first) / bucket + 1)
         .unwrap_or(1)
         .min(10_000);
     let mut buckets: Vec<Tally> = (0..slots).map(|_| Tally::default()).collect();
     let mut endpoints: HashMap<Uuid, Tally> = HashMap::new();
     for e in &matched {
         let f = fields(e);
-        let slot = usize::try_from((e.timestamp.timestamp() - first) / bucket).ok();
+        let slot = usize::try_from(e.timestamp.timestamp().saturating_sub(first) / bucket).ok();
         if let Some(t) = slot.and_then(|s| buckets.get_mut(s)) {
             t.add(e, f);
         }
@@ -328,7 +334,8 @@ pub fn answer(
             .into_iter()
             .enumerate()
             .map(|(i, t)| Bucket {
-                start: DateTime::from_timestamp(first + bucket * i as i64, 0).unwrap_or(after),
+                start: DateTime::from_timestamp(first.saturating_add(bucket * i as i64), 0)
+                    .unwrap_or(after),
                 count: t.count,
                 errors: t.errors,
                 latency: percentiles(t.durations),
@@ -448,5 +455,7 @@ mod tests {
         assert_eq!(bucket_for(&q, end - chrono::Duration::hours(1), end), 60);
         assert_eq!(bucket_for(&q, end - chrono::Duration::days(1), end), 1800);
         assert_eq!(bucket_for(&q, end - chrono::Duration::seconds(30), end), 1);
+        assert_eq!(parse_bucket("1d"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_bucket("99999999999d"), None, "past a year is refused");
     }
 }
