@@ -260,12 +260,7 @@ impl Endpoints {
         let store = Arc::clone(&self.log_store);
         tokio::task::spawn_blocking(move || {
             let range = query.range(Utc::now());
-            let mut scan = query.base.clone();
-            (scan.after, scan.before) = (Some(range.0), Some(range.1));
-            scan.limit = logs::ops::SCAN_CAP + 1;
-            let found = store.search(project_id, query.endpoint, &scan)?;
-            let matched = found.into_iter().filter(|e| query.keeps(e)).collect();
-            Ok(logs::ops::answer(&query, range, matched))
+            Ok(store.ops_search(project_id, &query, range)?)
         })
         .await
         .map_err(|e| EndpointError::Store(StoreError::TaskFailed(e.to_string())))?

@@ -3,6 +3,8 @@
 //! embedded default; every implementation passes [`contract::suite`]) and searched by endpoint,
 //! level, text, time and instance.
 
+mod aggregate;
+mod block;
 pub mod ops;
 mod pg_store;
 mod sled_store;
@@ -33,6 +35,25 @@ pub trait ExecutionLogRecords: Send + Sync {
         endpoint_id: Option<Uuid>,
         query: &LogQuery,
     ) -> Result<Vec<LogEntry>, StoreError>;
+    /// The ops answer over `range`: counts, percentiles and the newest lines matching
+    /// `q`. By default every matching line is read whole (at most [`ops::SCAN_CAP`]); a
+    /// store may count from a cheaper form of its lines.
+    fn ops_search(
+        &self,
+        project_id: u64,
+        q: &ops::OpsQuery,
+        range: (DateTime<Utc>, DateTime<Utc>),
+    ) -> Result<ops::OpsAnswer, StoreError> {
+        let mut scan = q.base.clone();
+        (scan.after, scan.before) = (Some(range.0), Some(range.1));
+        scan.limit = ops::SCAN_CAP + 1;
+        let matched = self
+            .search(project_id, q.endpoint, &scan)?
+            .into_iter()
+            .filter(|e| q.keeps(e))
+            .collect();
+        Ok(ops::answer(q, range, matched))
+    }
     /// Deletes every entry older than `cutoff`. How many storage units were removed or
     /// rewritten.
     fn prune(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError>;
@@ -171,6 +192,107 @@ pub(crate) mod contract {
         search_filters_by_level_text_time_and_instance_newest_first(open().as_ref());
         many_entries_page_newest_first(open().as_ref());
         pruning_drops_entries_past_the_cutoff(open().as_ref());
+        ops_search_counts_what_search_reads(open().as_ref());
+    }
+
+    /// Lines of two endpoints with every level, statuses and durations, `n` of them.
+    pub fn varied(n: i64, a: Uuid, b: Uuid) -> Vec<LogEntry> {
+        (0..n)
+            .map(|i| {
+                let (level, text) = match i % 7 {
+                    0 => (
+                        Level::Error,
+                        format!(
+                            "failed · error=Timeout status=504 duration_ms={}",
+                            900 + i % 5000
+                        ),
+                    ),
+                    1 => (Level::Error, "failed · error=Parse".to_string()),
+                    2 => (
+                        Level::Info,
+                        format!(
+                            "Endpoint executed · path=inline status=200 duration_ms={}",
+                            i % 97
+                        ),
+                    ),
+                    _ => (
+                        Level::Info,
+                        format!(
+                            "Endpoint executed · path=materialized cache=hit duration_ms={}",
+                            i % 13
+                        ),
+                    ),
+                };
+                let mut e = entry(if i % 3 == 0 { b } else { a }, i / 4, level, &text);
+                // Distinct times, so "the newest lines" is one list.
+                e.timestamp += chrono::Duration::microseconds(i);
+                e
+            })
+            .collect()
+    }
+
+    /// The parts of two answers a caller sees.
+    pub fn same_answer(got: &ops::OpsAnswer, want: &ops::OpsAnswer) {
+        assert_eq!(got.total, want.total);
+        assert_eq!(got.buckets, want.buckets);
+        assert_eq!(got.endpoints, want.endpoints);
+        let lines = |a: &ops::OpsAnswer| -> Vec<(DateTime<Utc>, String)> {
+            a.entries
+                .iter()
+                .map(|e| (e.timestamp, e.message.clone()))
+                .collect()
+        };
+        assert_eq!(lines(got), lines(want));
+    }
+
+    /// What `ops_search` answers is what its definition over `search` answers.
+    pub fn ops_search_matches_search(store: &dyn ExecutionLogRecords, endpoint: Uuid) {
+        let range = (
+            Utc.timestamp_opt(1_700_000_000, 0).single().expect("time"),
+            Utc.timestamp_opt(1_700_000_000 + 100_000, 0)
+                .single()
+                .expect("time"),
+        );
+        let params: &[&[(&str, &str)]] = &[
+            &[],
+            &[("level", "ERROR")],
+            &[("status", "5xx")],
+            &[("min_duration_ms", "10"), ("max_duration_ms", "950")],
+            &[("search", "PATH=INLINE"), ("limit", "3")],
+            &[("search", "error=timeout"), ("bucket", "1m")],
+            &[("endpoint", "")],
+        ];
+        for pairs in params {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let mut q = ops::OpsQuery::from_params(&pairs).expect("query");
+            if pairs.iter().any(|(k, _)| k == "endpoint") {
+                q.endpoint = Some(endpoint);
+            }
+            let mut scan = q.base.clone();
+            (scan.after, scan.before) = (Some(range.0), Some(range.1));
+            scan.limit = ops::SCAN_CAP + 1;
+            let read: Vec<LogEntry> = store
+                .search(1, q.endpoint, &scan)
+                .expect("search")
+                .into_iter()
+                .filter(|e| q.keeps(e))
+                .collect();
+            let want = ops::answer(&q, range, read);
+            let got = store.ops_search(1, &q, range).expect("ops search");
+            same_answer(&got, &want);
+        }
+    }
+
+    fn ops_search_counts_what_search_reads(store: &dyn ExecutionLogRecords) {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let lines = varied(700, a, b);
+        for chunk in lines.chunks(100) {
+            store.append(chunk.to_vec()).expect("append");
+        }
+        ops_search_matches_search(store, a);
     }
 
     fn search_filters_by_level_text_time_and_instance_newest_first(

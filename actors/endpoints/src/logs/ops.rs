@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::aggregate::{Aggregate, Line, Plan};
 use super::{Level, LogEntry, LogQuery};
 use crate::EndpointError;
 
@@ -19,25 +20,8 @@ use crate::EndpointError;
 pub const SCAN_CAP: usize = 1_000_000;
 /// The time range when none is given: the last hour.
 const DEFAULT_RANGE: chrono::Duration = chrono::Duration::hours(1);
-/// Buckets a range is cut into when no bucket size is given (about).
-const TARGET_BUCKETS: i64 = 60;
 /// The largest bucket accepted: a year.
 const MAX_BUCKET_SECS: u64 = 366 * 86_400;
-/// Bucket sizes picked from, in seconds.
-const NICE_BUCKETS: &[i64] = &[
-    1,
-    5,
-    10,
-    30,
-    60,
-    300,
-    600,
-    1800,
-    3600,
-    6 * 3600,
-    86_400,
-    7 * 86_400,
-];
 
 /// Which statuses a search keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +49,7 @@ impl StatusFilter {
         t.parse().ok().map(StatusFilter::Exactly)
     }
 
-    fn keeps(self, status: u16) -> bool {
+    pub(crate) fn keeps(self, status: u16) -> bool {
         match self {
             StatusFilter::Exactly(s) => status == s,
             StatusFilter::AtLeast(s) => status >= s,
@@ -141,13 +125,19 @@ impl OpsQuery {
     /// Whether a line read from the store passes the filters the store does not apply.
     pub fn keeps(&self, e: &LogEntry) -> bool {
         let f = fields(e);
-        self.status.is_none_or(|s| s.keeps(f.status))
+        self.keeps_fields(f.status, f.duration_ms)
+    }
+
+    /// Whether a line of this status and duration passes the status and duration filters.
+    #[inline]
+    pub(crate) fn keeps_fields(&self, status: u16, duration_ms: Option<u64>) -> bool {
+        self.status.is_none_or(|s| s.keeps(status))
             && self
                 .min_duration_ms
-                .is_none_or(|min| f.duration_ms.is_some_and(|d| d >= min))
+                .is_none_or(|min| duration_ms.is_some_and(|d| d >= min))
             && self
                 .max_duration_ms
-                .is_none_or(|max| f.duration_ms.is_some_and(|d| d <= max))
+                .is_none_or(|max| duration_ms.is_some_and(|d| d <= max))
     }
 }
 
@@ -176,22 +166,40 @@ pub struct Fields {
 
 /// The logfmt fields search reads from a line.
 pub fn fields(e: &LogEntry) -> Fields {
+    fields_of(e.message.as_bytes(), e.level)
+}
+
+/// The logfmt fields of a message: `status=` and `duration_ms=`, the last of each winning; a
+/// line without a status counts as 200 when INFO and 500 when ERROR.
+pub fn fields_of(message: &[u8], level: Level) -> Fields {
     let mut status = None;
     let mut duration_ms = None;
-    for token in e.message.split_whitespace() {
-        if let Some(v) = token.strip_prefix("status=") {
-            status = v.parse().ok();
-        } else if let Some(v) = token.strip_prefix("duration_ms=") {
-            duration_ms = v.parse().ok();
+    for token in message.split(|b| b.is_ascii_whitespace()) {
+        if let Some(v) = token.strip_prefix(b"status=") {
+            status = number(v).and_then(|n| u16::try_from(n).ok());
+        } else if let Some(v) = token.strip_prefix(b"duration_ms=") {
+            duration_ms = number(v);
         }
     }
     Fields {
-        status: status.unwrap_or(match e.level {
+        status: status.unwrap_or(match level {
             Level::Info => 200,
             Level::Error => 500,
         }),
         duration_ms,
     }
+}
+
+/// ASCII digits as a number (none on anything else or overflow).
+fn number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            .flatten()
+    })
 }
 
 /// Duration percentiles of a set of lines (nearest rank); `None` without durations.
@@ -200,23 +208,6 @@ pub struct Percentiles {
     pub p50: Option<u64>,
     pub p95: Option<u64>,
     pub p99: Option<u64>,
-}
-
-fn percentiles(mut durations: Vec<u64>) -> Percentiles {
-    if durations.is_empty() {
-        return Percentiles::default();
-    }
-    durations.sort_unstable();
-    let rank = |p: f64| {
-        let n = durations.len();
-        let i = ((p * n as f64).ceil() as usize).clamp(1, n) - 1;
-        Some(durations[i])
-    };
-    Percentiles {
-        p50: rank(0.50),
-        p95: rank(0.95),
-        p99: rank(0.99),
-    }
 }
 
 /// One bucket of the histogram.
@@ -254,98 +245,31 @@ pub struct OpsAnswer {
     pub truncated: bool,
 }
 
-/// The bucket size for a range: as asked, else a round size giving about 60 buckets.
-fn bucket_for(q: &OpsQuery, after: DateTime<Utc>, before: DateTime<Utc>) -> i64 {
-    if let Some(b) = q.bucket {
-        return i64::try_from(b.as_secs()).unwrap_or(i64::MAX).max(1);
-    }
-    let span = (before - after).num_seconds().max(1);
-    let wanted = (span / TARGET_BUCKETS).max(1);
-    NICE_BUCKETS
-        .iter()
-        .copied()
-        .find(|b| *b >= wanted)
-        .unwrap_or(wanted)
-}
-
-#[derive(Default)]
-struct Tally {
-    count: u64,
-    errors: u64,
-    durations: Vec<u64>,
-}
-
-impl Tally {
-    fn add(&mut self, e: &LogEntry, f: Fields) {
-        self.count += 1;
-        if e.level == Level::Error || f.status >= 500 {
-            self.errors += 1;
-        }
-        if let Some(d) = f.duration_ms {
-            self.durations.push(d);
-        }
-    }
-}
-
-/// Aggregates `matched` (newest first, already filtered) over the range.
+/// Aggregates `matched` (newest first, already filtered) over the range: the answer of a
+/// store that reads whole lines.
 pub fn answer(
     q: &OpsQuery,
-    (after, before): (DateTime<Utc>, DateTime<Utc>),
+    range: (DateTime<Utc>, DateTime<Utc>),
     mut matched: Vec<LogEntry>,
 ) -> OpsAnswer {
     let truncated = matched.len() > SCAN_CAP;
     matched.truncate(SCAN_CAP);
-    let bucket = bucket_for(q, after, before);
-    let first = after.timestamp().div_euclid(bucket) * bucket;
-    let slots = usize::try_from(before.timestamp().saturating_sub(first) / bucket + 1)
-        .unwrap_or(1)
-        .min(10_000);
-    let mut buckets: Vec<Tally> = (0..slots).map(|_| Tally::default()).collect();
-    let mut endpoints: HashMap<Uuid, Tally> = HashMap::new();
+    let plan = Plan::new(q, range);
+    let mut aggregate = Aggregate::new(&plan);
+    let mut by_endpoint: HashMap<Uuid, Vec<Line>> = HashMap::new();
     for e in &matched {
         let f = fields(e);
-        let slot = usize::try_from(e.timestamp.timestamp().saturating_sub(first) / bucket).ok();
-        if let Some(t) = slot.and_then(|s| buckets.get_mut(s)) {
-            t.add(e, f);
-        }
-        endpoints.entry(e.endpoint_id).or_default().add(e, f);
+        by_endpoint.entry(e.endpoint_id).or_default().push(Line {
+            micros: e.timestamp.timestamp_micros(),
+            error: e.level == Level::Error || f.status >= 500,
+            duration_ms: f.duration_ms.map(|d| u32::try_from(d).unwrap_or(u32::MAX)),
+        });
     }
-    let mut by_endpoint: Vec<EndpointSummary> = endpoints
-        .into_iter()
-        .map(|(endpoint_id, t)| EndpointSummary {
-            endpoint_id,
-            count: t.count,
-            errors: t.errors,
-            latency: percentiles(t.durations),
-        })
-        .collect();
-    by_endpoint.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then(a.endpoint_id.cmp(&b.endpoint_id))
-    });
-    let total = matched.len() as u64;
-    matched.truncate(q.base.limit.max(1));
-    OpsAnswer {
-        after,
-        before,
-        bucket: Duration::from_secs(u64::try_from(bucket).unwrap_or(1)),
-        buckets: buckets
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| Bucket {
-                start: DateTime::from_timestamp(first.saturating_add(bucket * i as i64), 0)
-                    .unwrap_or(after),
-                count: t.count,
-                errors: t.errors,
-                latency: percentiles(t.durations),
-            })
-            .collect(),
-        endpoints: by_endpoint,
-        entries: matched,
-        total,
-        truncated,
+    for (endpoint, lines) in by_endpoint {
+        aggregate.add(&plan, endpoint, &lines);
     }
+    matched.truncate(plan.limit);
+    aggregate.finish(&plan, matched, truncated)
 }
 
 #[cfg(test)]
@@ -452,6 +376,7 @@ mod tests {
     fn the_bucket_is_a_round_size_for_the_range() {
         let q = query(&[]);
         let end = Utc::now();
+        let bucket_for = super::super::aggregate::bucket_for;
         assert_eq!(bucket_for(&q, end - chrono::Duration::hours(1), end), 60);
         assert_eq!(bucket_for(&q, end - chrono::Duration::days(1), end), 1800);
         assert_eq!(bucket_for(&q, end - chrono::Duration::seconds(30), end), 1);

@@ -1,20 +1,23 @@
-//! The embedded execution log (sled). Entries are kept in *blocks*: one open block per
-//! endpoint is appended to (one sled write and sync per batch) until it holds
+//! The embedded execution log (sled). Entries are kept in *blocks* ([`super::block`]): one
+//! open block per endpoint is appended to (one sled write and sync per batch) until it holds
 //! [`BLOCK_ENTRIES`] entries; then a new one starts. Blocks make a search over a million
-//! entries a scan of a few thousand sled values rather than a million.
-//!
-//! Key: project (8) ‖ endpoint id (16) ‖ newest timestamp µs in the block (8, sign bit
-//! flipped) ‖ block id (8), big-endian, so an endpoint's blocks are contiguous and ordered by
-//! time. Value: oldest timestamp µs (8), then entries `timestamp (8) ‖ instance id (16) ‖
-//! level (1) ‖ length (4) ‖ message`, oldest first.
+//! entries a scan of a few thousand sled values rather than a million, and their columns let
+//! an ops search count lines without reading messages, on every core.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::aggregate::{Aggregate, Line, Plan};
+use super::block::{
+    block_key, encode_block, encode_raw_block, level_of_byte, prefix, range_key, to_entry, Block,
+    RawEntry, NO_DURATION,
+};
+use super::ops::{OpsAnswer, OpsQuery};
 use super::{ExecutionLogRecords, Level, LogEntry, LogQuery};
 use corvid_kernel::StoreError;
 
@@ -23,83 +26,46 @@ const TREE: &str = "endpoint_logs";
 pub const BLOCK_ENTRIES: usize = 512;
 /// An open block not appended to for this long is closed (its memory released).
 const BLOCK_IDLE: Duration = Duration::from_secs(60);
+/// Most threads one ops search counts on.
+const MAX_WORKERS: usize = 4;
+/// Fewest blocks worth a thread of their own.
+const BLOCKS_PER_WORKER: usize = 64;
 
-fn level_byte(level: Level) -> u8 {
-    match level {
-        Level::Info => b'I',
-        Level::Error => b'E',
+/// The key range of a project's blocks (one endpoint's with `Some`), from the blocks whose
+/// newest entry is after `after_us`.
+fn key_range(
+    project_id: u64,
+    endpoint_id: Option<Uuid>,
+    after_us: Option<i64>,
+) -> (Vec<u8>, Vec<u8>) {
+    match endpoint_id {
+        Some(endpoint) => {
+            let p = prefix(project_id, endpoint);
+            // A block whose newest entry is not after `after` holds nothing wanted.
+            let start = range_key(&p, after_us.map_or(i64::MIN, |a| a.saturating_add(1)), 0);
+            let mut end = p.to_vec();
+            end.extend_from_slice(&[0xFF; 17]);
+            (start, end)
+        }
+        None => (
+            project_id.to_be_bytes().to_vec(),
+            project_id.saturating_add(1).to_be_bytes().to_vec(),
+        ),
     }
 }
 
-fn level_of_byte(b: u8) -> Level {
-    if b == b'E' {
-        Level::Error
-    } else {
-        Level::Info
-    }
-}
-
-fn encode_into(e: &LogEntry, out: &mut Vec<u8>) {
-    out.extend_from_slice(&e.micros().to_be_bytes());
-    out.extend_from_slice(e.instance_id.as_bytes());
-    out.push(level_byte(e.level));
-    out.extend_from_slice(&(e.message.len() as u32).to_be_bytes());
-    out.extend_from_slice(e.message.as_bytes());
-}
-
-/// One encoded entry inside a block, borrowed.
-struct RawEntry<'a> {
-    micros: i64,
-    instance: &'a [u8],
-    level: u8,
-    message: &'a [u8],
-}
-
-/// The entries of a block value, oldest first (stops at the first malformed byte).
-fn block_entries(value: &[u8]) -> Vec<RawEntry<'_>> {
-    let mut out = Vec::new();
-    let mut at = 8;
-    while at + 29 <= value.len() {
-        let micros = i64::from_be_bytes(value[at..at + 8].try_into().unwrap_or([0; 8]));
-        let instance = &value[at + 8..at + 24];
-        let level = value[at + 24];
-        let len = u32::from_be_bytes(value[at + 25..at + 29].try_into().unwrap_or([0; 4])) as usize;
-        let Some(message) = value.get(at + 29..at + 29 + len) else {
-            break;
-        };
-        out.push(RawEntry {
-            micros,
-            instance,
-            level,
-            message,
-        });
-        at += 29 + len;
-    }
-    out
-}
-
-fn prefix(project_id: u64, endpoint_id: Uuid) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&project_id.to_be_bytes());
-    k[8..].copy_from_slice(endpoint_id.as_bytes());
-    k
-}
-
-/// A timestamp as key bytes whose order is the numeric order (sign bit flipped).
-fn time_key(micros: i64) -> [u8; 8] {
-    ((micros as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn time_of_key(bytes: &[u8]) -> i64 {
-    let raw = u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]));
-    (raw ^ (1 << 63)) as i64
-}
-
-fn block_key(prefix: &[u8; 24], newest: i64, block_id: u64) -> Vec<u8> {
-    let mut k = prefix.to_vec();
-    k.extend_from_slice(&time_key(newest));
-    k.extend_from_slice(&block_id.to_be_bytes());
-    k
+/// A case-insensitive matcher of a search text.
+fn text_matcher(text: Option<&str>) -> Result<Option<regex::bytes::Regex>, StoreError> {
+    text.map(|t| {
+        regex::bytes::RegexBuilder::new(&regex::escape(t))
+            .case_insensitive(true)
+            .build()
+            .map_err(|e| StoreError::Invalid {
+                detail: format!("Invalid search: {e}"),
+                attr: Some("search"),
+            })
+    })
+    .transpose()
 }
 
 /// The embedded execution log: a sled tree of blocks, and the writer's open blocks.
@@ -137,32 +103,30 @@ impl ExecutionLogRecords for SledExecutionLog {
         let mut removed = 0usize;
         for item in self.tree.iter() {
             let (k, value) = item?;
-            if k.len() != 40 {
+            let Some(block) = Block::parse(&k, &value) else {
                 continue;
-            }
-            if time_of_key(&k[24..32]) < cutoff {
+            };
+            if block.newest < cutoff {
                 batch.remove(k);
                 removed += 1;
                 continue;
             }
-            let entries = block_entries(&value);
+            let entries = block.entries();
             let kept: Vec<&RawEntry<'_>> = entries.iter().filter(|e| e.micros >= cutoff).collect();
             if kept.len() < entries.len() {
-                let mut rewritten = kept.first().map_or(0, |e| e.micros).to_be_bytes().to_vec();
-                for e in &kept {
-                    rewritten.extend_from_slice(&e.micros.to_be_bytes());
-                    rewritten.extend_from_slice(e.instance);
-                    rewritten.push(e.level);
-                    rewritten.extend_from_slice(&(e.message.len() as u32).to_be_bytes());
-                    rewritten.extend_from_slice(e.message);
-                }
-                batch.insert(k, rewritten);
+                // Rewritten under a key with columns (a block written without them gains them).
+                let p = prefix(block.project_id, block.endpoint_id);
+                let block_id = u64::from_be_bytes(k[32..40].try_into().unwrap_or([0; 8]));
+                batch.remove(k.clone());
+                batch.insert(
+                    block_key(&p, block.newest, block_id),
+                    encode_raw_block(&kept),
+                );
                 removed += 1;
             }
         }
         writer.open.retain(|_, block| {
             block.entries.retain(|e| e.micros() >= cutoff);
-            block.oldest = block.entries.first().map_or(0, LogEntry::micros);
             !block.entries.is_empty()
         });
         if removed > 0 {
@@ -181,39 +145,16 @@ impl ExecutionLogRecords for SledExecutionLog {
     ) -> Result<Vec<LogEntry>, StoreError> {
         let after = q.after.map(|t| t.timestamp_micros());
         let before = q.before.map(|t| t.timestamp_micros());
-        let (start, end) = match endpoint_id {
-            Some(endpoint) => {
-                let p = prefix(project_id, endpoint);
-                // A block whose newest entry is not after `after` holds nothing wanted.
-                let start = block_key(&p, after.map_or(i64::MIN, |a| a.saturating_add(1)), 0);
-                (start, block_key(&p, i64::MAX, u64::MAX))
-            }
-            None => (
-                project_id.to_be_bytes().to_vec(),
-                project_id.saturating_add(1).to_be_bytes().to_vec(),
-            ),
-        };
-        let search = match &q.search {
-            Some(text) => Some(
-                regex::bytes::RegexBuilder::new(&regex::escape(text))
-                    .case_insensitive(true)
-                    .build()
-                    .map_err(|e| StoreError::Invalid {
-                        detail: format!("Invalid search: {e}"),
-                        attr: Some("search"),
-                    })?,
-            ),
-            None => None,
-        };
+        let (start, end) = key_range(project_id, endpoint_id, after);
+        let search = text_matcher(q.search.as_deref())?;
         let limit = q.limit.max(1);
         let mut found: Vec<LogEntry> = Vec::new();
         for item in self.tree.range(start..end).rev() {
             let (key, value) = item?;
-            if key.len() != 40 {
+            let Some(block) = Block::parse(&key, &value) else {
                 continue;
-            }
-            let newest = time_of_key(&key[24..32]);
-            if after.is_some_and(|a| newest <= a) {
+            };
+            if after.is_some_and(|a| block.newest <= a) {
                 continue;
             }
             // One endpoint's blocks come newest-first by their newest entry; once `limit`
@@ -221,19 +162,20 @@ impl ExecutionLogRecords for SledExecutionLog {
             // later can displace one. (Across endpoints the order restarts per endpoint.)
             if endpoint_id.is_some()
                 && found.len() >= limit
-                && found.iter().all(|e| e.micros() > newest)
+                && found.iter().all(|e| e.micros() > block.newest)
             {
                 break;
             }
-            let endpoint_id = Uuid::from_slice(&key[8..24]).unwrap_or_default();
-            let oldest = value
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(i64::MIN, i64::from_be_bytes);
-            if before.is_some_and(|b| oldest >= b) {
+            if before.is_some_and(|b| block.oldest >= b) {
                 continue;
             }
-            for e in block_entries(&value).iter().rev() {
+            if search
+                .as_ref()
+                .is_some_and(|r| !r.is_match(block.message_region()))
+            {
+                continue;
+            }
+            for e in block.entries().iter().rev() {
                 if after.is_some_and(|a| e.micros <= a) || before.is_some_and(|b| e.micros >= b) {
                     continue;
                 }
@@ -246,26 +188,179 @@ impl ExecutionLogRecords for SledExecutionLog {
                 if search.as_ref().is_some_and(|r| !r.is_match(e.message)) {
                     continue;
                 }
-                found.push(LogEntry {
-                    project_id,
-                    endpoint_id,
-                    instance_id: Uuid::from_slice(e.instance).unwrap_or_default(),
-                    timestamp: Utc.timestamp_micros(e.micros).single().unwrap_or_default(),
-                    level: level_of_byte(e.level),
-                    message: String::from_utf8_lossy(e.message).into_owned(),
-                });
+                found.push(to_entry(project_id, block.endpoint_id, e));
             }
         }
         found.sort_by_key(|e| std::cmp::Reverse(e.timestamp));
         found.truncate(limit);
         Ok(found)
     }
+
+    /// Counts from the blocks' columns, reading messages only to match a search text or an
+    /// instance (and a block's only when the text is in it), on up to [`MAX_WORKERS`]
+    /// threads over disjoint runs of blocks.
+    fn ops_search(
+        &self,
+        project_id: u64,
+        q: &OpsQuery,
+        range: (DateTime<Utc>, DateTime<Utc>),
+    ) -> Result<OpsAnswer, StoreError> {
+        let plan = Plan::new(q, range);
+        let (start, end) = key_range(project_id, q.endpoint, Some(plan.after_us));
+        let mut blocks: Vec<(sled::IVec, sled::IVec)> = Vec::new();
+        for item in self.tree.range(start..end).rev() {
+            let (key, value) = item?;
+            if Block::newest_of_key(&key).is_some_and(|newest| newest > plan.after_us) {
+                blocks.push((key, value));
+            }
+        }
+        let scan = OpsScan {
+            plan: &plan,
+            q,
+            text: text_matcher(q.base.search.as_deref())?,
+        };
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_WORKERS)
+            .min(blocks.len() / BLOCKS_PER_WORKER)
+            .max(1);
+        let per_worker = blocks.len().div_ceil(workers).max(1);
+        let parts: Vec<Part> = if workers == 1 {
+            vec![scan.blocks(&blocks, 0)]
+        } else {
+            std::thread::scope(|s| {
+                let scan = &scan;
+                let handles: Vec<_> = blocks
+                    .chunks(per_worker)
+                    .enumerate()
+                    .map(|(i, run)| s.spawn(move || scan.blocks(run, i * per_worker)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().map_err(|_| {
+                            StoreError::TaskFailed("a log search thread panicked".into())
+                        })
+                    })
+                    .collect::<Result<Vec<Part>, StoreError>>()
+            })?
+        };
+        let mut aggregate = Aggregate::new(&plan);
+        let mut newest: Vec<(i64, usize, usize)> = Vec::new();
+        for part in parts {
+            aggregate.merge(part.aggregate);
+            newest.extend(part.newest);
+        }
+        newest.sort_unstable_by(|a, b| b.cmp(a));
+        newest.truncate(plan.limit);
+        let mut decoded: HashMap<usize, Vec<RawEntry<'_>>> = HashMap::new();
+        let mut entries = Vec::with_capacity(newest.len());
+        for (_, block_at, entry_at) in newest {
+            let (key, value) = &blocks[block_at];
+            let Some(block) = Block::parse(key, value) else {
+                continue;
+            };
+            let raw = decoded.entry(block_at).or_insert_with(|| block.entries());
+            if let Some(e) = raw.get(entry_at) {
+                entries.push(to_entry(project_id, block.endpoint_id, e));
+            }
+        }
+        Ok(aggregate.finish(&plan, entries, false))
+    }
+}
+
+/// One thread's share of an ops search.
+struct Part {
+    aggregate: Aggregate,
+    /// The newest matched lines seen: (µs, block index, entry index in the block).
+    newest: Vec<(i64, usize, usize)>,
+}
+
+/// An ops search over blocks read from the tree.
+struct OpsScan<'a> {
+    plan: &'a Plan,
+    q: &'a OpsQuery,
+    text: Option<regex::bytes::Regex>,
+}
+
+impl OpsScan<'_> {
+    /// Counts the matched lines of `blocks` (the search's blocks from index `first`), newest
+    /// block first, and keeps the newest `limit` of them.
+    fn blocks(&self, blocks: &[(sled::IVec, sled::IVec)], first: usize) -> Part {
+        let (plan, q) = (self.plan, self.q);
+        let want = |level: Level| q.base.levels.is_empty() || q.base.levels.contains(&level);
+        let (want_info, want_error) = (want(Level::Info), want(Level::Error));
+        let read_messages = self.text.is_some() || q.base.instance_id.is_some();
+        let mut aggregate = Aggregate::new(plan);
+        let mut newest: BinaryHeap<Reverse<(i64, usize, usize)>> =
+            BinaryHeap::with_capacity(plan.limit + 1);
+        let mut lines: Vec<Line> = Vec::with_capacity(BLOCK_ENTRIES);
+        for (i, (key, value)) in blocks.iter().enumerate() {
+            let Some(block) = Block::parse(key, value) else {
+                continue;
+            };
+            if block.oldest >= plan.before_us {
+                continue;
+            }
+            if self
+                .text
+                .as_ref()
+                .is_some_and(|r| !r.is_match(block.message_region()))
+            {
+                continue;
+            }
+            let columns = block.columns();
+            let messages = read_messages.then(|| block.entries());
+            lines.clear();
+            for (j, c) in columns.iter().enumerate().rev() {
+                if !plan.covers(c.micros) {
+                    continue;
+                }
+                let error = c.level == b'E';
+                if !(if error { want_error } else { want_info }) {
+                    continue;
+                }
+                let duration_ms = (c.duration_ms != NO_DURATION).then_some(c.duration_ms);
+                if !q.keeps_fields(c.status, duration_ms.map(u64::from)) {
+                    continue;
+                }
+                if let Some(messages) = &messages {
+                    let Some(e) = messages.get(j) else {
+                        continue;
+                    };
+                    if q.base
+                        .instance_id
+                        .is_some_and(|id| id.as_bytes() != e.instance)
+                        || self.text.as_ref().is_some_and(|r| !r.is_match(e.message))
+                    {
+                        continue;
+                    }
+                }
+                lines.push(Line {
+                    micros: c.micros,
+                    error: error || c.status >= 500,
+                    duration_ms,
+                });
+                let seen = (c.micros, first + i, j);
+                if newest.len() < plan.limit {
+                    newest.push(Reverse(seen));
+                } else if newest.peek().is_some_and(|Reverse(oldest)| seen > *oldest) {
+                    newest.pop();
+                    newest.push(Reverse(seen));
+                }
+            }
+            aggregate.add(plan, block.endpoint_id, &lines);
+        }
+        Part {
+            aggregate,
+            newest: newest.into_iter().map(|Reverse(n)| n).collect(),
+        }
+    }
 }
 
 /// The writer's open block of one endpoint.
 struct OpenBlock {
     key: Vec<u8>,
-    oldest: i64,
     entries: Vec<LogEntry>,
     touched: Instant,
 }
@@ -307,22 +402,16 @@ impl BlockWriter {
                 }
                 _ => OpenBlock {
                     key: Vec::new(),
-                    oldest: i64::MAX,
                     entries: Vec::new(),
                     touched: Instant::now(),
                 },
             };
             block.entries.append(&mut new);
             block.entries.sort_by_key(LogEntry::micros);
-            block.oldest = block.entries.first().map_or(0, LogEntry::micros);
             let newest = block.entries.last().map_or(0, LogEntry::micros);
             self.next_block += 1;
             block.key = block_key(&p, newest, self.next_block);
-            let mut value = block.oldest.to_be_bytes().to_vec();
-            for e in &block.entries {
-                encode_into(e, &mut value);
-            }
-            batch.insert(block.key.clone(), value);
+            batch.insert(block.key.clone(), encode_block(&block.entries));
             block.touched = Instant::now();
             if block.entries.len() < BLOCK_ENTRIES {
                 self.open.insert(p, block);
@@ -354,6 +443,67 @@ mod tests {
                 tree,
             })
         });
+    }
+
+    #[test]
+    fn ops_search_over_many_blocks_counts_on_several_threads_as_on_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("sled");
+        let log = SledExecutionLog::open(&db).expect("open");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        // Enough blocks of each endpoint for more than one thread.
+        let lines = contract::varied(BLOCK_ENTRIES as i64 * 300, a, b);
+        for chunk in lines.chunks(BLOCK_ENTRIES) {
+            log.append(chunk.to_vec()).expect("append");
+        }
+        assert!(log.tree.len() >= 2 * BLOCKS_PER_WORKER);
+        contract::ops_search_matches_search(&log, a);
+    }
+
+    #[test]
+    fn blocks_written_without_columns_are_read_and_gain_them_when_pruned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path()).expect("sled");
+        let log = SledExecutionLog::open(&db).expect("open");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let lines = contract::varied(300, a, b);
+        // The earlier format: a 40-byte key, and oldest µs then the entries.
+        let mut by_endpoint: HashMap<Uuid, Vec<&LogEntry>> = HashMap::new();
+        for e in &lines {
+            by_endpoint.entry(e.endpoint_id).or_default().push(e);
+        }
+        for (endpoint, entries) in by_endpoint {
+            let newest = entries.last().expect("entries").micros();
+            let key = range_key(&prefix(1, endpoint), newest, 7);
+            let mut value = entries[0].micros().to_be_bytes().to_vec();
+            for e in entries {
+                value.extend_from_slice(&e.micros().to_be_bytes());
+                value.extend_from_slice(e.instance_id.as_bytes());
+                value.push(super::super::block::level_byte(e.level));
+                value.extend_from_slice(&(e.message.len() as u32).to_be_bytes());
+                value.extend_from_slice(e.message.as_bytes());
+            }
+            log.tree.insert(key, value).expect("insert");
+        }
+        contract::ops_search_matches_search(&log, a);
+        let everything = LogQuery {
+            limit: 10_000,
+            ..LogQuery::default()
+        };
+        assert_eq!(log.search(1, None, &everything).expect("search").len(), 300);
+        let cutoff = lines[150].timestamp;
+        log.prune(cutoff).expect("prune");
+        let left = log.search(1, None, &everything).expect("search");
+        assert!(left.iter().all(|e| e.timestamp >= cutoff));
+        assert_eq!(
+            left.len(),
+            lines.iter().filter(|e| e.timestamp >= cutoff).count()
+        );
+        assert!(
+            log.tree.iter().keys().all(|k| k.expect("key").len() == 41),
+            "rewritten blocks carry columns"
+        );
+        contract::ops_search_matches_search(&log, a);
     }
 
     #[test]
