@@ -269,6 +269,35 @@ impl ExecutionLogRecords for SledExecutionLog {
     }
 }
 
+/// Which of a block's `entries` have a match of `text` in their message, from one pass over
+/// the block's message region (rather than a search per message). A match that spans bytes
+/// outside one message is not counted, and the search goes on from the byte after its start.
+fn text_hits(text: &regex::bytes::Regex, region: &[u8], entries: &[RawEntry<'_>]) -> Vec<bool> {
+    let base = region.as_ptr() as usize;
+    let starts: Vec<usize> = entries
+        .iter()
+        .map(|e| (e.message.as_ptr() as usize).saturating_sub(base))
+        .collect();
+    let mut hits = vec![false; entries.len()];
+    let mut at = 0;
+    while at <= region.len() {
+        let Some(m) = text.find_at(region, at) else {
+            break;
+        };
+        let within = starts.partition_point(|s| *s <= m.start()).checked_sub(1);
+        if let Some(k) = within {
+            let end = starts[k] + entries[k].message.len();
+            if m.end() <= end {
+                hits[k] = true;
+                at = end;
+                continue;
+            }
+        }
+        at = m.start() + 1;
+    }
+    hits
+}
+
 /// One thread's share of an ops search.
 struct Part {
     aggregate: Aggregate,
@@ -302,15 +331,18 @@ impl OpsScan<'_> {
             if block.oldest >= plan.before_us {
                 continue;
             }
-            if self
-                .text
-                .as_ref()
-                .is_some_and(|r| !r.is_match(block.message_region()))
-            {
-                continue;
-            }
-            let columns = block.columns();
             let messages = read_messages.then(|| block.entries());
+            let hits = match (&self.text, &messages) {
+                (Some(r), Some(messages)) => {
+                    let hits = text_hits(r, block.message_region(), messages);
+                    if !hits.contains(&true) {
+                        continue;
+                    }
+                    Some(hits)
+                }
+                _ => None,
+            };
+            let columns = block.columns();
             lines.clear();
             for (j, c) in columns.iter().enumerate().rev() {
                 if !plan.covers(c.micros) {
@@ -331,7 +363,7 @@ impl OpsScan<'_> {
                     if q.base
                         .instance_id
                         .is_some_and(|id| id.as_bytes() != e.instance)
-                        || self.text.as_ref().is_some_and(|r| !r.is_match(e.message))
+                        || hits.as_ref().is_some_and(|h| !h[j])
                     {
                         continue;
                     }
