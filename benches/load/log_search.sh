@@ -17,9 +17,12 @@ cd "$(dirname "$0")/../.."
 ENTRIES="${1:-10000000}"
 PORT="${PORT:-18006}"
 TARGET="${CARGO_TARGET_DIR:-target}"
-cargo build --release --quiet -p corvid -p corvid-endpoints --bins
+# BIN and SEED (optional): binaries to measure instead of building this checkout.
+if [ -z "${BIN:-}" ] || [ -z "${SEED:-}" ]; then
+  cargo build --release --quiet -p corvid -p corvid-endpoints --bins
+fi
 BIN="${BIN:-$TARGET/release/corvid}"
-SEED="$TARGET/release/corvid-log-seed"
+SEED="${SEED:-$TARGET/release/corvid-log-seed}"
 . benches/load/lib.sh
 AUTH="Authorization: Bearer $KEY"
 ids=()

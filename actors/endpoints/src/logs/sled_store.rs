@@ -270,16 +270,22 @@ impl ExecutionLogRecords for SledExecutionLog {
 }
 
 /// Which of a block's `entries` have a match of `text` in their message, from one pass over
-/// the block's message region (rather than a search per message). A match that spans bytes
-/// outside one message is not counted, and the search goes on from the byte after its start.
-fn text_hits(text: &regex::bytes::Regex, region: &[u8], entries: &[RawEntry<'_>]) -> Vec<bool> {
+/// the block's message region (rather than a search per message), starting at the region's
+/// first match `from`. A match that spans bytes outside one message is not counted, and the
+/// search goes on from the byte after its start.
+fn text_hits(
+    text: &regex::bytes::Regex,
+    region: &[u8],
+    entries: &[RawEntry<'_>],
+    from: usize,
+) -> Vec<bool> {
     let base = region.as_ptr() as usize;
     let starts: Vec<usize> = entries
         .iter()
         .map(|e| (e.message.as_ptr() as usize).saturating_sub(base))
         .collect();
     let mut hits = vec![false; entries.len()];
-    let mut at = 0;
+    let mut at = from;
     while at <= region.len() {
         let Some(m) = text.find_at(region, at) else {
             break;
@@ -331,10 +337,19 @@ impl OpsScan<'_> {
             if block.oldest >= plan.before_us {
                 continue;
             }
+            // The text's first match in the block, before any entry is parsed: most blocks
+            // of a rare text have none.
+            let first_hit = match &self.text {
+                Some(r) => match r.find(block.message_region()) {
+                    Some(m) => Some(m.start()),
+                    None => continue,
+                },
+                None => None,
+            };
             let messages = read_messages.then(|| block.entries());
-            let hits = match (&self.text, &messages) {
-                (Some(r), Some(messages)) => {
-                    let hits = text_hits(r, block.message_region(), messages);
+            let hits = match (&self.text, &messages, first_hit) {
+                (Some(r), Some(messages), Some(from)) => {
+                    let hits = text_hits(r, block.message_region(), messages, from);
                     if !hits.contains(&true) {
                         continue;
                     }
