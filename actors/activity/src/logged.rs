@@ -1,42 +1,68 @@
-//! Definition records whose every write is logged: a [`DefinitionRecords`] wrapped so each
-//! `put` and `delete` also writes an activity entry (the record's JSON before and after, under
-//! the user the caller runs as, [`current_actor`]). The product surfaces' records (surveys,
-//! experiments, holdouts, early-access features) are kept this way, so their rules need not
-//! know of the log.
-//!
-//! The entry is written right after the record, not in its transaction: a crash between the
-//! two loses the entry, never the change.
-
-use std::marker::PhantomData;
-use std::sync::Arc;
+//! Definition records whose every write is logged: each `put` and `delete` of the product
+//! surfaces' records (surveys, experiments, holdouts, early-access features) also writes an
+//! activity entry (the record's JSON before and after, under the user the caller runs as,
+//! [`current_actor`]), in the same commit: one sled transaction over the records' tree and the
+//! log's, or one PostgreSQL transaction. Their rules need not know of the log.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
 
 use super::acting::current_actor;
 use super::entry::{ActivityEntry, Recorded};
-use super::records::ActivityRecords;
-use corvid_kernel::{DefinitionRecords, StoreError};
+use super::pg::insert_all;
+use super::records::{stage, TREE};
+use corvid_kernel::codec::encode;
+use corvid_kernel::records::record_key;
+use corvid_kernel::{DefinitionRecords, PgRecords, SledRecords, StoreError};
+
+/// Where the records and the log are, written together.
+enum Backing<T> {
+    Embedded {
+        records: SledRecords<T>,
+        log: sled::Tree,
+    },
+    Cluster(PgRecords<T>),
+}
 
 pub struct LoggedRecords<T> {
-    inner: Arc<dyn DefinitionRecords<T>>,
-    log: Arc<dyn ActivityRecords>,
+    backing: Backing<T>,
     scope: &'static str,
-    _records: PhantomData<fn() -> T>,
 }
 
 impl<T> LoggedRecords<T> {
-    /// `inner`'s writes logged under `scope` (PostHog's name for the kind of item).
-    pub fn new(
-        inner: Arc<dyn DefinitionRecords<T>>,
-        log: Arc<dyn ActivityRecords>,
+    /// The embedded records of tree `name` of `db`, their writes logged under `scope`
+    /// (PostHog's name for the kind of item) in the same database's log.
+    pub fn embedded(
+        db: &sled::Db,
+        name: &'static str,
         scope: &'static str,
-    ) -> LoggedRecords<T> {
-        LoggedRecords {
-            inner,
-            log,
+    ) -> Result<LoggedRecords<T>, StoreError> {
+        Ok(LoggedRecords {
+            backing: Backing::Embedded {
+                records: SledRecords::open(db, name)?,
+                log: db.open_tree(TREE)?,
+            },
             scope,
-            _records: PhantomData,
+        })
+    }
+
+    /// The cluster's records `records`, their writes logged in the same database's log.
+    pub fn cluster(records: PgRecords<T>, scope: &'static str) -> LoggedRecords<T> {
+        LoggedRecords {
+            backing: Backing::Cluster(records),
+            scope,
+        }
+    }
+
+    fn inner(&self) -> &dyn DefinitionRecords<T>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        match &self.backing {
+            Backing::Embedded { records, .. } => records,
+            Backing::Cluster(records) => records,
         }
     }
 }
@@ -49,22 +75,79 @@ fn name_of(v: &serde_json::Value) -> Option<String> {
     v.get("name").and_then(|n| n.as_str()).map(String::from)
 }
 
-impl<T: Serialize + DeserializeOwned + Send + Sync> DefinitionRecords<T> for LoggedRecords<T> {
+/// What a write does to the record: put this value, or remove it.
+enum Write<'a, T> {
+    Put(&'a T),
+    Delete,
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> LoggedRecords<T> {
+    /// Writes the record and `entry` (if any) in one commit.
+    fn commit(
+        &self,
+        project: u64,
+        id: &str,
+        write: Write<'_, T>,
+        entry: Option<ActivityEntry>,
+    ) -> Result<(), StoreError> {
+        match &self.backing {
+            Backing::Embedded { records, log } => {
+                let (tree, db) = records.tree();
+                let key = record_key(project, id);
+                let value = match write {
+                    Write::Put(record) => Some(encode(record)?),
+                    Write::Delete => None,
+                };
+                (tree, log)
+                    .transaction(|(tree, log)| {
+                        match &value {
+                            Some(value) => tree.insert(&key[..], value.clone())?,
+                            None => tree.remove(&key[..])?,
+                        };
+                        if let Some(entry) = &entry {
+                            stage(log, entry)?;
+                        }
+                        Ok::<(), ConflictableTransactionError<StoreError>>(())
+                    })
+                    .map_err(|e| match e {
+                        TransactionError::Abort(e) => e,
+                        TransactionError::Storage(e) => e.into(),
+                    })?;
+                db.flush()?;
+                Ok(())
+            }
+            Backing::Cluster(records) => {
+                let mut tx = records.pg().begin()?;
+                match write {
+                    Write::Put(record) => records.put_in(&mut tx, project, id, record)?,
+                    Write::Delete => {
+                        records.delete_in(&mut tx, project, id)?;
+                    }
+                }
+                insert_all(&mut tx, entry.as_slice())?;
+                tx.commit()
+            }
+        }
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> DefinitionRecords<T>
+    for LoggedRecords<T>
+{
     fn list(&self, project: u64) -> Result<Vec<T>, StoreError> {
-        self.inner.list(project)
+        self.inner().list(project)
     }
 
     fn list_all(&self) -> Result<Vec<(u64, T)>, StoreError> {
-        self.inner.list_all()
+        self.inner().list_all()
     }
 
     fn get(&self, project: u64, id: &str) -> Result<Option<T>, StoreError> {
-        self.inner.get(project, id)
+        self.inner().get(project, id)
     }
 
     fn put(&self, project: u64, id: &str, record: &T) -> Result<(), StoreError> {
-        let before = self.inner.get(project, id)?.map(|r| json(&r));
-        self.inner.put(project, id, record)?;
+        let before = self.inner().get(project, id)?.map(|r| json(&r));
         let after = json(record);
         let entry = Recorded {
             project_id: project,
@@ -76,50 +159,43 @@ impl<T: Serialize + DeserializeOwned + Send + Sync> DefinitionRecords<T> for Log
             after: &after,
         }
         .entry();
-        match entry {
-            Some(entry) => self.log.append(&entry),
-            None => Ok(()),
-        }
+        self.commit(project, id, Write::Put(record), entry)
     }
 
     fn delete(&self, project: u64, id: &str) -> Result<bool, StoreError> {
-        let before = self.inner.get(project, id)?;
-        let existed = self.inner.delete(project, id)?;
-        if existed {
-            let name = before.as_ref().map(json).as_ref().and_then(name_of);
-            let entry =
-                ActivityEntry::removal(project, &current_actor(), self.scope, id.to_string(), name);
-            self.log.append(&entry)?;
-        }
-        Ok(existed)
+        let Some(before) = self.inner().get(project, id)? else {
+            return Ok(false);
+        };
+        let name = name_of(&json(&before));
+        let entry =
+            ActivityEntry::removal(project, &current_actor(), self.scope, id.to_string(), name);
+        self.commit(project, id, Write::Delete, Some(entry))?;
+        Ok(true)
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
-        self.inner.next_id()
+        self.inner().next_id()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::{json, Value};
     use uuid::Uuid;
 
     use super::*;
     use crate::acting::acting_as;
     use crate::entry::Actor;
-    use crate::records::{ActivityQuery, SledActivity};
-    use corvid_kernel::SledRecords;
+    use crate::records::{ActivityQuery, ActivityRecords, SledActivity};
 
     #[test]
     fn every_put_and_delete_is_logged_as_the_acting_user() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("sled");
         let log: Arc<dyn ActivityRecords> = Arc::new(SledActivity::open(&db).expect("log"));
-        let records = LoggedRecords::<Value>::new(
-            Arc::new(SledRecords::open(&db, "surveys").expect("records")),
-            Arc::clone(&log),
-            "Survey",
-        );
+        let records = LoggedRecords::<Value>::embedded(&db, "surveys", "Survey").expect("records");
         let ada = Actor::user(7, Uuid::nil(), "ada@example.com", "Ada");
         acting_as(&ada, || {
             records

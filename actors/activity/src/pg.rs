@@ -12,9 +12,10 @@ use super::records::{ActivityPage, ActivityQuery, ActivityRecords};
 use corvid_kernel::pg::{bigint, Pg};
 use corvid_kernel::StoreError;
 
-/// Inserts `entry` on `client`, inside whatever transaction the client is in.
+/// Inserts `entry` on `client` (a connection or a transaction), inside whatever transaction
+/// it is in.
 pub async fn insert(
-    client: &tokio_postgres::Client,
+    client: &impl tokio_postgres::GenericClient,
     entry: &ActivityEntry,
 ) -> Result<(), StoreError> {
     let record = serde_json::to_value(entry).map_err(|source| StoreError::Encode {
@@ -51,7 +52,8 @@ pub fn insert_all(
     let log = log.to_vec();
     tx.step(move |client| async move {
         for entry in &log {
-            if let Err(e) = insert(&client, entry).await {
+            let connection: &tokio_postgres::Client = &client;
+            if let Err(e) = insert(connection, entry).await {
                 return (client, Err(e));
             }
         }
@@ -78,8 +80,10 @@ impl PgActivity {
 impl ActivityRecords for PgActivity {
     fn append(&self, entry: &ActivityEntry) -> Result<(), StoreError> {
         let entry = entry.clone();
-        self.pg
-            .run(move |client| async move { insert(&client, &entry).await })
+        self.pg.run(move |client| async move {
+            let connection: &tokio_postgres::Client = &client;
+            insert(connection, &entry).await
+        })
     }
 
     fn query(&self, project_id: u64, query: &ActivityQuery) -> Result<ActivityPage, StoreError> {

@@ -303,21 +303,22 @@ enum Backing {
 
 impl Backing {
     /// The records `name`, every write of them logged under `scope` as the user the writer
-    /// runs under (the product surfaces' records).
+    /// runs under, in the same commit (the product surfaces' records).
     fn logged_records<T>(
         &self,
         name: &'static str,
         scope: &'static str,
-        activity: &ActivityLog,
     ) -> Result<Arc<dyn DefinitionRecords<T>>, StoreError>
     where
         T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
-        Ok(Arc::new(LoggedRecords::new(
-            self.records(name)?,
-            activity.records(),
-            scope,
-        )))
+        Ok(match self {
+            Backing::Embedded(db) => Arc::new(LoggedRecords::embedded(db, name, scope)?),
+            Backing::Cluster(pg) => Arc::new(LoggedRecords::cluster(
+                PgRecords::new(Arc::clone(pg), name),
+                scope,
+            )),
+        })
     }
 
     fn records<T>(&self, name: &'static str) -> Result<Arc<dyn DefinitionRecords<T>>, StoreError>
@@ -524,7 +525,7 @@ impl Engine {
             early_access,
             surveys,
             experiments,
-        } = product_surfaces(&backing, (&flags, &persons), &query, &activity)?;
+        } = product_surfaces(&backing, (&flags, &persons), &query)?;
 
         let export_bucket = match &settings.storage {
             Storage::Cluster(cluster) => Some(corvid_kernel::bucket::under(
@@ -579,7 +580,7 @@ impl Engine {
             settings.flags,
             activity.records(),
         );
-        let persons = Persons::new(persons, activity.records());
+        let persons = Persons::new(persons);
         let webhooks = Webhooks::new(
             WebhookStores {
                 hooks: backing.records(STORE_NAMES[0])?,
@@ -800,23 +801,22 @@ fn product_surfaces(
     backing: &Backing,
     (flags, persons): (&Arc<FlagStore>, &Arc<PersonStore>),
     query: &Arc<QueryEngine>,
-    activity: &ActivityLog,
 ) -> Result<Surfaces, EngineError> {
     // The product surfaces write the flags they own through the flags door for owners.
     let owned = Arc::new(OwnedFlags::new(Arc::clone(flags), Arc::clone(persons)));
     let surveys = Surveys::new(
-        backing.logged_records("surveys", "Survey", activity)?,
+        backing.logged_records("surveys", "Survey")?,
         Arc::clone(&owned),
         Arc::clone(query),
     );
     let remote_config = RemoteConfig::new(Arc::clone(&owned), surveys.clone());
     let early_access = EarlyAccess::new(
-        backing.logged_records("early_access_features", "EarlyAccessFeature", activity)?,
+        backing.logged_records("early_access_features", "EarlyAccessFeature")?,
         Arc::clone(&owned),
     );
     let experiments = Experiments::new(
-        backing.logged_records("experiments", "Experiment", activity)?,
-        backing.logged_records("experiment_holdouts", "ExperimentHoldout", activity)?,
+        backing.logged_records("experiments", "Experiment")?,
+        backing.logged_records("experiment_holdouts", "ExperimentHoldout")?,
         owned,
         Arc::clone(query),
     );

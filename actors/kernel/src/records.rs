@@ -51,6 +51,18 @@ impl<T> SledRecords<T> {
             _records: PhantomData,
         })
     }
+
+    /// The tree the records live in, and the database it is in: for a writer that commits a
+    /// record with rows of another tree in one sled transaction ([`record_key`] names it,
+    /// [`super::codec::encode`] makes its value).
+    pub fn tree(&self) -> (&sled::Tree, &sled::Db) {
+        (&self.tree, &self.db)
+    }
+}
+
+/// The key of record `id` of `project` in a [`SledRecords`] tree.
+pub fn record_key(project: u64, id: &str) -> Vec<u8> {
+    key(project, id)
 }
 
 fn key(project: u64, id: &str) -> Vec<u8> {

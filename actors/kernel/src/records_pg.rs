@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::pg::{bigint, is_unique_violation, next_in_sequence, record_json, record_of, Pg};
+use super::pg::{
+    bigint, is_unique_violation, next_in_sequence, record_json, record_of, BlockingTx, Pg,
+};
 use super::records::DefinitionRecords;
 use super::StoreError;
 
@@ -25,6 +27,63 @@ impl<T> PgRecords<T> {
             name,
             _records: PhantomData,
         }
+    }
+}
+
+impl<T: Serialize> PgRecords<T> {
+    /// Inserts or replaces a record within `tx`, so it commits with the transaction's other
+    /// writes (the activity log's entry of the change).
+    pub fn put_in(
+        &self,
+        tx: &mut BlockingTx<'_>,
+        project_id: u64,
+        id: &str,
+        record: &T,
+    ) -> Result<(), StoreError> {
+        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
+        let record = record_json(name, record)?;
+        tx.step(move |client| async move {
+            let written = client
+                .execute(
+                    "INSERT INTO definition_records (kind, project_id, id, record)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (kind, project_id, id) DO UPDATE SET record = $4",
+                    &[&name, &p, &id, &record],
+                )
+                .await;
+            let done = match written {
+                Ok(_) => Ok(()),
+                Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
+                    what: format!("a live {name} record with these unique fields"),
+                }),
+                Err(e) => Err(e.into()),
+            };
+            (client, done)
+        })
+    }
+
+    /// Removes a record within `tx`; whether it existed.
+    pub fn delete_in(
+        &self,
+        tx: &mut BlockingTx<'_>,
+        project_id: u64,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
+        tx.step(move |client| async move {
+            let n = client
+                .execute(
+                    "DELETE FROM definition_records WHERE kind = $1 AND project_id = $2 AND id = $3",
+                    &[&name, &p, &id],
+                )
+                .await;
+            (client, n.map(|n| n > 0).map_err(StoreError::from))
+        })
+    }
+
+    /// The database the records are in.
+    pub fn pg(&self) -> &Arc<Pg> {
+        &self.pg
     }
 }
 
@@ -79,38 +138,16 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> DefinitionRecords<T> for 
     }
 
     fn put(&self, project_id: u64, id: &str, record: &T) -> Result<(), StoreError> {
-        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
-        let record = record_json(name, record)?;
-        self.pg.run(move |client| async move {
-            let written = client
-                .execute(
-                    "INSERT INTO definition_records (kind, project_id, id, record)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (kind, project_id, id) DO UPDATE SET record = $4",
-                    &[&name, &p, &id, &record],
-                )
-                .await;
-            match written {
-                Ok(_) => Ok(()),
-                Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
-                    what: format!("a live {name} record with these unique fields"),
-                }),
-                Err(e) => Err(e.into()),
-            }
-        })
+        let mut tx = self.pg.begin()?;
+        self.put_in(&mut tx, project_id, id, record)?;
+        tx.commit()
     }
 
     fn delete(&self, project_id: u64, id: &str) -> Result<bool, StoreError> {
-        let (name, p, id) = (self.name, bigint(project_id), id.to_string());
-        self.pg.run(move |client| async move {
-            let n = client
-                .execute(
-                    "DELETE FROM definition_records WHERE kind = $1 AND project_id = $2 AND id = $3",
-                    &[&name, &p, &id],
-                )
-                .await?;
-            Ok(n > 0)
-        })
+        let mut tx = self.pg.begin()?;
+        let existed = self.delete_in(&mut tx, project_id, id)?;
+        tx.commit()?;
+        Ok(existed)
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {

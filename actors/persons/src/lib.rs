@@ -32,42 +32,19 @@ pub use sled_store::SledPersons;
 pub use store::{ErasureOptions, PersonStore};
 
 use chrono::Utc;
-use corvid_activity::{ActivityEntry, ActivityRecords, Actor};
+use corvid_activity::Actor;
 use corvid_kernel::{blocking, StoreError};
 use uuid::Uuid;
-
-/// Logs an erasure request (scope `Person`, item the person's uuid). The request itself is
-/// already stored: a log that fails is reported, not the erasure's failure.
-fn log_erasure(activity: &dyn ActivityRecords, actor: &Actor, e: &Erasure) {
-    let entry = ActivityEntry::removal(
-        e.project_id,
-        actor,
-        "Person",
-        e.person_uuid.to_string(),
-        e.distinct_ids.first().cloned(),
-    )
-    .with_context(serde_json::json!({
-        "distinct_ids": e.distinct_ids,
-        "person_deleted": e.person_deleted,
-        "delete_events": e.events,
-    }));
-    if let Err(err) = activity.append(&entry) {
-        tracing::warn!(project_id = e.project_id, person = %e.person_uuid, error = %err,
-            "an erasure request could not be logged");
-    }
-}
 
 /// The persons facade the service uses. Cheap to clone.
 #[derive(Clone)]
 pub struct Persons {
     store: Arc<PersonStore>,
-    /// Where each erasure request is logged (scope `Person`).
-    activity: Arc<dyn ActivityRecords>,
 }
 
 impl Persons {
-    pub fn new(store: Arc<PersonStore>, activity: Arc<dyn ActivityRecords>) -> Persons {
-        Persons { store, activity }
+    pub fn new(store: Arc<PersonStore>) -> Persons {
+        Persons { store }
     }
 
     /// A project's persons, or the one person of `distinct_id`.
@@ -104,7 +81,7 @@ impl Persons {
     /// Erases the persons `request` names: each person's request is recorded (its events
     /// captured until now are hidden from every read at once and removed from storage by the
     /// compactor), then its profile and distinct ids are deleted unless `keep_person`. Each
-    /// request is logged as `actor`'s (scope `Person`), right after it is recorded.
+    /// request commits with its activity entry, as `actor`'s (scope `Person`).
     pub async fn erase(
         &self,
         project_id: u64,
@@ -112,7 +89,7 @@ impl Persons {
         request: BulkErasure,
     ) -> Result<ErasureSummary, StoreError> {
         let store = Arc::clone(&self.store);
-        let (activity, actor) = (Arc::clone(&self.activity), actor.clone());
+        let actor = actor.clone();
         blocking(move || {
             let now = Utc::now();
             let mut persons: Vec<Uuid> = match &request.targets {
@@ -136,9 +113,8 @@ impl Persons {
                 ..ErasureSummary::default()
             };
             for person in persons {
-                match store.erase(project_id, person, &request.options, now) {
-                    Ok(Some(erasure)) => {
-                        log_erasure(activity.as_ref(), &actor, &erasure);
+                match store.erase(project_id, person, &request.options, &actor, now) {
+                    Ok(Some(_)) => {
                         if !request.options.keep_person {
                             summary.persons_deleted += 1;
                         }

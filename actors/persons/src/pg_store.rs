@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::erasure::Erasure;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::{OnPersonChange, PersonChange, PersonRecords, Touched};
+use corvid_activity::ActivityEntry;
 use corvid_kernel::pg::{bigint, record_json, record_of, Pg, RESYNC};
 use corvid_kernel::StoreError;
 
@@ -198,7 +199,13 @@ impl PersonRecords for PgPersons {
         })
     }
 
-    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
+    fn put_erasures(
+        &self,
+        project_id: u64,
+        erasures: &[Erasure],
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
+        let log = log.to_vec();
         let p = bigint(project_id);
         let rows = erasures
             .iter()
@@ -217,6 +224,10 @@ impl PersonRecords for PgPersons {
                     &[&p, id, at, record],
                 )
                 .await?;
+            }
+            let in_tx: &tokio_postgres::Transaction<'_> = &tx;
+            for entry in &log {
+                corvid_activity::insert(in_tx, entry).await?;
             }
             tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &changed])
                 .await?;

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::erasure::Erasure;
 use super::model::{Group, Person, UsageKind, UsageRow};
+use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
 /// What another node wrote, for this node's read cache to drop.
@@ -126,9 +127,15 @@ pub trait PersonRecords: Send + Sync {
     /// Deletes a person and those of its distinct ids that still point at it.
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError>;
 
-    /// Stores erasure records of `project_id`, new or changed (keyed by their id); other
-    /// nodes drop their copies of the project's erasures.
-    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError>;
+    /// Stores erasure records of `project_id`, new or changed (keyed by their id), with the
+    /// activity entries that record them, in one commit; other nodes drop their copies of the
+    /// project's erasures.
+    fn put_erasures(
+        &self,
+        project_id: u64,
+        erasures: &[Erasure],
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError>;
     /// The erasure records of a project, or of every project.
     fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError>;
     /// Deletes the finished erasure records (verified, or without events to erase) requested
@@ -248,13 +255,13 @@ pub(crate) mod contract {
         other.events = false;
         let pending = erasure(12, "2025-01-01T00:00:00Z");
         records
-            .put_erasures(10, &[old.clone(), new.clone()])
+            .put_erasures(10, &[old.clone(), new.clone()], &[])
             .expect("put");
         records
-            .put_erasures(11, std::slice::from_ref(&other))
+            .put_erasures(11, std::slice::from_ref(&other), &[])
             .expect("put");
         records
-            .put_erasures(12, std::slice::from_ref(&pending))
+            .put_erasures(12, std::slice::from_ref(&pending), &[])
             .expect("put");
         let sorted = |mut v: Vec<Erasure>| {
             v.sort_by_key(|e| e.requested_at);
@@ -266,7 +273,9 @@ pub(crate) mod contract {
         );
         new.verified_at = Some(Utc::now());
         new.events_removed = 12;
-        records.put_erasures(10, &[new.clone()]).expect("update");
+        records
+            .put_erasures(10, &[new.clone()], &[])
+            .expect("update");
         assert_eq!(
             sorted(records.erasures(None).expect("all")),
             vec![pending.clone(), old, other.clone(), new.clone()]

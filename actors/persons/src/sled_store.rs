@@ -1,11 +1,14 @@
 //! The embedded person records (sled trees beside the metadata).
 
 use chrono::{DateTime, Utc};
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
 use uuid::Uuid;
 
 use super::erasure::Erasure;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
+use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{encode, get, scan_prefix};
 use corvid_kernel::StoreError;
 
@@ -18,6 +21,8 @@ pub struct SledPersons {
     usage: sled::Tree,
     /// Key project ‖ record id.
     erasures: sled::Tree,
+    /// The activity log's tree: erasure requests commit with their entries.
+    activity: sled::Tree,
 }
 
 fn key(project_id: u64, rest: &[u8]) -> Vec<u8> {
@@ -42,6 +47,7 @@ impl SledPersons {
             groups: db.open_tree("groups")?,
             usage: db.open_tree("usage")?,
             erasures: db.open_tree("person_erasures")?,
+            activity: db.open_tree(corvid_activity::TREE)?,
             db: db.clone(),
         })
     }
@@ -108,12 +114,30 @@ impl PersonRecords for SledPersons {
         Ok(())
     }
 
-    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for erasure in erasures {
-            batch.insert(key(project_id, erasure.id.as_bytes()), encode(erasure)?);
-        }
-        self.erasures.apply_batch(batch)?;
+    fn put_erasures(
+        &self,
+        project_id: u64,
+        erasures: &[Erasure],
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
+        let rows = erasures
+            .iter()
+            .map(|e| Ok((key(project_id, e.id.as_bytes()), encode(e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        (&self.erasures, &self.activity)
+            .transaction(|(erasures, activity)| {
+                for (k, v) in &rows {
+                    erasures.insert(&k[..], v.clone())?;
+                }
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(e) => e.into(),
+            })?;
         self.db.flush()?;
         Ok(())
     }

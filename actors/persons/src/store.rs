@@ -12,8 +12,25 @@ use super::erasure::{Erasure, ProjectErasures};
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{PersonChange, PersonRecords, Touched};
 use super::sled_store::SledPersons;
+use corvid_activity::{ActivityEntry, Actor};
 use corvid_kernel::start_over::StartOverMap;
 use corvid_kernel::StoreError;
+
+/// The activity entry of an erasure request (scope `Person`, item the person's uuid).
+fn erasure_entry(actor: &Actor, e: &Erasure) -> ActivityEntry {
+    ActivityEntry::removal(
+        e.project_id,
+        actor,
+        "Person",
+        e.person_uuid.to_string(),
+        e.distinct_ids.first().cloned(),
+    )
+    .with_context(serde_json::json!({
+        "distinct_ids": e.distinct_ids,
+        "person_deleted": e.person_deleted,
+        "delete_events": e.events,
+    }))
+}
 
 /// How many times a shared write locks again after a concurrent merge moved one of its
 /// distinct ids (each retry follows a merge that completed, so this is never reached in
@@ -419,7 +436,7 @@ impl PersonStore {
 
     /// Stores changed erasure records (the compactor's progress) and drops the project's copy.
     pub fn update_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
-        self.records.put_erasures(project_id, erasures)?;
+        self.records.put_erasures(project_id, erasures, &[])?;
         self.cache.erasures.remove(&project_id);
         Ok(())
     }
@@ -433,13 +450,15 @@ impl PersonStore {
 
     /// Erases `person` as `options` say, at `now`: the request is recorded first (readers
     /// hide the events it covers from then on), then the profile and its distinct ids are
-    /// deleted. Reads the person again under the writer lock (a merge may have moved ids);
-    /// `None` when it is gone already.
+    /// deleted. The request commits with its activity entry, as `actor`'s. Reads the person
+    /// again under the writer lock (a merge may have moved ids); `None` when it is gone
+    /// already.
     pub fn erase(
         &self,
         project_id: u64,
         person: Uuid,
         options: &ErasureOptions,
+        actor: &Actor,
         now: DateTime<Utc>,
     ) -> Result<Option<Erasure>, StoreError> {
         let _writer = self.lock();
@@ -462,8 +481,9 @@ impl PersonStore {
                 verified_at: None,
                 events_removed: 0,
             };
+            let entry = erasure_entry(actor, &erasure);
             self.records
-                .put_erasures(project_id, std::slice::from_ref(&erasure))?;
+                .put_erasures(project_id, std::slice::from_ref(&erasure), &[entry])?;
             self.cache.erasures.remove(&project_id);
             if !options.keep_person {
                 self.records.remove_person(project_id, &current)?;

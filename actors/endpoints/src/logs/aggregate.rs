@@ -8,8 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::ops::{Bucket, EndpointSummary, OpsAnswer, OpsQuery, Percentiles};
-use super::LogEntry;
+use super::ops::{fields, Bucket, EndpointSummary, OpsAnswer, OpsQuery, Percentiles, SCAN_CAP};
+use super::{Level, LogEntry};
 
 /// Buckets a range is cut into when no bucket size is given (about).
 const TARGET_BUCKETS: i64 = 60;
@@ -43,6 +43,33 @@ pub(crate) fn bucket_for(q: &OpsQuery, after: DateTime<Utc>, before: DateTime<Ut
         .copied()
         .find(|b| *b >= wanted)
         .unwrap_or(wanted)
+}
+
+/// Aggregates `matched` (newest first, already filtered) over the range: the answer of a
+/// store that reads whole lines.
+pub fn answer(
+    q: &OpsQuery,
+    range: (DateTime<Utc>, DateTime<Utc>),
+    mut matched: Vec<LogEntry>,
+) -> OpsAnswer {
+    let truncated = matched.len() > SCAN_CAP;
+    matched.truncate(SCAN_CAP);
+    let plan = Plan::new(q, range);
+    let mut aggregate = Aggregate::new(&plan);
+    let mut by_endpoint: HashMap<Uuid, Vec<Line>> = HashMap::new();
+    for e in &matched {
+        let f = fields(e);
+        by_endpoint.entry(e.endpoint_id).or_default().push(Line {
+            micros: e.timestamp.timestamp_micros(),
+            error: e.level == Level::Error || f.status >= 500,
+            duration_ms: f.duration_ms.map(|d| u32::try_from(d).unwrap_or(u32::MAX)),
+        });
+    }
+    for (endpoint, lines) in by_endpoint {
+        aggregate.add(&plan, endpoint, &lines);
+    }
+    matched.truncate(plan.limit);
+    aggregate.finish(&plan, matched, truncated)
 }
 
 /// Where a search's lines fall: its range and buckets.
@@ -407,7 +434,80 @@ impl Aggregate {
 
 #[cfg(test)]
 mod tests {
+    use chrono::TimeZone;
+
+    use super::super::Level;
     use super::*;
+
+    fn line(secs: i64, level: Level, message: &str, endpoint: Uuid) -> LogEntry {
+        LogEntry {
+            project_id: 1,
+            endpoint_id: endpoint,
+            instance_id: Uuid::new_v4(),
+            timestamp: Utc
+                .timestamp_opt(1_700_000_000 + secs, 0)
+                .single()
+                .expect("time"),
+            level,
+            message: message.into(),
+        }
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> OpsQuery {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        OpsQuery::from_params(&pairs).expect("valid")
+    }
+
+    #[test]
+    fn buckets_percentiles_and_endpoints_add_up() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut lines = Vec::new();
+        for i in 0..100 {
+            lines.push(line(
+                i,
+                Level::Info,
+                &format!("status=200 duration_ms={}", i + 1),
+                a,
+            ));
+        }
+        lines.push(line(70, Level::Error, "status=504 duration_ms=5000", b));
+        lines.reverse();
+        let q = query(&[("bucket", "1m"), ("limit", "5")]);
+        let start = Utc.timestamp_opt(1_700_000_000, 0).single().expect("time");
+        let end = start + chrono::Duration::seconds(119);
+        let got = answer(&q, (start, end), lines);
+        assert_eq!(got.total, 101);
+        assert_eq!(got.entries.len(), 5, "limited lines, whole counts");
+        assert_eq!(got.bucket, Duration::from_secs(60));
+        let counts: u64 = got.buckets.iter().map(|b| b.count).sum();
+        assert_eq!(counts, 101);
+        assert_eq!(got.buckets.iter().map(|b| b.errors).sum::<u64>(), 1);
+        assert_eq!(got.endpoints[0].endpoint_id, a);
+        assert_eq!(got.endpoints[0].latency.p50, Some(50));
+        assert_eq!(got.endpoints[0].latency.p99, Some(99));
+        assert_eq!(got.endpoints[1].errors, 1);
+    }
+
+    #[test]
+    fn the_bucket_is_a_round_size_for_the_range() {
+        let q = query(&[]);
+        let end = Utc::now();
+        assert_eq!(bucket_for(&q, end - chrono::Duration::hours(1), end), 60);
+        assert_eq!(bucket_for(&q, end - chrono::Duration::days(1), end), 1800);
+        assert_eq!(bucket_for(&q, end - chrono::Duration::seconds(30), end), 1);
+        assert_eq!(
+            super::super::ops::parse_bucket("1d"),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            super::super::ops::parse_bucket("99999999999d"),
+            None,
+            "past a year is refused"
+        );
+    }
 
     fn exact(mut v: Vec<u32>) -> Percentiles {
         v.sort_unstable();

@@ -52,7 +52,7 @@ pub trait ExecutionLogRecords: Send + Sync {
             .into_iter()
             .filter(|e| q.keeps(e))
             .collect();
-        Ok(ops::answer(q, range, matched))
+        Ok(aggregate::answer(q, range, matched))
     }
     /// Deletes every entry older than `cutoff`. How many storage units were removed or
     /// rewritten.
@@ -280,7 +280,7 @@ pub(crate) mod contract {
                 .into_iter()
                 .filter(|e| q.keeps(e))
                 .collect();
-            let want = ops::answer(&q, range, read);
+            let want = aggregate::answer(&q, range, read);
             let got = store.ops_search(1, &q, range).expect("ops search");
             same_answer(&got, &want);
         }

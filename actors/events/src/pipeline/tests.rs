@@ -45,8 +45,13 @@ impl PersonRecords for Flaky {
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
         self.inner.remove_person(project_id, person)
     }
-    fn put_erasures(&self, project_id: u64, erasures: &[Erasure]) -> Result<(), StoreError> {
-        self.inner.put_erasures(project_id, erasures)
+    fn put_erasures(
+        &self,
+        project_id: u64,
+        erasures: &[Erasure],
+        log: &[corvid_activity::ActivityEntry],
+    ) -> Result<(), StoreError> {
+        self.inner.put_erasures(project_id, erasures, log)
     }
     fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
         self.inner.erasures(project_id)
