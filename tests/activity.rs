@@ -573,3 +573,54 @@ fn personal_api_keys_are_logged_in_the_projects_they_reach_never_with_their_secr
         .iter()
         .all(|e| e["item_id"] != json!(id)));
 }
+
+#[test]
+fn verified_oauth_applications_are_logged_in_the_organization_projects() {
+    let server = TestServer::new();
+    let admin = server.admin_key().to_string();
+    let client_id = "https://app.example.com/oauth/client-metadata.json";
+    let res = server.post_json(
+        "/api/oauth/verified_clients/",
+        Some(&admin),
+        &json!({ "client_id": client_id }),
+    );
+    assert_eq!(res.status(), 201);
+    let res = server
+        .client
+        .delete(server.url("/api/oauth/verified_clients/"))
+        .bearer_auth(&admin)
+        .json(&json!({ "client_id": client_id }))
+        .send()
+        .expect("unverify");
+    assert_eq!(res.status(), 204);
+    let log = server.admin_get("/api/projects/1/activity_log/?scope=OAuthApplication&page=1");
+    assert_eq!(log["count"], 2, "{log}");
+    let seen: Vec<(&str, &str)> = log["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|e| {
+            (
+                e["activity"].as_str().unwrap_or_default(),
+                e["item_id"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![("deleted", client_id), ("created", client_id)],
+        "newest first"
+    );
+    assert_eq!(log["results"][1]["user"]["email"], server.creds.email);
+    // Removing a mark that is not there changes nothing and logs nothing.
+    let res = server
+        .client
+        .delete(server.url("/api/oauth/verified_clients/"))
+        .bearer_auth(&admin)
+        .json(&json!({ "client_id": client_id }))
+        .send()
+        .expect("unverify");
+    assert_eq!(res.status(), 404);
+    let log = server.admin_get("/api/projects/1/activity_log/?scope=OAuthApplication&page=1");
+    assert_eq!(log["count"], 2);
+}

@@ -37,9 +37,13 @@ use dashmap::DashMap;
 use uuid::Uuid;
 
 use cimd::{Client, Registry};
+use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::secrets::{random_base62, sha256_hex};
 use corvid_kernel::{blocking, StoreError};
 use corvid_tenancy::{Credential, CredentialSource, Tenancy, User};
+
+/// The activity log's scope of the verified-client marks.
+pub const CLIENT_SCOPE: &str = "OAuthApplication";
 
 pub use authorization::{AuthorizationProblem, AuthorizationRequest, Authorized, ClientProblem};
 pub use cimd::{ClientError, ClientSettings, Logo};
@@ -199,28 +203,84 @@ impl OAuth {
     }
 
     /// Marks a client verified (it loses the unverified-application notice on the consent
-    /// screen, nothing else).
+    /// screen, nothing else), as `actor`. The mark commits with its activity entry (scope
+    /// `OAuthApplication`, item the client id) in each project of the actor's organization:
+    /// clients are the instance's, and each project's log shows what its people may meet.
     pub async fn verify_client(
         &self,
         client_id: &str,
-        by: u64,
+        actor: &Actor,
         now: DateTime<Utc>,
     ) -> Result<VerifiedClient, OAuthError> {
         client_id::validate(client_id).map_err(OAuthError::InvalidRequest)?;
         let record = VerifiedClient {
             client_id: client_id.to_string(),
-            verified_by: by,
+            verified_by: actor.id.unwrap_or_default(),
             verified_at: now,
         };
+        let after = serde_json::to_value(&record).unwrap_or_default();
+        let log: Vec<ActivityEntry> = self
+            .projects_of(actor)
+            .await?
+            .into_iter()
+            .filter_map(|project_id| {
+                Recorded {
+                    project_id,
+                    actor,
+                    scope: CLIENT_SCOPE,
+                    item_id: record.client_id.clone(),
+                    name: Some(record.client_id.clone()),
+                    before: None,
+                    after: &after,
+                }
+                .entry()
+            })
+            .collect();
         let stored = record.clone();
-        self.grants(move |g| g.set_verified(&stored)).await?;
+        self.grants(move |g| g.set_verified(&stored, &log)).await?;
         Ok(record)
     }
 
-    /// Whether the client was verified.
-    pub async fn unverify_client(&self, client_id: &str) -> Result<bool, StoreError> {
+    /// The projects of `actor`'s organization (none for the system).
+    async fn projects_of(&self, actor: &Actor) -> Result<Vec<u64>, StoreError> {
+        let tenancy = &self.inner.tenancy;
+        let Some(user) = actor.id else {
+            return Ok(Vec::new());
+        };
+        let Some(user) = tenancy.active_user(user).await? else {
+            return Ok(Vec::new());
+        };
+        Ok(tenancy
+            .projects_of_organization(user.organization_id)
+            .await?
+            .into_iter()
+            .map(|p| p.id)
+            .collect())
+    }
+
+    /// Removes the verified mark, as `actor` (logged as the mark's removal in each project of
+    /// the actor's organization, in the same commit). Whether the client was verified.
+    pub async fn unverify_client(
+        &self,
+        client_id: &str,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
         let id = client_id.to_string();
-        self.grants(move |g| g.unset_verified(&id)).await
+        let log: Vec<ActivityEntry> = self
+            .projects_of(actor)
+            .await?
+            .into_iter()
+            .map(|project_id| {
+                ActivityEntry::removal(
+                    project_id,
+                    actor,
+                    CLIENT_SCOPE,
+                    id.clone(),
+                    Some(id.clone()),
+                )
+            })
+            .collect();
+        self.grants(move |g| g.unset_verified(&id, &log)).await
     }
 
     // ---- sessions of the sign-in and consent pages ----

@@ -13,6 +13,7 @@ use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
 use super::store::{grant_revoked, GrantRecords};
+use corvid_activity::{insert_all, ActivityEntry};
 use corvid_kernel::pg::{record_json, record_of, Pg, CREDENTIALS_CHANNEL};
 use corvid_kernel::StoreError;
 
@@ -280,32 +281,45 @@ impl GrantRecords for PgGrants {
         })
     }
 
-    fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError> {
+    fn set_verified(
+        &self,
+        client: &VerifiedClient,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
         let id = client.client_id.clone();
         let record = record_json("verified client", client)?;
-        self.pg.run(move |client| async move {
-            client
+        let mut tx = self.pg.begin()?;
+        tx.step(move |client| async move {
+            let done = client
                 .execute(
                     "INSERT INTO oauth_verified_clients (client_id, record) VALUES ($1, $2)
                      ON CONFLICT (client_id) DO UPDATE SET record = $2",
                     &[&id, &record],
                 )
-                .await?;
-            Ok(())
-        })
+                .await;
+            (client, done.map(|_| ()).map_err(StoreError::from))
+        })?;
+        insert_all(&mut tx, log)?;
+        tx.commit()
     }
 
-    fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError> {
+    fn unset_verified(&self, client_id: &str, log: &[ActivityEntry]) -> Result<bool, StoreError> {
         let id = client_id.to_string();
-        self.pg.run(move |client| async move {
+        let mut tx = self.pg.begin()?;
+        let existed = tx.step(move |client| async move {
             let n = client
                 .execute(
                     "DELETE FROM oauth_verified_clients WHERE client_id = $1",
                     &[&id],
                 )
-                .await?;
-            Ok(n > 0)
-        })
+                .await;
+            (client, n.map(|n| n > 0).map_err(StoreError::from))
+        })?;
+        if existed {
+            insert_all(&mut tx, log)?;
+        }
+        tx.commit()?;
+        Ok(existed)
     }
 
     fn is_verified(&self, client_id: &str) -> Result<bool, StoreError> {

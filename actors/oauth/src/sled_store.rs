@@ -3,12 +3,15 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use sled::transaction::TransactionError;
+use sled::Transactional;
 use uuid::Uuid;
 
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
 use super::store::{grant_revoked, GrantRecords};
+use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{decode, encode};
 use corvid_kernel::StoreError;
 
@@ -27,6 +30,15 @@ pub struct SledGrants {
     families: sled::Tree,
     sessions: sled::Tree,
     verified: sled::Tree,
+    /// The activity log's tree: verified-client marks commit with their entries.
+    activity: sled::Tree,
+}
+
+fn transaction_error(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => e.into(),
+    }
 }
 
 impl SledGrants {
@@ -38,6 +50,7 @@ impl SledGrants {
             families: db.open_tree(FAMILIES)?,
             sessions: db.open_tree(SESSIONS)?,
             verified: db.open_tree(VERIFIED)?,
+            activity: db.open_tree(corvid_activity::TREE)?,
         })
     }
 
@@ -234,14 +247,36 @@ impl GrantRecords for SledGrants {
         self.durable()
     }
 
-    fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError> {
-        self.verified
-            .insert(client.client_id.as_bytes(), encode(client)?)?;
+    fn set_verified(
+        &self,
+        client: &VerifiedClient,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError> {
+        let value = encode(client)?;
+        (&self.verified, &self.activity)
+            .transaction(|(verified, activity)| {
+                verified.insert(client.client_id.as_bytes(), value.clone())?;
+                for entry in log {
+                    stage(activity, entry)?;
+                }
+                Ok(())
+            })
+            .map_err(transaction_error)?;
         self.durable()
     }
 
-    fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError> {
-        let existed = self.verified.remove(client_id.as_bytes())?.is_some();
+    fn unset_verified(&self, client_id: &str, log: &[ActivityEntry]) -> Result<bool, StoreError> {
+        let existed = (&self.verified, &self.activity)
+            .transaction(|(verified, activity)| {
+                let existed = verified.remove(client_id.as_bytes())?.is_some();
+                if existed {
+                    for entry in log {
+                        stage(activity, entry)?;
+                    }
+                }
+                Ok(existed)
+            })
+            .map_err(transaction_error)?;
         self.durable()?;
         Ok(existed)
     }

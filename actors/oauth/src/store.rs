@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::records::{
     CodeRecord, FamilyRecord, Redeemed, SessionRecord, TokenRecord, TokenState, VerifiedClient,
 };
+use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
 /// `issue`'s refusal when the grant was revoked first: no token is stored.
@@ -56,9 +57,15 @@ pub trait GrantRecords: Send + Sync {
     fn session(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<SessionRecord>, StoreError>;
     fn delete_session(&self, hash: &str) -> Result<(), StoreError>;
 
-    fn set_verified(&self, client: &VerifiedClient) -> Result<(), StoreError>;
-    /// Whether it was verified.
-    fn unset_verified(&self, client_id: &str) -> Result<bool, StoreError>;
+    /// Marks a client verified, committing `log` (its activity entries) with the mark.
+    fn set_verified(
+        &self,
+        client: &VerifiedClient,
+        log: &[ActivityEntry],
+    ) -> Result<(), StoreError>;
+    /// Removes the mark, committing `log` with the removal when there was one. Whether it was
+    /// verified.
+    fn unset_verified(&self, client_id: &str, log: &[ActivityEntry]) -> Result<bool, StoreError>;
     fn is_verified(&self, client_id: &str) -> Result<bool, StoreError>;
     fn verified_clients(&self) -> Result<Vec<VerifiedClient>, StoreError>;
 }
@@ -231,14 +238,14 @@ pub(crate) mod contract {
             verified_by: 1,
             verified_at: now,
         };
-        store.set_verified(&client).expect("verify");
+        store.set_verified(&client, &[]).expect("verify");
         assert!(store.is_verified(&client.client_id).expect("read"));
         assert_eq!(
             store.verified_clients().expect("list"),
             vec![client.clone()]
         );
-        assert!(store.unset_verified(&client.client_id).expect("unset"));
-        assert!(!store.unset_verified(&client.client_id).expect("again"));
+        assert!(store.unset_verified(&client.client_id, &[]).expect("unset"));
+        assert!(!store.unset_verified(&client.client_id, &[]).expect("again"));
         assert!(!store.is_verified(&client.client_id).expect("read"));
     }
 

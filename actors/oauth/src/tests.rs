@@ -591,16 +591,20 @@ async fn verified_clients_need_a_valid_client_id() {
     let now = Utc::now();
     let err = f
         .oauth
-        .verify_client("not a url", 1, now)
+        .verify_client("not a url", &corvid_activity::Actor::system(), now)
         .await
         .expect_err("invalid");
     assert_eq!(err.code(), "invalid_request");
     f.oauth
-        .verify_client(CLIENT, 1, now)
+        .verify_client(CLIENT, &corvid_activity::Actor::system(), now)
         .await
         .expect("verified");
     assert!(f.oauth.is_verified(CLIENT).await.expect("read"));
     assert_eq!(f.oauth.verified_clients().await.expect("list").len(), 1);
-    assert!(f.oauth.unverify_client(CLIENT).await.expect("unset"));
+    assert!(f
+        .oauth
+        .unverify_client(CLIENT, &corvid_activity::Actor::system())
+        .await
+        .expect("unset"));
     assert!(!f.oauth.is_verified(CLIENT).await.expect("read"));
 }

@@ -20,6 +20,7 @@ pub const SCOPES: &[&str] = &[
     "ExperimentHoldout",
     "FeatureFlag",
     "InsightVariable",
+    "OAuthApplication",
     "OrganizationInvite",
     "OrganizationMembership",
     "Person",

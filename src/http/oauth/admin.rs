@@ -32,7 +32,11 @@ pub async fn verify(
     let record = state
         .engine
         .oauth
-        .verify_client(&body.client_id, auth.credential.user.id, Utc::now())
+        .verify_client(
+            &body.client_id,
+            &crate::auth::actor(&auth.credential),
+            Utc::now(),
+        )
         .await
         .map_err(|e| match e {
             OAuthError::InvalidRequest(detail) => ApiError::validation(detail, Some("client_id")),
@@ -42,11 +46,17 @@ pub async fn verify(
 }
 
 pub async fn unverify(
-    _staff: Staff<OrganizationWrite>,
+    auth: Staff<OrganizationWrite>,
     state: web::Data<AppState>,
     body: web::Json<ClientIdBody>,
 ) -> Result<HttpResponse, ApiError> {
-    if state.engine.oauth.unverify_client(&body.client_id).await? {
+    let actor = crate::auth::actor(&auth.credential);
+    if state
+        .engine
+        .oauth
+        .unverify_client(&body.client_id, &actor)
+        .await?
+    {
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(ApiError::not_found("Verified application"))
