@@ -2,7 +2,10 @@
 //! per-component series, read from [`EngineStats`] at scrape time (the engine keeps plain
 //! counters and registers nothing itself).
 
+use std::collections::VecDeque;
 use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use corvid_engine::EngineStats;
 use corvid_engine::JobReport;
@@ -15,7 +18,14 @@ pub struct Metrics {
     pub registry: Registry,
     pub(crate) http_requests: IntCounterVec,
     pub(crate) http_latency: HistogramVec,
+    /// Samples of events accepted so far, for the ingest rate over the last minute.
+    ingest: Mutex<VecDeque<(Instant, u64)>>,
 }
+
+/// How far back the ingest rate looks.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Most samples kept for it (each console overview adds one).
+const RATE_SAMPLES: usize = 256;
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -44,7 +54,48 @@ impl Metrics {
             registry,
             http_requests: requests,
             http_latency: latency,
+            ingest: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Answers given with `status` since the process started, over every route.
+    pub fn answers_with_status(&self, status: u16) -> u64 {
+        let status = status.to_string();
+        self.registry
+            .gather()
+            .iter()
+            .filter(|f| f.get_name().ends_with("http_requests_total"))
+            .flat_map(|f| f.get_metric())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.get_name() == "status" && l.get_value() == status)
+            })
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
+    }
+
+    /// Events accepted per second over up to the last minute, from `accepted` (events
+    /// accepted since start, now) and the samples earlier calls left; `None` on the first.
+    pub fn ingest_rate(&self, accepted: u64) -> Option<f64> {
+        let now = Instant::now();
+        let mut samples = self.ingest.lock().unwrap_or_else(|p| p.into_inner());
+        while samples.len() > 1
+            && samples
+                .get(1)
+                .is_some_and(|(at, _)| now.duration_since(*at) >= RATE_WINDOW)
+        {
+            samples.pop_front();
+        }
+        let rate = samples.front().and_then(|(at, before)| {
+            let secs = now.duration_since(*at).as_secs_f64();
+            (secs >= 1.0).then(|| accepted.saturating_sub(*before) as f64 / secs)
+        });
+        if samples.len() >= RATE_SAMPLES {
+            samples.pop_back();
+        }
+        samples.push_back((now, accepted));
+        rate
     }
 
     /// Prometheus text exposition of every registered metric.
@@ -296,5 +347,42 @@ pub fn render_engine(stats: &EngineStats) -> String {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_summed_over_routes_by_status() {
+        let m = Metrics::new();
+        m.http_requests
+            .with_label_values(&["POST", "/batch/", "503"])
+            .inc_by(2);
+        m.http_requests
+            .with_label_values(&["POST", "/i/v0/e/", "503"])
+            .inc();
+        m.http_requests
+            .with_label_values(&["POST", "/batch/", "200"])
+            .inc_by(7);
+        assert_eq!(m.answers_with_status(503), 3);
+        assert_eq!(m.answers_with_status(200), 7);
+        assert_eq!(m.answers_with_status(429), 0);
+    }
+
+    #[test]
+    fn the_ingest_rate_needs_a_second_sample_a_second_later() {
+        let m = Metrics::new();
+        assert_eq!(m.ingest_rate(100), None);
+        assert_eq!(m.ingest_rate(150), None, "less than a second apart");
+        // An earlier sample, as a call a few seconds ago would have left.
+        {
+            let mut samples = m.ingest.lock().expect("lock");
+            samples.clear();
+            samples.push_back((Instant::now() - Duration::from_secs(4), 0));
+        }
+        let rate = m.ingest_rate(400).expect("rate");
+        assert!((rate - 100.0).abs() < 5.0, "{rate}");
     }
 }

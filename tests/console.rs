@@ -176,3 +176,56 @@ fn the_console_in_a_real_browser() {
         assert!(png.starts_with(b"\x89PNG"), "{name}");
     }
 }
+
+/// The overview's figures, read from its page.
+fn tile(html: &str, id: &str) -> String {
+    html.split(&format!("id=\"{id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split('>').nth(1))
+        .and_then(|text| text.split('<').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_overview_shows_the_ingest_rate_overload_answers_and_storage_per_project() {
+    let (dir, mut config) = common::fresh();
+    config.ingest.flush_interval = std::time::Duration::from_millis(200);
+    let server = TestServer::start_in(dir, config);
+    let mut browser = common::oauth::Browser::new(&server);
+    browser.login(
+        &server.creds.email,
+        server.creds.password.as_deref().expect("password"),
+    );
+    let first = browser.get("/console").text().expect("html");
+    assert!(
+        tile(&first, "ingest-rate").contains("reload"),
+        "no rate before a second sample"
+    );
+    assert_eq!(tile(&first, "overloaded"), "0");
+    assert!(first.contains("No segment written yet."));
+
+    let events: Vec<Value> = (0..50)
+        .map(|i| json!({"event": "viewed", "distinct_id": format!("u{i}")}))
+        .collect();
+    assert_eq!(server.capture_batch(&events).status(), 200);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert!(
+        common::wait_until(std::time::Duration::from_secs(10), || {
+            let html = browser.get("/console").text().expect("html");
+            html.contains("<td>Default project</td><td>1</td><td class=\"num\">")
+        }),
+        "the project's segments are listed with their bytes"
+    );
+    let html = browser.get("/console").text().expect("html");
+    let rate = tile(&html, "ingest-rate");
+    assert!(
+        rate.ends_with("events/s") && !rate.starts_with("0.0"),
+        "{rate}"
+    );
+    let storage = html.split("id=\"storage\"").nth(1).expect("storage table");
+    assert!(
+        storage.contains("B</td>"),
+        "bytes in binary units: {storage}"
+    );
+}

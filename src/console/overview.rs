@@ -1,4 +1,5 @@
-//! The overview: this node's ingest (queue, WAL, flush lag, shards) and its background jobs.
+//! The overview: this node's ingest (rate, queue, WAL, flush lag, shards), its overload
+//! answers, the event storage per project, and its background jobs.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
@@ -20,6 +21,11 @@ pub struct JobRow {
 #[template(path = "overview.html")]
 struct Overview {
     nav: Nav,
+    ingest_rate: String,
+    overloaded: u64,
+    throttled: u64,
+    /// project name, id, segment files, bytes (as text).
+    storage: Vec<(String, u64, u64, String)>,
     pending_events: usize,
     wal_last_seq: u64,
     flush_lag: u64,
@@ -76,9 +82,31 @@ async fn build(req: &HttpRequest, state: &AppState) -> Page {
             last_error: j.last_error.unwrap_or_default(),
         })
         .collect();
+    let accepted =
+        stats.shards.iter().map(|s| s.events_stored).sum::<u64>() + stats.pending_events as u64;
+    let ingest_rate = state
+        .metrics
+        .ingest_rate(accepted)
+        .map_or_else(|| "— (reload)".into(), |r| format!("{r:.1} events/s"));
     let mut nav = viewer.nav(viewer.first_project(), "overview");
     nav.section = "overview";
+    let storage = state
+        .engine
+        .ingest
+        .storage_by_project()
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?
+        .into_iter()
+        .filter_map(|p| {
+            let (_, name) = nav.projects.iter().find(|(id, _)| *id == p.project)?;
+            Some((name.clone(), p.project, p.files, bytes(p.bytes)))
+        })
+        .collect();
     render(&Overview {
+        ingest_rate,
+        overloaded: state.metrics.answers_with_status(503),
+        throttled: state.metrics.answers_with_status(429),
+        storage,
         pending_events: stats.pending_events,
         wal_last_seq: stats.wal_last_seq,
         flush_lag: shards.iter().map(|s| s.4).max().unwrap_or(0),
@@ -96,4 +124,20 @@ async fn build(req: &HttpRequest, state: &AppState) -> Page {
         jobs,
         nav,
     })
+}
+
+/// A byte count in binary units.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }

@@ -36,6 +36,14 @@ pub const SEGMENTS_URL: &str = "corvid-segments://events/";
 const FOOTER_GUESS: u64 = 64 * 1024;
 
 /// Where segment bytes are read from.
+/// A project's share of the segment store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProjectBytes {
+    pub project: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
 pub struct SegmentFiles {
     store: Arc<dyn ObjectStore>,
     /// Prepended to every segment key ("" for a store holding segments alone). Kept here
@@ -132,6 +140,38 @@ impl SegmentFiles {
                 Some((SegmentRef::parse_key(key)?, o.last_modified))
             })
             .collect())
+    }
+
+    /// Segment files and their bytes per project, as stored now (every version not yet
+    /// removed). Blocking: it lists the whole store.
+    pub fn bytes_by_project(&self) -> std::io::Result<Vec<ProjectBytes>> {
+        let store = Arc::clone(&self.store);
+        let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()));
+        let objects: Vec<ObjectMeta> = self
+            .io
+            .wait(async move { store.list(prefix.as_ref()).try_collect().await })?
+            .map_err(std::io::Error::other)?;
+        let mut by_project: std::collections::BTreeMap<u64, ProjectBytes> = Default::default();
+        for o in objects {
+            let Some(segment) = o
+                .location
+                .as_ref()
+                .strip_prefix(self.prefix.as_str())
+                .and_then(SegmentRef::parse_key)
+            else {
+                continue;
+            };
+            let entry = by_project
+                .entry(segment.project)
+                .or_insert_with(|| ProjectBytes {
+                    project: segment.project,
+                    files: 0,
+                    bytes: 0,
+                });
+            entry.files += 1;
+            entry.bytes += o.size;
+        }
+        Ok(by_project.into_values().collect())
     }
 
     /// A segment opened for ranged reads: the Parquet reader fetches only the footer and the

@@ -58,7 +58,7 @@ pub use columns::PropertyColumns;
 // WAL's, and the pin that keeps WAL files in place meanwhile.
 pub use catalog::backup_files as segment_backup_files;
 pub use compaction::Compactor;
-pub use files::{SegmentFiles, SEGMENTS_URL};
+pub use files::{ProjectBytes, SegmentFiles, SEGMENTS_URL};
 pub use pipeline::WalPin;
 pub use read::snapshot as tail_snapshot;
 pub use segment::{

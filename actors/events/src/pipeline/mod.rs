@@ -330,6 +330,14 @@ impl Ingest {
         Ok(out)
     }
 
+    /// Each project's segment files and bytes in storage now.
+    pub async fn storage_by_project(&self) -> std::io::Result<Vec<super::ProjectBytes>> {
+        let files = Arc::clone(&self.inner.files);
+        tokio::task::spawn_blocking(move || files.bytes_by_project())
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
     /// Events accepted but not yet in a segment.
     pub fn pending_events(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
