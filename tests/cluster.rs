@@ -395,6 +395,7 @@ fn three_nodes_share_one_postgres_and_one_bucket() {
     concurrent_writers_on_every_node_lose_nothing(&node1, &node2, &node3);
     one_person_written_on_three_nodes_at_once_keeps_every_write(&node1, &node2, &node3);
     one_node_jobs_run_once_per_period_across_the_cluster(&node1, &node2, &node3);
+    the_console_lists_every_live_node(&node1);
     a_person_erased_through_one_node_is_gone_from_every_node(&services, &node1, &node2, &node3);
     a_scheduled_export_runs_each_interval_on_one_node(&services, &node1, &node2, &node3);
 
@@ -650,6 +651,34 @@ fn one_node_jobs_run_once_per_period_across_the_cluster(
     assert!(
         flushes.iter().all(|n| *n >= 1.0),
         "every node flushes its own usage counts: {flushes:?}"
+    );
+}
+
+/// The console's overview on one node lists the three nodes by their heartbeats, itself
+/// marked.
+fn the_console_lists_every_live_node(node1: &TestServer) {
+    let mut browser = Browser::new(node1);
+    browser.login(
+        &node1.creds.email,
+        node1.creds.password.as_deref().expect("password"),
+    );
+    let mut table = String::new();
+    let listed = wait_until(Duration::from_secs(15), || {
+        let html = browser.get("/console").text().expect("overview");
+        table = html
+            .split("id=\"nodes\"")
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .unwrap_or_default()
+            .to_string();
+        ["node-1", "node-2", "node-3"]
+            .iter()
+            .all(|n| table.contains(&format!("<td>{n}</td>")))
+    });
+    assert!(listed, "every node is listed: {table}");
+    assert!(
+        table.contains("<td>node-1</td>") && table.matches("this node").count() == 1,
+        "{table}"
     );
 }
 

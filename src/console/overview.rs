@@ -1,5 +1,6 @@
 //! The overview: this node's ingest (rate, queue, WAL, flush lag, shards), its overload
-//! answers, the event storage per project, and its background jobs.
+//! answers, the event storage per project, the cluster's live nodes, and this node's
+//! background jobs.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
@@ -26,6 +27,8 @@ struct Overview {
     throttled: u64,
     /// project name, id, segment files, bytes (as text).
     storage: Vec<(String, u64, u64, String)>,
+    /// node id, seconds since its heartbeat, whether it is this node.
+    nodes: Vec<(String, i64, bool)>,
     pending_events: usize,
     wal_last_seq: u64,
     flush_lag: u64,
@@ -102,7 +105,22 @@ async fn build(req: &HttpRequest, state: &AppState) -> Page {
             Some((name.clone(), p.project, p.files, bytes(p.bytes)))
         })
         .collect();
+    let now = chrono::Utc::now();
+    let nodes = state
+        .engine
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| {
+            (
+                n.node_id,
+                (now - n.seen_at).num_seconds().max(0),
+                n.this_node,
+            )
+        })
+        .collect();
     render(&Overview {
+        nodes,
         ingest_rate,
         overloaded: state.metrics.answers_with_status(503),
         throttled: state.metrics.answers_with_status(429),

@@ -250,6 +250,26 @@ pub struct Engine {
     embedded: Option<(sled::Db, PathBuf)>,
     /// What a cluster node checks before it reports ready.
     readiness: Option<Readiness>,
+    /// This node's heartbeat claim (`node/<node id>`): the live nodes are its holders.
+    nodes: JobLease,
+}
+
+/// How often a node renews its heartbeat claim.
+const NODE_HEARTBEAT: Duration = Duration::from_secs(5);
+/// A node not heard from for this long is no longer listed.
+const NODE_LEASE: Duration = Duration::from_secs(15);
+/// The claims naming live nodes.
+const NODE_CLAIMS: &str = "node/";
+
+/// A node of the cluster heard from within [`NODE_LEASE`] (the one node when embedded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSeen {
+    /// `cluster.node_id` (`local` when embedded).
+    pub node_id: String,
+    /// When it last renewed its heartbeat.
+    pub seen_at: chrono::DateTime<chrono::Utc>,
+    /// Whether it is the node answering.
+    pub this_node: bool,
 }
 
 /// The shared services a cluster node needs to serve.
@@ -603,6 +623,8 @@ impl Engine {
             (&persons, &oauth, &surveys, &exports),
             (&batch_exports, &activity, &webhooks),
         );
+        let nodes = backing.lease(&node_id, NODE_LEASE);
+        start_heartbeat(&jobs, &nodes);
         Ok(Engine {
             activity,
             webhooks,
@@ -623,7 +645,27 @@ impl Engine {
             embedded,
             jobs,
             readiness,
+            nodes,
         })
+    }
+
+    /// The nodes heard from within the last [`NODE_LEASE`], by id.
+    pub async fn nodes(&self) -> Result<Vec<NodeSeen>, StoreError> {
+        let lease = self.nodes.clone();
+        let lease_length = chrono::Duration::from_std(lease.lease).unwrap_or_default();
+        corvid_kernel::blocking(move || {
+            Ok(lease
+                .claims
+                .live(NODE_CLAIMS, chrono::Utc::now())?
+                .into_iter()
+                .map(|c| NodeSeen {
+                    this_node: c.holder == lease.holder,
+                    node_id: c.holder,
+                    seen_at: c.until - lease_length,
+                })
+                .collect())
+        })
+        .await
     }
 
     /// What each periodic job did on this node, for `/metrics`.
@@ -837,6 +879,38 @@ fn retention_policy(tenancy: Tenancy, default: Option<u32>) -> RetentionPolicy {
             .map_err(|e| e.to_string())?;
         Ok(stored.and_then(|p| p.event_retention_days).or(default))
     })
+}
+
+/// Starts the node's heartbeat: every [`NODE_HEARTBEAT`] it renews its claim on
+/// `node/<node id>`, which lapses [`NODE_LEASE`] after the node stops.
+fn start_heartbeat(jobs: &Jobs, nodes: &JobLease) {
+    let nodes = nodes.clone();
+    let local = JobLease {
+        lease: Duration::ZERO,
+        ..nodes.clone()
+    };
+    jobs.spawn(
+        Job {
+            name: "node_heartbeat",
+            period: NODE_HEARTBEAT,
+            scope: JobScope::EveryNode,
+            run: Arc::new(move || {
+                let nodes = nodes.clone();
+                Box::pin(async move {
+                    corvid_kernel::blocking(move || {
+                        let job = format!("{NODE_CLAIMS}{}", nodes.holder);
+                        nodes
+                            .claims
+                            .claim(&job, &nodes.holder, chrono::Utc::now(), nodes.lease)
+                            .map(|_| ())
+                    })
+                    .await
+                    .map_err(|e: StoreError| e.to_string())
+                })
+            }),
+        },
+        &local,
+    );
 }
 
 /// Starts the periodic jobs (the compactor and the materializer run loops of their own).

@@ -25,6 +25,17 @@ pub trait JobClaims: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Gives back a claim `holder` holds (nothing when another holds it).
     fn release(&self, job: &str, holder: &str) -> Result<(), StoreError>;
+    /// The claims on jobs named `prefix…` whose lease is not over at `now`, by job name
+    /// (the cluster's live nodes are the holders of `node/…`).
+    fn live(&self, prefix: &str, now: DateTime<Utc>) -> Result<Vec<Claim>, StoreError>;
+}
+
+/// A claim held now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub job: String,
+    pub holder: String,
+    pub until: DateTime<Utc>,
 }
 
 /// Who claims jobs, where, and for how long: what a job runner needs.
@@ -94,6 +105,21 @@ impl JobClaims for LocalClaims {
         }
         Ok(())
     }
+
+    fn live(&self, prefix: &str, now: DateTime<Utc>) -> Result<Vec<Claim>, StoreError> {
+        let mut live: Vec<Claim> = self
+            .held()
+            .iter()
+            .filter(|(job, (_, until))| job.starts_with(prefix) && *until > now)
+            .map(|(job, (holder, until))| Claim {
+                job: job.clone(),
+                holder: holder.clone(),
+                until: *until,
+            })
+            .collect();
+        live.sort_by(|a, b| a.job.cmp(&b.job));
+        Ok(live)
+    }
 }
 
 /// The behaviour every [`JobClaims`] must show, written against the trait.
@@ -123,6 +149,22 @@ pub mod contract {
         assert!(!a.claim("j1", "node-a", later, lease).expect("still b's"));
         b.release("j1", "node-b").expect("release");
         assert!(a.claim("j1", "node-a", later, lease).expect("free"));
+
+        // What is held now, seen from any node; an ended lease is not.
+        assert!(a.claim("node/a", "node-a", now, lease).expect("claim"));
+        assert!(b.claim("node/b", "node-b", later, lease).expect("claim"));
+        let live: Vec<(String, String)> = b
+            .live("node/", later)
+            .expect("live")
+            .into_iter()
+            .map(|c| (c.job, c.holder))
+            .collect();
+        assert_eq!(live, vec![("node/b".to_string(), "node-b".to_string())]);
+        let both = a.live("node/", now).expect("live");
+        assert_eq!(both.len(), 2, "{both:?}");
+        // Stores may keep time to the microsecond.
+        let off = (both[0].until - lease_end(now, lease)).num_microseconds();
+        assert!(off.is_some_and(|us| us.abs() < 1_000), "{both:?}");
 
         // Many nodes at once: one wins each job.
         for round in 0..5 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::claims::{lease_end, JobClaims};
+use super::claims::{lease_end, Claim, JobClaims};
 use super::pg::Pg;
 use super::StoreError;
 
@@ -54,6 +54,34 @@ impl JobClaims for PgClaims {
                 )
                 .await?;
             Ok(())
+        })
+    }
+
+    fn live(&self, prefix: &str, now: DateTime<Utc>) -> Result<Vec<Claim>, StoreError> {
+        // LIKE's wildcards in the prefix are matched as themselves.
+        let pattern = format!(
+            "{}%",
+            prefix
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT job, holder, expires_at FROM job_claims
+                     WHERE job LIKE $1 AND expires_at > $2 ORDER BY job",
+                    &[&pattern, &now],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| Claim {
+                    job: r.get(0),
+                    holder: r.get(1),
+                    until: r.get(2),
+                })
+                .collect())
         })
     }
 }

@@ -32,7 +32,7 @@ pub mod start_over;
 pub mod time;
 pub mod wire;
 
-pub use claims::{JobClaims, JobLease, LocalClaims};
+pub use claims::{Claim, JobClaims, JobLease, LocalClaims};
 pub use claims_pg::PgClaims;
 pub use contain::{contain, panic_message, Backoff};
 #[cfg(any(test, feature = "test-support"))]
