@@ -325,3 +325,79 @@ fn a_password_change_needs_the_current_password() {
     assert_eq!(entry["activity"], "updated");
     assert_eq!(entry["detail"]["changes"][0]["after"], "masked");
 }
+
+/// The member row of `email` in the organization's member list.
+fn member_of(server: &TestServer, email: &str) -> Value {
+    server.admin_get("/api/organizations/@current/members/")["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|m| m["user"]["email"] == email || m["email"] == email)
+        .cloned()
+        .unwrap_or_else(|| panic!("{email} is listed"))
+}
+
+#[test]
+fn the_console_team_page_sets_levels_deactivates_and_reactivates() {
+    let server = TestServer::new();
+    let made = invite(&server, "ops@example.com", 1);
+    let mut invitee = Browser::new(&server);
+    join(
+        &mut invitee,
+        made["invite_link"].as_str().expect("link"),
+        "a-long-ops-password",
+    );
+    let uuid = member_of(&server, "ops@example.com")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let mut admin = Browser::new(&server);
+    admin.login(
+        &server.creds.email,
+        server.creds.password.as_deref().expect("password"),
+    );
+    let page = admin.get("/console/team").text().expect("team page");
+    assert!(page.contains("Set level") && page.contains(&uuid), "{page}");
+    let csrf = hidden_fields(&page)
+        .into_iter()
+        .find(|(k, _)| k == "csrf_token")
+        .expect("a csrf token")
+        .1;
+    let post = |admin: &mut Browser, fields: &[(&str, &str)]| {
+        let mut all: Vec<(String, String)> = vec![
+            ("csrf_token".into(), csrf.clone()),
+            ("member".into(), uuid.clone()),
+        ];
+        all.extend(fields.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        admin.post_form("/console/team/member", &all).status()
+    };
+    assert_eq!(post(&mut admin, &[("level", "8")]), 303);
+    assert_eq!(member_of(&server, "ops@example.com")["level"], 8);
+    assert_eq!(post(&mut admin, &[("level", "3")]), 400, "no such level");
+    let res = admin.post_form(
+        "/console/team/deactivate",
+        &[
+            ("csrf_token".into(), csrf.clone()),
+            ("member".into(), uuid.clone()),
+        ],
+    );
+    assert_eq!(res.status(), 303);
+    assert_eq!(member_of(&server, "ops@example.com")["is_active"], false);
+    assert_eq!(
+        invitee.get("/console/projects/1/flags").status(),
+        303,
+        "signed out at once"
+    );
+    assert_eq!(post(&mut admin, &[("is_active", "true")]), 303);
+    assert_eq!(member_of(&server, "ops@example.com")["is_active"], true);
+    // A form without the session's token changes nothing.
+    let res = admin.post_form(
+        "/console/team/member",
+        &[
+            ("member".into(), uuid.clone()),
+            ("level".into(), "1".into()),
+        ],
+    );
+    assert_eq!(res.status(), 403);
+    assert_eq!(member_of(&server, "ops@example.com")["level"], 8);
+}

@@ -89,6 +89,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/console/team/deactivate",
             web::post().to(people::deactivate),
         )
+        .route("/console/team/member", web::post().to(people::member))
         .route("/console/keys", web::get().to(settings::keys));
 }
 

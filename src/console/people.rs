@@ -251,24 +251,46 @@ async fn make_invite(req: &HttpRequest, state: &AppState, form: InviteForm) -> P
     see_other(&format!("/console/team?invite={}", made.id))
 }
 
+/// A change to a member: deactivate (`/console/team/deactivate`), or set `level` and/or
+/// `is_active` (`/console/team/member`).
 #[derive(Deserialize)]
-pub struct DeactivateForm {
+pub struct MemberForm {
     csrf_token: Option<String>,
     member: String,
+    level: Option<u8>,
+    is_active: Option<bool>,
 }
 
 pub async fn deactivate(
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: web::Form<DeactivateForm>,
+    form: web::Form<MemberForm>,
 ) -> HttpResponse {
-    respond(deactivate_member(&req, &state, form.into_inner()).await)
+    let form = MemberForm {
+        level: None,
+        is_active: Some(false),
+        ..form.into_inner()
+    };
+    respond(change_member(&req, &state, form).await)
 }
 
-async fn deactivate_member(req: &HttpRequest, state: &AppState, form: DeactivateForm) -> Page {
+pub async fn member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: web::Form<MemberForm>,
+) -> HttpResponse {
+    respond(change_member(&req, &state, form.into_inner()).await)
+}
+
+async fn change_member(req: &HttpRequest, state: &AppState, form: MemberForm) -> Page {
     let viewer = viewer(req, state, "organization:write").await?;
     check_csrf(&viewer, form.csrf_token.as_deref())?;
     let member = uuid::Uuid::parse_str(&form.member).map_err(|_| ApiError::not_found("Member"))?;
+    let level = form
+        .level
+        .map(Level::try_from)
+        .transpose()
+        .map_err(|e| ApiError::validation(e, Some("level")))?;
     let by = &viewer.credential.user;
     state
         .engine
@@ -278,8 +300,8 @@ async fn deactivate_member(req: &HttpRequest, state: &AppState, form: Deactivate
             by.organization_id,
             member,
             MemberUpdate {
-                level: None,
-                is_active: Some(false),
+                level,
+                is_active: form.is_active,
             },
         )
         .await?;
