@@ -127,6 +127,16 @@ impl SegmentFiles {
     /// Every stored segment, with when it was written (objects whose key is not a segment's
     /// are left out). Blocking.
     pub fn list(&self) -> std::io::Result<Vec<(SegmentRef, DateTime<Utc>)>> {
+        Ok(self
+            .objects()?
+            .into_iter()
+            .map(|(segment, o)| (segment, o.last_modified))
+            .collect())
+    }
+
+    /// Every stored segment's object (objects whose key is not a segment's are left out).
+    /// Blocking.
+    fn objects(&self) -> std::io::Result<Vec<(SegmentRef, ObjectMeta)>> {
         let store = Arc::clone(&self.store);
         let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()));
         let objects: Vec<ObjectMeta> = self
@@ -137,7 +147,7 @@ impl SegmentFiles {
             .into_iter()
             .filter_map(|o| {
                 let key = o.location.as_ref().strip_prefix(self.prefix.as_str())?;
-                Some((SegmentRef::parse_key(key)?, o.last_modified))
+                Some((SegmentRef::parse_key(key)?, o))
             })
             .collect())
     }
@@ -145,22 +155,8 @@ impl SegmentFiles {
     /// Segment files and their bytes per project, as stored now (every version not yet
     /// removed). Blocking: it lists the whole store.
     pub fn bytes_by_project(&self) -> std::io::Result<Vec<ProjectBytes>> {
-        let store = Arc::clone(&self.store);
-        let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()));
-        let objects: Vec<ObjectMeta> = self
-            .io
-            .wait(async move { store.list(prefix.as_ref()).try_collect().await })?
-            .map_err(std::io::Error::other)?;
         let mut by_project: std::collections::BTreeMap<u64, ProjectBytes> = Default::default();
-        for o in objects {
-            let Some(segment) = o
-                .location
-                .as_ref()
-                .strip_prefix(self.prefix.as_str())
-                .and_then(SegmentRef::parse_key)
-            else {
-                continue;
-            };
+        for (segment, o) in self.objects()? {
             let entry = by_project
                 .entry(segment.project)
                 .or_insert_with(|| ProjectBytes {

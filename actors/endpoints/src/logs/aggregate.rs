@@ -439,26 +439,13 @@ mod tests {
     use super::super::Level;
     use super::*;
 
+    /// A line `secs` after the contract's epoch.
     fn line(secs: i64, level: Level, message: &str, endpoint: Uuid) -> LogEntry {
-        LogEntry {
-            project_id: 1,
-            endpoint_id: endpoint,
-            instance_id: Uuid::new_v4(),
-            timestamp: Utc
-                .timestamp_opt(1_700_000_000 + secs, 0)
-                .single()
-                .expect("time"),
-            level,
-            message: message.into(),
-        }
+        super::super::contract::entry(endpoint, secs, level, message)
     }
 
     fn query(pairs: &[(&str, &str)]) -> OpsQuery {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        OpsQuery::from_params(&pairs).expect("valid")
+        super::super::contract::ops_query(pairs)
     }
 
     #[test]

@@ -178,6 +178,15 @@ pub(crate) mod contract {
         }
     }
 
+    /// The ops search a URL's parameters ask for.
+    pub fn ops_query(pairs: &[(&str, &str)]) -> ops::OpsQuery {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ops::OpsQuery::from_params(&pairs).expect("valid")
+    }
+
     fn query(f: impl FnOnce(&mut LogQuery)) -> LogQuery {
         let mut q = LogQuery {
             limit: 50,
