@@ -381,9 +381,9 @@ impl Webhooks {
     async fn send_all(&self, hook: Webhook, deliveries: Vec<Delivery>) -> (usize, usize) {
         let lease = self.inner.settings.timeout.saturating_mul(3) + Duration::from_secs(30);
         let name = format!("webhook/{}", hook.id);
-        let claims = Arc::clone(&self.inner.claims.claims);
-        let holder = self.inner.claims.holder.clone();
-        let claimed = blocking(move || claims.claim(&name, &holder, Utc::now(), lease)).await;
+        let (claims, holder) = (&self.inner.claims.claims, &self.inner.claims.holder);
+        let (c, n, h) = (Arc::clone(claims), name.clone(), holder.clone());
+        let claimed = blocking(move || c.claim(&n, &h, Utc::now(), lease)).await;
         match claimed {
             Ok(true) => {}
             Ok(false) => return (0, 0),
@@ -430,6 +430,13 @@ impl Webhooks {
                 failed += 1;
                 break;
             }
+        }
+        // Done sending: the next pass may be another node's (the dispatch job's lease moves
+        // between nodes), and it must not wait for this claim to run out.
+        let (c, h) = (Arc::clone(claims), holder.clone());
+        let released: Result<(), StoreError> = blocking(move || c.release(&name, &h)).await;
+        if let Err(err) = released {
+            tracing::warn!(webhook = %hook.id, error = %err, "could not release a webhook's claim");
         }
         (delivered, failed)
     }

@@ -13,25 +13,32 @@ struct Fixture {
     _dir: tempfile::TempDir,
     hooks: Webhooks,
     activity: Arc<dyn ActivityRecords>,
+    /// Another node over the same stores and claims.
+    other_node: Webhooks,
 }
 
 fn fixture(settings: WebhookSettings) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::open(dir.path()).expect("sled");
     let activity: Arc<dyn ActivityRecords> = Arc::new(SledActivity::open(&db).expect("log"));
-    let stores = WebhookStores {
-        hooks: Arc::new(SledRecords::open(&db, STORE_NAMES[0]).expect("open")),
-        deliveries: Arc::new(SledRecords::open(&db, STORE_NAMES[1]).expect("open")),
-        queue: Arc::new(SledRecords::open(&db, STORE_NAMES[2]).expect("open")),
-        cursors: Arc::new(SledRecords::open(&db, STORE_NAMES[3]).expect("open")),
-    };
-    let claims = Claims {
-        claims: Arc::new(LocalClaims::default()),
-        holder: "test".into(),
+    let claims: Arc<dyn JobClaims> = Arc::new(LocalClaims::default());
+    let node = |holder: &str| {
+        let stores = WebhookStores {
+            hooks: Arc::new(SledRecords::open(&db, STORE_NAMES[0]).expect("open")),
+            deliveries: Arc::new(SledRecords::open(&db, STORE_NAMES[1]).expect("open")),
+            queue: Arc::new(SledRecords::open(&db, STORE_NAMES[2]).expect("open")),
+            cursors: Arc::new(SledRecords::open(&db, STORE_NAMES[3]).expect("open")),
+        };
+        let claims = Claims {
+            claims: Arc::clone(&claims),
+            holder: holder.into(),
+        };
+        Webhooks::new(stores, Arc::clone(&activity), claims, settings.clone())
     };
     Fixture {
+        hooks: node("node-1"),
+        other_node: node("node-2"),
         _dir: dir,
-        hooks: Webhooks::new(stores, Arc::clone(&activity), claims, settings),
         activity,
     }
 }
@@ -158,6 +165,25 @@ async fn entries_before_a_webhook_and_events_it_does_not_ask_for_are_not_sent() 
         .await
         .expect("delete");
     assert_eq!(f.hooks.tick().await.expect("pass"), PassReport::default());
+}
+
+/// The dispatch job moves between nodes; the next node sends at once, without waiting for
+/// the previous one's claim on the webhook to run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_sent_by_one_node_is_sent_by_the_next_node_at_once() {
+    let f = fixture(fast(&[1, 1, 1, 1]));
+    f.hooks
+        .create(1, &Actor::system(), refusing())
+        .await
+        .expect("create");
+    flag_change(&*f.activity, "1");
+    assert_eq!(f.hooks.tick().await.expect("pass").failed_attempts, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let next = f.other_node.tick().await.expect("pass");
+    assert_eq!(
+        next.failed_attempts, 1,
+        "the other node retried the delivery"
+    );
 }
 
 #[test]
