@@ -6,7 +6,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::ConflictableTransactionError;
 use sled::Transactional;
 
 use super::acting::current_actor;
@@ -109,10 +109,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> LoggedRecords<T> {
                         }
                         Ok::<(), ConflictableTransactionError<StoreError>>(())
                     })
-                    .map_err(|e| match e {
-                        TransactionError::Abort(e) => e,
-                        TransactionError::Storage(e) => e.into(),
-                    })?;
+                    .map_err(StoreError::from)?;
                 db.flush()?;
                 Ok(())
             }

@@ -3,7 +3,6 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sled::transaction::TransactionError;
 use sled::Transactional;
 use uuid::Uuid;
 
@@ -32,13 +31,6 @@ pub struct SledGrants {
     verified: sled::Tree,
     /// The activity log's tree: verified-client marks commit with their entries.
     activity: sled::Tree,
-}
-
-fn transaction_error(e: TransactionError<StoreError>) -> StoreError {
-    match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => e.into(),
-    }
 }
 
 impl SledGrants {
@@ -261,7 +253,7 @@ impl GrantRecords for SledGrants {
                 }
                 Ok(())
             })
-            .map_err(transaction_error)?;
+            .map_err(StoreError::from)?;
         self.durable()
     }
 
@@ -276,7 +268,7 @@ impl GrantRecords for SledGrants {
                 }
                 Ok(existed)
             })
-            .map_err(transaction_error)?;
+            .map_err(StoreError::from)?;
         self.durable()?;
         Ok(existed)
     }

@@ -1,7 +1,7 @@
 //! The embedded person records (sled trees beside the metadata).
 
 use chrono::{DateTime, Utc};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::ConflictableTransactionError;
 use sled::Transactional;
 use uuid::Uuid;
 
@@ -134,10 +134,7 @@ impl PersonRecords for SledPersons {
                 }
                 Ok::<(), ConflictableTransactionError<StoreError>>(())
             })
-            .map_err(|e| match e {
-                TransactionError::Abort(e) => e,
-                TransactionError::Storage(e) => e.into(),
-            })?;
+            .map_err(StoreError::from)?;
         self.db.flush()?;
         Ok(())
     }
