@@ -266,24 +266,61 @@ impl<'a> Block<'a> {
 
     /// The columns, oldest first: read in place, or derived from the messages for a block
     /// written without them.
-    pub fn columns(&self) -> Vec<Column> {
+    pub fn columns(&self) -> Columns<'a> {
         match self.columns {
-            Some(bytes) => bytes.chunks_exact(COLUMN_BYTES).map(Column::read).collect(),
-            None => self
-                .entries()
-                .iter()
-                .map(|e| {
-                    let f = fields_of(e.message, level_of_byte(e.level));
-                    Column {
-                        micros: e.micros,
-                        level: e.level,
-                        status: f.status,
-                        duration_ms: duration_cell(f.duration_ms),
-                    }
-                })
-                .collect(),
+            Some(bytes) => Columns::Stored(bytes),
+            None => Columns::Derived(
+                self.entries()
+                    .iter()
+                    .map(|e| {
+                        let f = fields_of(e.message, level_of_byte(e.level));
+                        Column {
+                            micros: e.micros,
+                            level: e.level,
+                            status: f.status,
+                            duration_ms: duration_cell(f.duration_ms),
+                        }
+                    })
+                    .collect(),
+            ),
         }
     }
+}
+
+/// A block's columns: the stored records, read one at a time where they lie (no copy of the
+/// block's columns per search), or those derived for a block written without them.
+pub enum Columns<'a> {
+    Stored(&'a [u8]),
+    Derived(Vec<Column>),
+}
+
+impl Columns<'_> {
+    /// How many entries the block has columns for.
+    pub fn count(&self) -> usize {
+        match self {
+            Columns::Stored(bytes) => bytes.len() / COLUMN_BYTES,
+            Columns::Derived(columns) => columns.len(),
+        }
+    }
+
+    /// The column of entry `j` (oldest first).
+    pub fn get(&self, j: usize) -> Option<Column> {
+        match self {
+            Columns::Stored(bytes) => bytes
+                .get(j * COLUMN_BYTES..(j + 1) * COLUMN_BYTES)
+                .map(Column::read),
+            Columns::Derived(columns) => columns.get(j).copied(),
+        }
+    }
+}
+
+/// Where the message of the entry whose header starts at `at` of an entry region lies:
+/// `(start, end)` byte offsets, the end being the next entry's header. `None` past the last.
+pub fn message_bounds(region: &[u8], at: usize) -> Option<(usize, usize)> {
+    let len = region.get(at + 25..at + 29)?;
+    let len = u32::from_be_bytes(len.try_into().ok()?) as usize;
+    let (start, end) = (at + 29, at + 29 + len);
+    (end <= region.len()).then_some((start, end))
 }
 
 /// A raw entry as the API shows it.

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::aggregate::{Aggregate, Line, Plan};
 use super::block::{
-    block_key, encode_block, encode_raw_block, level_of_byte, prefix, range_key, to_entry, Block,
-    RawEntry, NO_DURATION,
+    block_key, encode_block, encode_raw_block, level_of_byte, message_bounds, prefix, range_key,
+    to_entry, Block, RawEntry, NO_DURATION,
 };
 use super::ops::{OpsAnswer, OpsQuery};
 use super::{ExecutionLogRecords, Level, LogEntry, LogQuery};
@@ -269,37 +269,35 @@ impl ExecutionLogRecords for SledExecutionLog {
     }
 }
 
-/// Which of a block's `entries` have a match of `text` in their message, from one pass over
-/// the block's message region (rather than a search per message), starting at the region's
-/// first match `from`. A match that spans bytes outside one message is not counted, and the
-/// search goes on from the byte after its start.
-fn text_hits(
-    text: &regex::bytes::Regex,
-    region: &[u8],
-    entries: &[RawEntry<'_>],
-    from: usize,
-) -> Vec<bool> {
-    let base = region.as_ptr() as usize;
-    let starts: Vec<usize> = entries
-        .iter()
-        .map(|e| (e.message.as_ptr() as usize).saturating_sub(base))
-        .collect();
-    let mut hits = vec![false; entries.len()];
+/// The entries (indices, oldest first) with a match of `text` in their message, from one
+/// pass over the block's entry region (rather than a search per message) starting at the
+/// region's first match `from`, walking the entries' headers alongside without parsing them.
+/// A match that spans bytes outside one message is not counted, and the search goes on from
+/// the byte after its start.
+fn text_hits(text: &regex::bytes::Regex, region: &[u8], from: usize) -> Vec<usize> {
+    let mut hits = Vec::new();
+    let (mut index, mut header) = (0usize, 0usize);
     let mut at = from;
     while at <= region.len() {
         let Some(m) = text.find_at(region, at) else {
             break;
         };
-        let within = starts.partition_point(|s| *s <= m.start()).checked_sub(1);
-        if let Some(k) = within {
-            let end = starts[k] + entries[k].message.len();
-            if m.end() <= end {
-                hits[k] = true;
-                at = end;
-                continue;
+        // The entry whose message ends after the match's start.
+        let (start, end) = loop {
+            let Some((start, end)) = message_bounds(region, header) else {
+                return hits;
+            };
+            if end > m.start() {
+                break (start, end);
             }
+            (index, header) = (index + 1, end);
+        };
+        if m.start() >= start && m.end() <= end {
+            hits.push(index);
+            (index, header, at) = (index + 1, end, end);
+        } else {
+            at = m.start() + 1;
         }
-        at = m.start() + 1;
     }
     hits
 }
@@ -325,7 +323,6 @@ impl OpsScan<'_> {
         let (plan, q) = (self.plan, self.q);
         let want = |level: Level| q.base.levels.is_empty() || q.base.levels.contains(&level);
         let (want_info, want_error) = (want(Level::Info), want(Level::Error));
-        let read_messages = self.text.is_some() || q.base.instance_id.is_some();
         let mut aggregate = Aggregate::new(plan);
         let mut newest: BinaryHeap<Reverse<(i64, usize, usize)>> =
             BinaryHeap::with_capacity(plan.limit + 1);
@@ -337,29 +334,40 @@ impl OpsScan<'_> {
             if block.oldest >= plan.before_us {
                 continue;
             }
-            // The text's first match in the block, before any entry is parsed: most blocks
-            // of a rare text have none.
-            let first_hit = match &self.text {
-                Some(r) => match r.find(block.message_region()) {
-                    Some(m) => Some(m.start()),
-                    None => continue,
-                },
-                None => None,
-            };
-            let messages = read_messages.then(|| block.entries());
-            let hits = match (&self.text, &messages, first_hit) {
-                (Some(r), Some(messages), Some(from)) => {
-                    let hits = text_hits(r, block.message_region(), messages, from);
-                    if !hits.contains(&true) {
+            // The entries with the text, found before any entry is parsed: most blocks of a
+            // rare text have none, and the others a few.
+            let hits = match &self.text {
+                Some(r) => {
+                    let region = block.message_region();
+                    let Some(first) = r.find(region) else {
+                        continue;
+                    };
+                    let hits = text_hits(r, region, first.start());
+                    if hits.is_empty() {
                         continue;
                     }
                     Some(hits)
                 }
-                _ => None,
+                None => None,
             };
+            let entries = q.base.instance_id.is_some().then(|| block.entries());
             let columns = block.columns();
+            let (mut all, mut found);
+            let picked: &mut dyn Iterator<Item = usize> = match &hits {
+                Some(hits) => {
+                    found = hits.iter().rev().copied();
+                    &mut found
+                }
+                None => {
+                    all = (0..columns.count()).rev();
+                    &mut all
+                }
+            };
             lines.clear();
-            for (j, c) in columns.iter().enumerate().rev() {
+            for j in picked {
+                let Some(c) = columns.get(j) else {
+                    continue;
+                };
                 if !plan.covers(c.micros) {
                     continue;
                 }
@@ -371,15 +379,8 @@ impl OpsScan<'_> {
                 if !q.keeps_fields(c.status, duration_ms.map(u64::from)) {
                     continue;
                 }
-                if let Some(messages) = &messages {
-                    let Some(e) = messages.get(j) else {
-                        continue;
-                    };
-                    if q.base
-                        .instance_id
-                        .is_some_and(|id| id.as_bytes() != e.instance)
-                        || hits.as_ref().is_some_and(|h| !h[j])
-                    {
+                if let (Some(id), Some(entries)) = (q.base.instance_id, &entries) {
+                    if entries.get(j).is_none_or(|e| id.as_bytes() != e.instance) {
                         continue;
                     }
                 }
@@ -490,6 +491,27 @@ mod tests {
                 tree,
             })
         });
+    }
+
+    /// Which messages hold the text: several matches in one message count once, any case
+    /// matches, a text split over two messages is in neither, and empty messages are
+    /// stepped over.
+    #[test]
+    fn text_hits_are_the_messages_holding_the_text() {
+        let endpoint = Uuid::new_v4();
+        let messages = ["xx ab ab", "", "a", "b ab", "nothing", "AB at the end: ab"];
+        let entries: Vec<LogEntry> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| contract::entry(endpoint, i as i64, Level::Info, m))
+            .collect();
+        let value = encode_block(&entries);
+        let key = block_key(&prefix(1, endpoint), 10, 1);
+        let block = Block::parse(&key, &value).expect("block");
+        let region = block.message_region();
+        let text = text_matcher(Some("ab")).expect("regex").expect("text");
+        let first = text.find(region).expect("a match").start();
+        assert_eq!(text_hits(&text, region, first), vec![0, 3, 5]);
     }
 
     #[test]
