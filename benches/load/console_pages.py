@@ -34,6 +34,11 @@ pages = [
     ("endpoint (logs, usage)", "/console/projects/1/endpoints/logged"),
     ("endpoint, log search", "/console/projects/1/endpoints/logged?search=cache%3Dhit&hours=24"),
     ("activity", "/console/projects/1/activity"),
+    ("live events", "/console/projects/1/events"),
+    ("webhooks", "/console/projects/1/webhooks"),
+    ("persons, find", "/console/projects/1/persons?distinct_id=someone"),
+    ("team", "/console/team"),
+    ("API keys, OAuth clients", "/console/keys"),
 ]
 worst = 0.0
 for name, path in pages:
