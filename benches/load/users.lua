@@ -1,5 +1,5 @@
 -- Shared by flags_users.lua and edge_users.lua: the fields of one new user per request, drawn
--- the same way for both servers (country, email, plan, age, app version).
+-- the same way for both servers (country, email, plan, age, app version, sign-up time).
 local countries = {"US", "DE", "FR", "GB", "BR", "IN", "JP", "CA", "ES", "NL"}
 local domains = {"corp.com", "gmail.com", "example.org", "mail.de", "shop.io"}
 local plans = {"free", "pro", "enterprise", "trial"}
@@ -15,6 +15,7 @@ function new_user()
     age = 16 + n % 60,
     country = countries[n % #countries + 1],
     app_version = string.format("2.%d.%d", n % 10, n % 7),
+    signed_up_at = os.date("!%Y-%m-%dT%H:%M:%SZ", 1735689600 + (n % 16000) * 3600),
   }
 end
 

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# /flags as a big customer's traffic, side by side with Unleash Edge and the server's own
+# HTTP ceiling, in one run:
+#   1. Corvid with N flags cycling through every operator family (big_customer_flags.py) and
+#      KNOWN persons stored with their properties (known_persons.py, through /batch/);
+#   2. the same server's GET /_health (the HTTP ceiling on these cores);
+#   3. POST /flags?v=2, half the requests from known users sending only their country, half
+#      from new users sending every property (big_customer.lua); RSS after the run;
+#   4. Corvid stopped, then Unleash Edge (offline) with the same flags, every property in each
+#      request (big_customer_edge.lua: its best case, it has no store).
+# Prints the rates, p99s, Corvid's share of /_health and its ratio to Edge.
+# Usage: [KNOWN=1000000] [CONNS=64] [EDGE=path] benches/load/flags_big_customer.sh [N flags, default 20] [seconds, default 15]
+# EDGE defaults to unleash-edge on the PATH, else it is installed with
+# `cargo install unleash-edge --version 20.1.0 --locked`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FLAGS="${1:-20}"
+DURATION="${2:-15}"
+KNOWN="${KNOWN:-1000000}"
+CONNS="${CONNS:-64}"
+PORT="${PORT:-18030}"
+EDGE_PORT="${EDGE_PORT:-18031}"
+EDGE_TOKEN='*:development.corvid-bench'
+if [ -z "${EDGE:-}" ]; then
+  EDGE="$(command -v unleash-edge || true)"
+  if [ -z "$EDGE" ]; then
+    cargo install unleash-edge --version 20.1.0 --locked
+    EDGE="$HOME/.cargo/bin/unleash-edge"
+  fi
+fi
+. benches/load/lib.sh
+python3 benches/load/big_customer_flags.py "$BASE" "$KEY" "$FLAGS" "$DATA/edge.json"
+python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$KNOWN" "$KEY"
+echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
+echo "RSS with the persons stored: $(($(ps -o rss= -p "$SERVER") / 1024)) MiB"
+
+echo "== Corvid: GET /_health (the HTTP ceiling)"
+measured_wrk "$DATA/health.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency "$BASE/_health"
+echo "== Corvid: POST /flags?v=2, $FLAGS flags, half known users (country only), half new users (every property)"
+measured_wrk "$DATA/corvid.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua \
+  "$BASE/flags?v=2" -- "$DATA/flags.json" "$KNOWN"
+rss=$(($(ps -o rss= -p "$SERVER") / 1024))
+kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+
+RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -c "$EDGE_TOKEN" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
+EDGE_PID=$!
+trap 'kill "$EDGE_PID" 2>/dev/null || true; kill "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$EDGE_PORT/internal-backstage/health" >/dev/null && break; sleep 0.1; done
+curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization: $EDGE_TOKEN" -H 'Content-Type: application/json' \
+  -d '{"userId":"known-1","properties":{"email":"a@corp.com","plan":"pro","age":"31","country":"US","appVersion":"2.5.0","signedUpAt":"2026-07-01T00:00:00Z"}}' \
+  | python3 -c "import json,sys; print('edge toggles for one user:', len(json.load(sys.stdin)['toggles']))"
+echo "== Unleash Edge: POST /api/frontend, $FLAGS flags, every property in each request"
+measured_wrk "$DATA/edge.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer_edge.lua \
+  "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN" "$KNOWN"
+
+if grep -q Non-2xx "$DATA/corvid.txt" "$DATA/edge.txt"; then echo "some answers were not 2xx (above)" >&2; fi
+rate() { awk '/^Requests\/sec/ {print $2}' "$1"; }
+p99() { awk '$1 == "99%" {print $2}' "$1"; }
+python3 - "$FLAGS" "$KNOWN" "$(rate "$DATA/corvid.txt")" "$(p99 "$DATA/corvid.txt")" "$(rate "$DATA/health.txt")" \
+  "$(rate "$DATA/edge.txt")" "$(p99 "$DATA/edge.txt")" "$rss" <<'PY'
+import sys
+flags, known, corvid, corvid_p99, health, edge, edge_p99, rss = sys.argv[1:]
+corvid, health, edge = float(corvid), float(health), float(edge)
+print(f"== {flags} flags, {int(known):,} known persons: Corvid {corvid:,.0f} req/s (p99 {corvid_p99}, "
+      f"RSS {rss} MiB), {100 * corvid / health:.0f} % of its /_health rate ({health:,.0f} req/s); "
+      f"Unleash Edge {edge:,.0f} req/s (p99 {edge_p99}); ratio {corvid / edge:.2f}x Edge")
+PY
+echo "== wrk's share of the two cores: $(wrk_share "$DATA/corvid.txt") during Corvid's /flags run, $(wrk_share "$DATA/edge.txt") during Edge's"
