@@ -10,8 +10,7 @@
 #      request (big_customer_edge.lua: its best case, it has no store).
 # Prints the rates, p99s, Corvid's share of /_health and its ratio to Edge.
 # Usage: [KNOWN=1000000] [CONNS=64] [EDGE=path] benches/load/flags_big_customer.sh [N flags, default 20] [seconds, default 15]
-# EDGE defaults to unleash-edge on the PATH, else it is installed with
-# `cargo install unleash-edge --version 20.1.0 --locked`.
+# EDGE defaults to unleash-edge on the PATH, else it is installed (benches/load/edge.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FLAGS="${1:-20}"
@@ -20,14 +19,7 @@ KNOWN="${KNOWN:-1000000}"
 CONNS="${CONNS:-64}"
 PORT="${PORT:-18030}"
 EDGE_PORT="${EDGE_PORT:-18031}"
-EDGE_TOKEN='*:development.corvid-bench'
-if [ -z "${EDGE:-}" ]; then
-  EDGE="$(command -v unleash-edge || true)"
-  if [ -z "$EDGE" ]; then
-    cargo install unleash-edge --version 20.1.0 --locked
-    EDGE="$HOME/.cargo/bin/unleash-edge"
-  fi
-fi
+. benches/load/edge.sh
 . benches/load/lib.sh
 python3 benches/load/big_customer_flags.py "$BASE" "$KEY" "$FLAGS" "$DATA/edge.json"
 python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$KNOWN" "$KEY"
@@ -42,13 +34,10 @@ measured_wrk "$DATA/corvid.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s ben
 rss=$(($(ps -o rss= -p "$SERVER") / 1024))
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
 
-RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -c "$EDGE_TOKEN" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
-EDGE_PID=$!
-trap 'kill "$EDGE_PID" 2>/dev/null || true; kill "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$EDGE_PORT/internal-backstage/health" >/dev/null && break; sleep 0.1; done
+start_edge "$DATA/edge.json"
 curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization: $EDGE_TOKEN" -H 'Content-Type: application/json' \
   -d '{"userId":"known-1","properties":{"email":"a@corp.com","plan":"pro","age":"31","country":"US","appVersion":"2.5.0","signedUpAt":"2026-07-01T00:00:00Z"}}' \
-  | python3 -c "import json,sys; print('edge toggles for one user:', len(json.load(sys.stdin)['toggles']))"
+  | python3 -c "import json,sys; t=json.load(sys.stdin)['toggles']; print('Edge, one user who matches every condition:', sum(x['enabled'] for x in t), 'of', len(t), 'flags on')"
 echo "== Unleash Edge: POST /api/frontend, $FLAGS flags, every property in each request"
 measured_wrk "$DATA/edge.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer_edge.lua \
   "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN" "$KNOWN"

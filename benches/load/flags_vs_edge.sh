@@ -7,8 +7,7 @@
 # Usage: [CONNS=c, default 64] [EDGE=path] [PACE_MS=ms HELD_CONNS=c] benches/load/flags_vs_edge.sh [N flags, default 20] [seconds, default 15]
 # PACE_MS adds Corvid at a held rate below saturation (about HELD_CONNS / (PACE_MS + latency),
 # HELD_CONNS defaulting to CONNS), to read its latency at a given request rate.
-# EDGE defaults to unleash-edge on the PATH, else it is installed with
-# `cargo install unleash-edge --version 20.1.0 --locked`.
+# EDGE defaults to unleash-edge on the PATH, else it is installed (benches/load/edge.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FLAGS="${1:-20}"
@@ -17,14 +16,7 @@ CONNS="${CONNS:-64}"
 HELD_CONNS="${HELD_CONNS:-$CONNS}"
 PORT="${PORT:-18020}"
 EDGE_PORT="${EDGE_PORT:-18021}"
-EDGE_TOKEN='*:development.corvid-bench'
-if [ -z "${EDGE:-}" ]; then
-  EDGE="$(command -v unleash-edge || true)"
-  if [ -z "$EDGE" ]; then
-    cargo install unleash-edge --version 20.1.0 --locked
-    EDGE="$HOME/.cargo/bin/unleash-edge"
-  fi
-fi
+. benches/load/edge.sh
 . benches/load/lib.sh
 python3 benches/load/flags_setup.py "$BASE" "$KEY" "$TOKEN" "$FLAGS" "$DATA/flags.json"
 python3 benches/load/edge_features.py "$FLAGS" "$DATA/edge.json"
@@ -37,10 +29,7 @@ if [ -n "${PACE_MS:-}" ]; then
 fi
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
 
-RUST_LOG=warn "$EDGE" -p "$EDGE_PORT" -i 127.0.0.1 offline -b "$DATA/edge.json" -c "$EDGE_TOKEN" -f "$EDGE_TOKEN" >/dev/null 2>"$DATA/edge.log" &
-EDGE_PID=$!
-trap 'kill "$EDGE_PID" 2>/dev/null || true; kill "$SERVER" 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$EDGE_PORT/internal-backstage/health" >/dev/null && break; sleep 0.1; done
+start_edge "$DATA/edge.json"
 curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization: $EDGE_TOKEN" -H 'Content-Type: application/json' \
   -d '{"userId":"u1","properties":{"email":"a@corp.com","plan":"pro","age":"31","country":"US"}}' \
   | python3 -c "import json,sys; print('edge toggles:', len(json.load(sys.stdin)['toggles']))"
