@@ -15,10 +15,7 @@ end
 
 function request()
   local u = new_user()
-  local id = u.id
-  if math.random() < 0.5 then
-    id = string.format("known-%d", math.random(0, known - 1))
-  end
+  local id = half_known(u, known)
   local body = string.format(
     '{"userId":"%s","properties":{"email":"%s","plan":"%s","age":"%d","country":"%s",' ..
     '"appVersion":"%s","signedUpAt":"%s"}}',

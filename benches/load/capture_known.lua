@@ -12,10 +12,7 @@ end
 
 function request()
   local u = new_user()
-  local id = u.id
-  if math.random() < 0.5 then
-    id = string.format("known-%d", math.random(0, known - 1))
-  end
+  local id = half_known(u, known)
   local body = string.format(
     '{"api_key":"%s","event":"$pageview","distinct_id":"%s","properties":{' ..
     '"$current_url":"https://shop.example.com/products/%d","$browser":"Chrome",' ..

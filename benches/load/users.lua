@@ -19,6 +19,15 @@ function new_user()
   }
 end
 
+-- The id of a request: half the time one of the `known` seeded persons (known-<k>,
+-- known_persons.py), else the new user's own.
+function half_known(u, known)
+  if math.random() < 0.5 then
+    return string.format("known-%d", math.random(0, known - 1))
+  end
+  return u.id
+end
+
 -- Sets up a JSON POST and returns the string field `name` of the JSON file at `path` (the
 -- project token of the body files the setup scripts write).
 function json_post_with_field_of(path, name)
