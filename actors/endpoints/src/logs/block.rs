@@ -89,6 +89,9 @@ pub fn duration_cell(ms: Option<u64>) -> u32 {
     })
 }
 
+/// Bytes of an encoded entry before its message: timestamp, instance id, level, length.
+const ENTRY_HEADER: usize = 29;
+
 /// One encoded entry inside a block, borrowed.
 pub struct RawEntry<'a> {
     pub micros: i64,
@@ -109,22 +112,15 @@ fn encode_entry(micros: i64, instance: &[u8], level: u8, message: &[u8], out: &m
 pub fn entries_of(region: &[u8]) -> Vec<RawEntry<'_>> {
     let mut out = Vec::new();
     let mut at = 0;
-    while at + 29 <= region.len() {
+    while let Some((start, end)) = message_bounds(region, at) {
         let micros = i64::from_be_bytes(region[at..at + 8].try_into().unwrap_or([0; 8]));
-        let instance = &region[at + 8..at + 24];
-        let level = region[at + 24];
-        let len =
-            u32::from_be_bytes(region[at + 25..at + 29].try_into().unwrap_or([0; 4])) as usize;
-        let Some(message) = region.get(at + 29..at + 29 + len) else {
-            break;
-        };
         out.push(RawEntry {
             micros,
-            instance,
-            level,
-            message,
+            instance: &region[at + 8..at + 24],
+            level: region[at + 24],
+            message: &region[start..end],
         });
-        at += 29 + len;
+        at = end;
     }
     out
 }
@@ -167,7 +163,7 @@ pub fn range_key(prefix: &[u8; 24], newest: i64, block_id: u64) -> Vec<u8> {
 pub fn encode_block(entries: &[LogEntry]) -> Vec<u8> {
     let size: usize = entries
         .iter()
-        .map(|e| COLUMN_BYTES + 29 + e.message.len())
+        .map(|e| COLUMN_BYTES + ENTRY_HEADER + e.message.len())
         .sum();
     let mut value = Vec::with_capacity(12 + size);
     let oldest = entries.first().map_or(0, LogEntry::micros);
@@ -317,9 +313,9 @@ impl Columns<'_> {
 /// Where the message of the entry whose header starts at `at` of an entry region lies:
 /// `(start, end)` byte offsets, the end being the next entry's header. `None` past the last.
 pub fn message_bounds(region: &[u8], at: usize) -> Option<(usize, usize)> {
-    let len = region.get(at + 25..at + 29)?;
+    let len = region.get(at + 25..at + ENTRY_HEADER)?;
     let len = u32::from_be_bytes(len.try_into().ok()?) as usize;
-    let (start, end) = (at + 29, at + 29 + len);
+    let (start, end) = (at + ENTRY_HEADER, at + ENTRY_HEADER + len);
     (end <= region.len()).then_some((start, end))
 }
 
