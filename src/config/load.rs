@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::{default_shards, ClusterMode, Config, ConfigError, Overrides, DEFAULT_TOML};
 use corvid_endpoints::{EndpointSettings, Rates, ResultStorage, S3Settings};
 use corvid_engine::{
-    ClusterSettings, EngineSettings, JobSettings, PgSettings, Storage, RESULTS_PREFIX,
+    ClusterSettings, EngineSettings, JobSettings, MemorySettings, PgSettings, Storage,
+    RESULTS_PREFIX,
 };
 use corvid_events::{CompactionConfig, ErasureConfig, IngestConfig, Limits};
 use corvid_flags::FlagsSettings;
@@ -455,6 +456,10 @@ impl Config {
             },
             flags: FlagsSettings {
                 stored_read_deadline: self.flags.stored_read_deadline,
+            },
+            memory: MemorySettings {
+                persons_bytes: self.memory.persons_bytes,
+                storage_cache_bytes: self.memory.storage_cache_bytes,
             },
             geoip: self.geoip.database_path.clone(),
             webhooks: WebhookSettings {

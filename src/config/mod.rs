@@ -45,6 +45,7 @@ pub struct Config {
     pub activity: ActivityConfig,
     pub webhooks: WebhooksConfig,
     pub flags: FlagsConfig,
+    pub memory: MemoryConfig,
     pub browser: BrowserConfig,
     pub surveys: SurveysConfig,
     pub query: QueryConfig,

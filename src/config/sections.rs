@@ -33,6 +33,18 @@ pub struct LimitsConfig {
     pub max_concurrent_decodes: NonZeroUsize,
 }
 
+/// `[memory]`: what the server keeps in memory beside what requests bring.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Bytes of persons kept in memory for `/flags` and ingest (compactly: about 150 bytes
+    /// per person with a handful of properties). Persons past it are read from disk when
+    /// asked for.
+    pub persons_bytes: usize,
+    /// Bytes of the embedded store's page cache (sled).
+    pub storage_cache_bytes: u64,
+}
+
 /// `[metrics]`: the Prometheus endpoint.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

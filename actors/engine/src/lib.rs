@@ -110,6 +110,24 @@ pub struct ClusterSettings {
     pub segment_cache_bytes: usize,
 }
 
+/// What the engine keeps in memory beside what requests bring.
+#[derive(Debug, Clone, Copy)]
+pub struct MemorySettings {
+    /// Bytes of persons kept in memory ([`PersonStore::with_budget`]).
+    pub persons_bytes: usize,
+    /// Bytes of sled's page cache, for the embedded store and a node's own database.
+    pub storage_cache_bytes: u64,
+}
+
+impl Default for MemorySettings {
+    fn default() -> MemorySettings {
+        MemorySettings {
+            persons_bytes: corvid_persons::DEFAULT_PERSON_BUDGET,
+            storage_cache_bytes: corvid_tenancy::DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
 /// Everything the engine is configured with.
 #[derive(Clone)]
 pub struct EngineSettings {
@@ -134,6 +152,7 @@ pub struct EngineSettings {
     pub results: ResultStorage,
     pub oauth: OAuthSettings,
     pub flags: FlagsSettings,
+    pub memory: MemorySettings,
     /// A MaxMind city database for `/flags` GeoIP.
     pub geoip: Option<PathBuf>,
     pub webhooks: WebhookSettings,
@@ -287,10 +306,43 @@ const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 async fn embedded_tenancy(settings: &EngineSettings) -> Result<(Tenancy, sled::Db), EngineError> {
     std::fs::create_dir_all(&settings.data_dir)?;
     let meta_dir = settings.data_dir.join("meta");
-    let metadata =
-        blocking(move || SledMetadata::open(&meta_dir).map_err(EngineError::Metadata)).await?;
+    let cache = settings.memory.storage_cache_bytes;
+    let metadata = blocking(move || {
+        SledMetadata::open_with_cache(&meta_dir, cache).map_err(EngineError::Metadata)
+    })
+    .await?;
     let db = metadata.db().clone();
     Ok((Tenancy::new(Arc::new(metadata), settings.tenancy), db))
+}
+
+/// Reads the stored persons into memory on a thread of its own: the server answers meanwhile
+/// (reading persons not yet in memory from disk), so a restart with millions of persons serves
+/// at once.
+fn load_persons_in_background(persons: &Arc<PersonStore>) {
+    let persons = Arc::clone(persons);
+    let spawned = std::thread::Builder::new()
+        .name("corvid-persons-load".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            match persons.load_resident() {
+                Ok(read) => {
+                    let (bytes, held, on_disk, complete) = persons.resident_stats();
+                    tracing::info!(
+                        read,
+                        held,
+                        on_disk,
+                        bytes,
+                        complete,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "persons loaded into memory"
+                    );
+                }
+                Err(err) => tracing::warn!(%err, "persons could not be loaded into memory; they are read from disk"),
+            }
+        });
+    if let Err(err) = spawned {
+        tracing::warn!(%err, "persons are read from disk: no thread to load them");
+    }
 }
 
 /// Runs blocking start-up work (opening stores, connecting) off the async threads.
@@ -499,7 +551,11 @@ impl Engine {
         };
 
         let activity = ActivityLog::new(backing.activity()?);
-        let persons = Arc::new(PersonStore::new(backing.persons()?));
+        let persons = Arc::new(PersonStore::with_budget(
+            backing.persons()?,
+            settings.memory.persons_bytes,
+        ));
+        load_persons_in_background(&persons);
         let flags = Arc::new(FlagStore::new(backing.flags()?));
         let geoip = match &settings.geoip {
             Some(path) => Some(Arc::new(GeoIp::open(path)?)),
@@ -808,7 +864,15 @@ async fn open_storage(settings: &EngineSettings) -> Result<Opened, EngineError> 
             let tenancy =
                 Tenancy::new(Arc::new(PgMetadata::new(Arc::clone(&pg))), settings.tenancy);
             let node_dir = settings.data_dir.join("node");
-            let db = blocking(move || Ok(sled::open(node_dir).map_err(StoreError::from)?)).await?;
+            let cache = settings.memory.storage_cache_bytes;
+            let db = blocking(move || {
+                Ok(sled::Config::new()
+                    .path(node_dir)
+                    .cache_capacity(cache)
+                    .open()
+                    .map_err(StoreError::from)?)
+            })
+            .await?;
             let bucket = s3_store(&cluster.bucket).map_err(EngineError::Bucket)?;
             let readiness = Readiness {
                 pg: Arc::clone(&pg),

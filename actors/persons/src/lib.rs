@@ -15,6 +15,7 @@ mod erasure;
 mod model;
 mod pg_store;
 pub(crate) mod records;
+mod resident;
 mod sled_store;
 mod store;
 
@@ -29,7 +30,7 @@ pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
 pub use records::{PersonRecords, Touched};
 pub use sled_store::SledPersons;
-pub use store::{ErasureOptions, PersonStore};
+pub use store::{ErasureOptions, PersonStore, DEFAULT_PERSON_BUDGET};
 
 use chrono::Utc;
 use corvid_activity::Actor;

@@ -174,6 +174,32 @@ impl PersonRecords for PgPersons {
         })
     }
 
+    fn scan_persons(
+        &self,
+        after: Option<(u64, Uuid)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Person)>, StoreError> {
+        let (project, id) = after.unwrap_or((0, Uuid::nil()));
+        let (p, limit) = (bigint(project), i64::try_from(limit).unwrap_or(i64::MAX));
+        let first = after.is_none();
+        self.pg.run(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT project_id, id, record FROM persons
+                     WHERE $4 OR (project_id, id) > ($1, $2)
+                     ORDER BY project_id, id LIMIT $3",
+                    &[&p, &id, &limit, &first],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let person = record_of(r, "persons", r.get::<_, Uuid>(1))?;
+                    Ok((r.get::<_, i64>(0) as u64, person))
+                })
+                .collect()
+        })
+    }
+
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
         let (p, id) = (bigint(project_id), person.id);
         let changed = payload(&PersonChange::Persons {

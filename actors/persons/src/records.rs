@@ -124,6 +124,13 @@ pub trait PersonRecords: Send + Sync {
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError>;
     /// All persons of a project.
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError>;
+    /// Up to `limit` persons of every project, in (project, person id) order, starting
+    /// after `after` (for loading them all a page at a time).
+    fn scan_persons(
+        &self,
+        after: Option<(u64, Uuid)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Person)>, StoreError>;
     /// Deletes a person and those of its distinct ids that still point at it.
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError>;
 
@@ -207,6 +214,44 @@ pub(crate) mod contract {
         usage_adds_up_per_month_and_kind(records);
         a_removed_person_takes_its_distinct_ids_along(records);
         erasures_are_kept_per_project_until_they_expire(records);
+        every_person_is_scanned_once_a_page_at_a_time(records);
+    }
+
+    fn every_person_is_scanned_once_a_page_at_a_time(records: &dyn PersonRecords) {
+        let mut expected: Vec<(u64, Uuid)> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = records.scan_persons(after, usize::MAX).expect("scan");
+            let Some((project, last)) = page.last() else {
+                break;
+            };
+            after = Some((*project, last.id));
+            expected.extend(page.iter().map(|(p, person)| (*p, person.id)));
+        }
+        for (project, ids) in [(21, vec!["s1"]), (20, vec!["s2", "s3"]), (21, vec!["s4"])] {
+            let p = person(&ids);
+            records.put_person(project, &p).expect("put");
+            expected.push((project, p.id));
+        }
+        expected.sort();
+        let mut scanned = Vec::new();
+        let mut after = None;
+        loop {
+            let page = records.scan_persons(after, 2).expect("scan");
+            assert!(page.len() <= 2);
+            let Some((project, last)) = page.last() else {
+                break;
+            };
+            after = Some((*project, last.id));
+            for (project, person) in page {
+                assert_eq!(
+                    records.person(project, person.id).expect("read"),
+                    Some(person.clone())
+                );
+                scanned.push((project, person.id));
+            }
+        }
+        assert_eq!(scanned, expected);
     }
 
     fn a_removed_person_takes_its_distinct_ids_along(records: &dyn PersonRecords) {

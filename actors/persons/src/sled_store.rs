@@ -9,7 +9,7 @@ use super::erasure::Erasure;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
 use corvid_activity::{stage, ActivityEntry};
-use corvid_kernel::codec::{encode, get, scan_prefix};
+use corvid_kernel::codec::{decode, encode, get, scan_prefix};
 use corvid_kernel::StoreError;
 
 pub struct SledPersons {
@@ -99,6 +99,31 @@ impl PersonRecords for SledPersons {
 
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
         scan_prefix(&self.persons, "persons", project_id.to_be_bytes())
+    }
+
+    fn scan_persons(
+        &self,
+        after: Option<(u64, Uuid)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Person)>, StoreError> {
+        let from = match after {
+            Some((project, id)) => std::ops::Bound::Excluded(key(project, id.as_bytes())),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for item in self.persons.range((from, std::ops::Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, v) = item?;
+            let project = k
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or_default();
+            out.push((project, decode("persons", &k, &v)?));
+        }
+        Ok(out)
     }
 
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {

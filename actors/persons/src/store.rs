@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::erasure::{Erasure, ProjectErasures};
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{PersonChange, PersonRecords, Touched};
+use super::resident::{Lookup, ResidentPersons};
 use super::sled_store::SledPersons;
 use corvid_activity::{ActivityEntry, Actor};
 use corvid_kernel::start_over::StartOverMap;
@@ -37,13 +38,17 @@ fn erasure_entry(actor: &Actor, e: &Erasure) -> ActivityEntry {
 /// practice).
 const MAX_LOCK_ATTEMPTS: usize = 8;
 
-/// Bounded in-memory copies of persons, groups and group types for flag evaluation, so the
-/// common `/flags` request needs no storage read. Every write through [`PersonStore`] updates
-/// it under the writer lock, so it is never stale because of this process; writes of other
-/// nodes (records shared in a cluster) drop what they changed when announced. When full it
-/// starts over.
+/// In-memory copies of persons, groups and group types for flag evaluation, so the common
+/// `/flags` request needs no storage read. Persons are kept within a byte budget
+/// ([`ResidentPersons`]); distinct ids read and found to have no person are remembered in a
+/// bounded map. Every write through [`PersonStore`] updates them under the writer lock, so
+/// they are never stale because of this process; writes of other nodes (records shared in a
+/// cluster) drop what they changed when announced.
 struct ReadCache {
-    persons: StartOverMap<(u64, String), Option<Arc<Person>>>,
+    persons: ResidentPersons,
+    /// Distinct ids read from storage and found to have no person (needed while
+    /// `persons` is not complete).
+    absent: StartOverMap<(u64, String), ()>,
     groups: StartOverMap<(u64, u8, String), Option<Arc<Group>>>,
     group_types: dashmap::DashMap<u64, Arc<Vec<(String, u8)>>>,
     /// Each project's erasure records and the sets readers hide by, with when they were read
@@ -63,7 +68,8 @@ impl ReadCache {
                 distinct_ids,
             }) => {
                 for did in distinct_ids {
-                    self.persons.remove(&(project, did));
+                    self.persons.invalidate(project, &did);
+                    self.absent.remove(&(project, did));
                 }
             }
             Some(PersonChange::Group {
@@ -74,13 +80,15 @@ impl ReadCache {
                 self.groups.remove(&(project, index, key));
             }
             Some(PersonChange::Project { project }) => {
-                self.persons.retain(|(p, _), _| *p != project);
+                self.persons.remove_project(project);
+                self.absent.retain(|(p, _), _| *p != project);
                 self.groups.retain(|(p, _, _), _| *p != project);
                 self.group_types.remove(&project);
                 self.erasures.remove(&project);
             }
             None => {
-                self.persons.start_over();
+                self.persons.clear();
+                self.absent.start_over();
                 self.groups.start_over();
                 self.group_types.clear();
                 self.erasures.clear();
@@ -88,9 +96,10 @@ impl ReadCache {
         }
     }
 
-    fn new() -> ReadCache {
+    fn new(person_budget: usize) -> ReadCache {
         ReadCache {
-            persons: StartOverMap::new(READ_CACHE_ENTRIES),
+            persons: ResidentPersons::new(person_budget),
+            absent: StartOverMap::new(READ_CACHE_ENTRIES),
             groups: StartOverMap::new(READ_CACHE_ENTRIES),
             group_types: dashmap::DashMap::new(),
             erasures: dashmap::DashMap::new(),
@@ -104,8 +113,15 @@ impl ReadCache {
     }
 }
 
-/// Entries the read cache holds at most (persons and groups each).
+/// Entries the bounded maps of the read cache hold at most (groups, and distinct ids known to
+/// have no person).
 pub const READ_CACHE_ENTRIES: usize = 200_000;
+
+/// Bytes of persons kept in memory when the owner names no budget (tests, tools).
+pub const DEFAULT_PERSON_BUDGET: usize = 64 << 20;
+
+/// Persons read per page (under the writer lock) while memory is loaded.
+const LOAD_PAGE: usize = 1_000;
 
 /// How long a project's erasures are used from memory before they are read again.
 const ERASURES_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
@@ -141,7 +157,12 @@ pub struct PersonStore {
 
 impl PersonStore {
     pub fn new(records: Arc<dyn PersonRecords>) -> PersonStore {
-        let cache = Arc::new(ReadCache::new());
+        PersonStore::with_budget(records, DEFAULT_PERSON_BUDGET)
+    }
+
+    /// Over `records`, keeping about `person_budget` bytes of persons in memory.
+    pub fn with_budget(records: Arc<dyn PersonRecords>, person_budget: usize) -> PersonStore {
+        let cache = Arc::new(ReadCache::new(person_budget));
         let changed = Arc::clone(&cache);
         records.watch(Arc::new(move |change| changed.forget(change)));
         PersonStore {
@@ -150,6 +171,43 @@ impl PersonStore {
             pending_usage: dashmap::DashMap::new(),
             writer: Mutex::new(()),
         }
+    }
+
+    /// Reads every stored person into memory (as far as the budget holds them; the rest keep
+    /// a marker), a page at a time under the writer lock, so a write between pages is never
+    /// overwritten by an older read. Then memory answers "no person" for ids it has no entry
+    /// for. Records other nodes also write are not loaded: memory stays a cache of them.
+    /// Blocking; returns the persons read.
+    pub fn load_resident(&self) -> Result<usize, StoreError> {
+        if self.records.shared() {
+            return Ok(0);
+        }
+        let mut after = None;
+        let mut read = 0;
+        loop {
+            let _writer = self.lock();
+            let page = self.records.scan_persons(after, LOAD_PAGE)?;
+            let Some((project, last)) = page.last() else {
+                self.cache.persons.set_complete();
+                return Ok(read);
+            };
+            after = Some((*project, last.id));
+            read += page.len();
+            for (project, person) in &page {
+                self.cache.persons.fill(*project, person);
+            }
+        }
+    }
+
+    /// `(bytes, persons held, persons on disk only, complete)` of the persons in memory.
+    pub fn resident_stats(&self) -> (usize, usize, usize, bool) {
+        let (held, markers) = self.cache.persons.counts();
+        (
+            self.cache.persons.bytes(),
+            held,
+            markers,
+            self.cache.persons.is_complete(),
+        )
     }
 
     /// Over the embedded records in `db`.
@@ -285,25 +343,34 @@ impl PersonStore {
     /// now holds. Caller holds the writer lock.
     pub fn put_person(&self, project_id: u64, person: Person) -> Result<Arc<Person>, StoreError> {
         self.records.put_person(project_id, &person)?;
-        let shared = Arc::new(person);
-        for did in &shared.distinct_ids {
-            self.cache_person(project_id, did, Some(Arc::clone(&shared)));
+        self.cache.persons.put(project_id, &person);
+        for did in &person.distinct_ids {
+            self.cache.absent.remove(&(project_id, did.clone()));
         }
-        Ok(shared)
+        Ok(Arc::new(person))
     }
 
-    fn cache_person(&self, project_id: u64, distinct_id: &str, person: Option<Arc<Person>>) {
+    /// Remembers that `distinct_id` has no person.
+    fn cache_absent(&self, project_id: u64, distinct_id: &str) {
+        self.cache.persons.remove(project_id, distinct_id);
         self.cache
-            .persons
-            .insert((project_id, distinct_id.to_string()), person);
+            .absent
+            .insert((project_id, distinct_id.to_string()), ());
     }
 
     /// The person of a distinct id from memory: `Some(None)` when known to have none, `None`
-    /// when not cached (call [`PersonStore::load_person`] off the event loop).
+    /// when memory does not hold it (call [`PersonStore::load_person`] off the event loop).
     pub fn cached_person(&self, project_id: u64, distinct_id: &str) -> Option<Option<Arc<Person>>> {
-        self.cache
-            .persons
-            .get(&(project_id, distinct_id.to_string()))
+        match self.cache.persons.get(project_id, distinct_id) {
+            Lookup::Person(person) => Some(Some(Arc::new(person))),
+            Lookup::Absent => Some(None),
+            Lookup::OnDisk => None,
+            Lookup::Unknown => self
+                .cache
+                .absent
+                .get(&(project_id, distinct_id.to_string()))
+                .map(|()| None),
+        }
     }
 
     /// Reads a person from storage and caches the answer (also "no person").
@@ -322,7 +389,10 @@ impl PersonStore {
             .person_by_distinct_id(project_id, distinct_id)?
             .map(Arc::new);
         if self.cache.epoch() == epoch {
-            self.cache_person(project_id, distinct_id, person.clone());
+            match &person {
+                Some(person) => self.cache.persons.fill(project_id, person),
+                None => self.cache_absent(project_id, distinct_id),
+            }
         }
         Ok(person)
     }
@@ -488,7 +558,7 @@ impl PersonStore {
             if !options.keep_person {
                 self.records.remove_person(project_id, &current)?;
                 for did in &current.distinct_ids {
-                    self.cache_person(project_id, did, None);
+                    self.cache_absent(project_id, did);
                 }
             }
             Ok(Some(erasure))
@@ -740,5 +810,70 @@ mod tests {
             Some(person)
         );
         assert_eq!(store.person_for_update(2, "a").expect("read"), None);
+    }
+
+    #[test]
+    fn persons_loaded_at_start_are_read_from_memory_and_strangers_have_none() {
+        let (_dir, db, store) = store();
+        let person = |ids: &[&str], plan: &str| Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: serde_json::json!({ "plan": plan })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            is_identified: true,
+            version: 1,
+            distinct_ids: ids.iter().map(|d| d.to_string()).collect(),
+        };
+        let stored: Vec<(u64, Person)> = (0..2_500)
+            .map(|k| (k % 3, person(&[&format!("u{k}")], "pro")))
+            .collect();
+        {
+            let _writer = store.lock();
+            for (project, p) in &stored {
+                store.put_person(*project, p.clone()).expect("put");
+            }
+        }
+        let restarted = PersonStore::open(&db).expect("store");
+        assert_eq!(
+            restarted.cached_person(0, "stranger"),
+            None,
+            "before loading, memory does not know"
+        );
+        assert_eq!(restarted.load_resident().expect("load"), stored.len());
+        for (project, p) in &stored {
+            let did = &p.distinct_ids[0];
+            assert_eq!(
+                restarted.cached_person(*project, did),
+                Some(Some(Arc::new(p.clone())))
+            );
+            assert_eq!(restarted.cached_person(project + 1, did).flatten(), None);
+        }
+        assert_eq!(restarted.cached_person(0, "stranger"), Some(None));
+
+        // Writes keep memory current: a new person, and an erased one.
+        let _writer = restarted.lock();
+        let new = person(&["fresh"], "free");
+        restarted.put_person(0, new.clone()).expect("put");
+        assert_eq!(
+            restarted.cached_person(0, "fresh"),
+            Some(Some(Arc::new(new)))
+        );
+        drop(_writer);
+        let (project, gone) = &stored[0];
+        restarted
+            .erase(
+                *project,
+                gone.id,
+                &ErasureOptions::default(),
+                &Actor::system(),
+                Utc::now(),
+            )
+            .expect("erase");
+        assert_eq!(
+            restarted.cached_person(*project, &gone.distinct_ids[0]),
+            Some(None)
+        );
     }
 }

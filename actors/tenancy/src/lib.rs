@@ -26,7 +26,7 @@ pub use model::{
 };
 pub use pg_store::PgMetadata;
 pub use scopes::{Access, Scope, ScopeSet, OBJECTS as SCOPE_OBJECTS};
-pub use sled_store::{SledMetadata, SCHEMA_VERSION};
+pub use sled_store::{SledMetadata, DEFAULT_CACHE_BYTES, SCHEMA_VERSION};
 pub use store::MetadataRecords;
 pub use tenancy::{
     Bootstrapped, MemberUpdate, MintKey, NewInvite, OrganizationUpdate, Tenancy, TenancySettings,

@@ -42,7 +42,12 @@ impl SledMetadata {
     /// [`LOCK_WAIT`] while another instance (e.g. one still shutting down, whose background
     /// threads hold the lock for a moment) releases the directory.
     pub fn open(dir: &Path) -> Result<SledMetadata, StoreError> {
-        let db = open_db(dir)?;
+        SledMetadata::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens the store with a page cache of `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledMetadata, StoreError> {
+        let db = open_db(dir, cache_bytes)?;
         let store = SledMetadata {
             meta: db.open_tree("meta")?,
             organizations: db.open_tree("organizations")?,
@@ -359,11 +364,19 @@ impl MetadataRecords for SledMetadata {
 /// How long [`SledMetadata::open`] waits for the data directory's lock.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+/// sled's page cache when the owner names none (256 MiB: persons flags read are kept in
+/// memory of their own, so the store's cache serves the rest).
+pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
+
+fn open_db(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut logged = false;
     loop {
-        match sled::Config::new().path(dir).open() {
+        match sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()
+        {
             // sled reports a held lock as `ErrorKind::Other` with this text (sled 0.34).
             Err(sled::Error::Io(e))
                 if e.to_string().contains("could not acquire lock")

@@ -42,6 +42,13 @@ impl PersonRecords for Flaky {
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
         self.inner.persons(project_id)
     }
+    fn scan_persons(
+        &self,
+        after: Option<(u64, Uuid)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Person)>, StoreError> {
+        self.inner.scan_persons(after, limit)
+    }
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
         self.inner.remove_person(project_id, person)
     }

@@ -1,0 +1,280 @@
+//! The compact in-memory form of a person: about half the size of its JSON, and a third of
+//! a decoded [`Person`]. Property keys repeat across every person of a project, so each is
+//! stored once in [`Names`] and records hold its number.
+//!
+//! Layout: project (u64 LE) ‖ uuid (16) ‖ created_at (i64 LE nanoseconds) ‖ version (varint) ‖
+//! identified (u8) ‖ distinct ids (varint count, each varint length ‖ bytes) ‖ properties
+//! (varint count, each key ‖ value). A key is its number + 1 as a varint, or 0 ‖ varint
+//! length ‖ bytes when [`Names`] is full. A value is a tag byte and its payload.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Number, Value};
+use uuid::Uuid;
+
+use crate::model::Person;
+
+/// Property names kept at most; later names are written into each record.
+const MAX_NAMES: usize = 65_536;
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const UNSIGNED: u8 = 3;
+const NEGATIVE: u8 = 4;
+const FLOAT: u8 = 5;
+const STRING: u8 = 6;
+const JSON: u8 = 7;
+
+/// The property names records refer to by number.
+#[derive(Default)]
+pub struct Names(RwLock<NameTable>);
+
+#[derive(Default)]
+struct NameTable {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Names {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, NameTable> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers every key of `properties` that has none yet, while there is room.
+    fn learn(&self, properties: &Map<String, Value>) {
+        let missing = {
+            let table = self.read();
+            table.names.len() < MAX_NAMES && properties.keys().any(|k| !table.ids.contains_key(k))
+        };
+        if !missing {
+            return;
+        }
+        let mut table = self.0.write().unwrap_or_else(|p| p.into_inner());
+        for key in properties.keys() {
+            if table.names.len() >= MAX_NAMES {
+                break;
+            }
+            if !table.ids.contains_key(key) {
+                let id = table.names.len() as u32;
+                table.names.push(key.clone());
+                table.ids.insert(key.clone(), id);
+            }
+        }
+    }
+}
+
+/// `person`'s record, or `None` when it cannot be kept (a creation time outside the years
+/// 1677–2262).
+pub fn encode(project_id: u64, person: &Person, names: &Names) -> Option<Vec<u8>> {
+    let created = person.created_at.timestamp_nanos_opt()?;
+    names.learn(&person.properties);
+    let table = names.read();
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&project_id.to_le_bytes());
+    out.extend_from_slice(person.id.as_bytes());
+    out.extend_from_slice(&created.to_le_bytes());
+    varint(&mut out, person.version);
+    out.push(u8::from(person.is_identified));
+    varint(&mut out, person.distinct_ids.len() as u64);
+    for id in &person.distinct_ids {
+        bytes(&mut out, id.as_bytes());
+    }
+    varint(&mut out, person.properties.len() as u64);
+    for (key, value) in &person.properties {
+        match table.ids.get(key) {
+            Some(id) => varint(&mut out, u64::from(*id) + 1),
+            None => {
+                out.push(0);
+                bytes(&mut out, key.as_bytes());
+            }
+        }
+        value_of(&mut out, value);
+    }
+    Some(out)
+}
+
+fn value_of(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.push(NULL),
+        Value::Bool(false) => out.push(FALSE),
+        Value::Bool(true) => out.push(TRUE),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                out.push(UNSIGNED);
+                varint(out, u);
+            } else if let Some(i) = n.as_i64() {
+                out.push(NEGATIVE);
+                varint(out, !(i as u64));
+            } else {
+                out.push(FLOAT);
+                out.extend_from_slice(&n.as_f64().unwrap_or_default().to_le_bytes());
+            }
+        }
+        Value::String(s) => {
+            out.push(STRING);
+            bytes(out, s.as_bytes());
+        }
+        other => {
+            out.push(JSON);
+            bytes(out, other.to_string().as_bytes());
+        }
+    }
+}
+
+fn varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// The project a record belongs to.
+pub fn project_of(record: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(record.get(..8)?.try_into().ok()?))
+}
+
+/// A record's project and person; `None` when the record is damaged (never written so).
+pub fn decode(record: &[u8], names: &Names) -> Option<(u64, Person)> {
+    let mut r = Reader(record);
+    let project = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let id = Uuid::from_slice(r.take(16)?).ok()?;
+    let created_at =
+        DateTime::<Utc>::from_timestamp_nanos(i64::from_le_bytes(r.take(8)?.try_into().ok()?));
+    let version = r.varint()?;
+    let is_identified = r.take(1)?[0] != 0;
+    let n = r.varint()? as usize;
+    let mut distinct_ids = Vec::with_capacity(n.min(64));
+    for _ in 0..n {
+        distinct_ids.push(r.string()?);
+    }
+    let table = names.read();
+    let mut properties = Map::new();
+    for _ in 0..r.varint()? {
+        let key = match r.varint()? {
+            0 => r.string()?,
+            id => table.names.get(usize::try_from(id - 1).ok()?)?.clone(),
+        };
+        properties.insert(key, r.value()?);
+    }
+    Some((
+        project,
+        Person {
+            id,
+            created_at,
+            properties,
+            is_identified,
+            version,
+            distinct_ids,
+        },
+    ))
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            n |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn slice(&mut self) -> Option<&'a [u8]> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        self.take(len)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.slice()?.to_vec()).ok()
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        Some(match self.take(1)?[0] {
+            NULL => Value::Null,
+            FALSE => Value::Bool(false),
+            TRUE => Value::Bool(true),
+            UNSIGNED => Value::Number(Number::from(self.varint()?)),
+            NEGATIVE => Value::Number(Number::from(!self.varint()? as i64)),
+            FLOAT => Value::Number(Number::from_f64(f64::from_le_bytes(
+                self.take(8)?.try_into().ok()?,
+            ))?),
+            STRING => Value::String(self.string()?),
+            JSON => serde_json::from_slice(self.slice()?).ok()?,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_record_is_about_half_its_json() {
+        let names = Names::default();
+        let person = Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: json!({"email": "u2654435761@gmail.com", "plan": "pro", "age": 42,
+                "country": "DE", "app_version": "2.3.4", "signed_up_at": "2025-06-01T10:00:00Z"})
+            .as_object()
+            .cloned()
+            .expect("test value"),
+            is_identified: true,
+            version: 3,
+            distinct_ids: vec!["known-123456".into()],
+        };
+        let json = serde_json::to_vec(&person).expect("test value").len();
+        let record = encode(9, &person, &names).expect("test value");
+        assert!(record.len() * 2 <= json + 16, "{} vs {json}", record.len());
+        assert_eq!(decode(&record, &names), Some((9, person)));
+        assert_eq!(project_of(&record), Some(9));
+    }
+
+    #[test]
+    fn past_the_name_table_keys_are_written_in_the_record() {
+        let names = Names::default();
+        {
+            let mut table = names.0.write().expect("test value");
+            for k in 0..MAX_NAMES {
+                table.names.push(format!("k{k}"));
+                table.ids.insert(format!("k{k}"), k as u32);
+            }
+        }
+        let person = Person {
+            id: Uuid::nil(),
+            created_at: Utc::now(),
+            properties: json!({"k1": 1, "fresh": "x"}).as_object().cloned().expect("test value"),
+            is_identified: false,
+            version: 0,
+            distinct_ids: vec![],
+        };
+        let record = encode(1, &person, &names).expect("test value");
+        assert_eq!(decode(&record, &names).map(|(_, p)| p), Some(person));
+        assert_eq!(decode(&record[..record.len() - 1], &names), None);
+    }
+}
