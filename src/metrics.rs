@@ -114,6 +114,8 @@ pub struct Bounds {
     pub decode_permits: usize,
     /// Credentials with queries running now.
     pub query_credentials: usize,
+    /// What memory holds of the persons.
+    pub persons: corvid_persons::MemoryStats,
 }
 
 pub fn render_bounds(b: &Bounds) -> String {
@@ -142,6 +144,30 @@ pub fn render_bounds(b: &Bounds) -> String {
             "gauge",
             "Credentials with at least one query running.",
             b.query_credentials as f64,
+        ),
+        (
+            "persons_memory_bytes",
+            "gauge",
+            "Bytes of persons kept in memory (bounded by memory.persons_bytes).",
+            b.persons.bytes as f64,
+        ),
+        (
+            "persons_memory_held",
+            "gauge",
+            "Distinct ids whose person is in memory.",
+            b.persons.held as f64,
+        ),
+        (
+            "persons_memory_on_disk",
+            "gauge",
+            "Distinct ids whose person is on disk only, past memory.persons_bytes.",
+            b.persons.on_disk as f64,
+        ),
+        (
+            "persons_memory_complete",
+            "gauge",
+            "1 once every stored person is loaded: memory then knows which ids have none.",
+            f64::from(u8::from(b.persons.complete)),
         ),
     ] {
         let _ = writeln!(

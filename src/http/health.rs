@@ -66,6 +66,7 @@ async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRes
         oauth_clients: state.engine.oauth.client_cache_usage(),
         decode_permits: state.decodes.available(),
         query_credentials: state.engine.query.credentials_running(),
+        persons: state.engine.persons.memory(),
     }));
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

@@ -326,13 +326,13 @@ fn load_persons_in_background(persons: &Arc<PersonStore>) {
             let started = std::time::Instant::now();
             match persons.load_resident() {
                 Ok(read) => {
-                    let (bytes, held, on_disk, complete) = persons.resident_stats();
+                    let memory = persons.memory();
                     tracing::info!(
                         read,
-                        held,
-                        on_disk,
-                        bytes,
-                        complete,
+                        held = memory.held,
+                        on_disk = memory.on_disk,
+                        bytes = memory.bytes,
+                        complete = memory.complete,
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "persons loaded into memory"
                     );

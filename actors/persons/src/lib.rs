@@ -30,7 +30,7 @@ pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
 pub use records::{PersonRecords, Touched};
 pub use sled_store::SledPersons;
-pub use store::{ErasureOptions, PersonStore, DEFAULT_PERSON_BUDGET};
+pub use store::{ErasureOptions, MemoryStats, PersonStore, DEFAULT_PERSON_BUDGET};
 
 use chrono::Utc;
 use corvid_activity::Actor;
@@ -46,6 +46,11 @@ pub struct Persons {
 impl Persons {
     pub fn new(store: Arc<PersonStore>) -> Persons {
         Persons { store }
+    }
+
+    /// What memory holds of the persons now (cheap: counts under each shard's lock).
+    pub fn memory(&self) -> MemoryStats {
+        self.store.memory()
     }
 
     /// A project's persons, or the one person of `distinct_id`.

@@ -90,6 +90,8 @@ struct Shard {
     garbage: usize,
     /// Which quarter of the keys the next eviction drops (turns, so evictions spread).
     next_quarter: u8,
+    /// Entries that are markers.
+    markers: usize,
 }
 
 impl Shard {
@@ -98,7 +100,9 @@ impl Shard {
     }
 
     fn forget_slot(&mut self, slot: Slot) {
-        if slot.at != ON_DISK {
+        if slot.at == ON_DISK {
+            self.markers -= 1;
+        } else {
             self.garbage += slot.len as usize;
         }
     }
@@ -136,6 +140,7 @@ impl Shard {
                 if slot.at != ON_DISK && (key >> 126) == quarter {
                     self.garbage += slot.len as usize;
                     live -= slot.len as usize;
+                    self.markers += 1;
                     slot.at = ON_DISK;
                 }
             }
@@ -147,6 +152,7 @@ impl Shard {
         let before = self.index.len();
         self.index.retain(|_, slot| slot.at != ON_DISK);
         self.index.shrink_to_fit();
+        self.markers = 0;
         before == self.index.len()
     }
 }
@@ -241,10 +247,13 @@ impl ResidentPersons {
                 shard.arena.extend_from_slice(bytes);
                 slot
             }
-            _ => Slot {
-                at: ON_DISK,
-                len: 0,
-            },
+            _ => {
+                shard.markers += 1;
+                Slot {
+                    at: ON_DISK,
+                    len: 0,
+                }
+            }
         };
         if let Some(old) = shard.index.insert(key, slot) {
             shard.forget_slot(old);
@@ -327,8 +336,7 @@ impl ResidentPersons {
     pub fn counts(&self) -> (usize, usize) {
         self.shards.iter().fold((0, 0), |(held, markers), s| {
             let s = s.lock().unwrap_or_else(|p| p.into_inner());
-            let on_disk = s.index.values().filter(|slot| slot.at == ON_DISK).count();
-            (held + s.index.len() - on_disk, markers + on_disk)
+            (held + s.index.len() - s.markers, markers + s.markers)
         })
     }
 }

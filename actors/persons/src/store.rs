@@ -136,6 +136,19 @@ fn touched_by(person: &Person) -> Vec<Touched> {
         .collect()
 }
 
+/// What memory holds of the persons ([`PersonStore::memory`]), counted per distinct id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes held (records and index).
+    pub bytes: usize,
+    /// Distinct ids whose person is in memory.
+    pub held: usize,
+    /// Distinct ids whose person is on disk only (memory knows they have one).
+    pub on_disk: usize,
+    /// Whether memory knows every distinct id that has a person (loaded, none forgotten).
+    pub complete: bool,
+}
+
 /// What an erasure request asks for besides deleting the profile.
 #[derive(Debug, Clone, Default)]
 pub struct ErasureOptions {
@@ -199,15 +212,15 @@ impl PersonStore {
         }
     }
 
-    /// `(bytes, persons held, persons on disk only, complete)` of the persons in memory.
-    pub fn resident_stats(&self) -> (usize, usize, usize, bool) {
-        let (held, markers) = self.cache.persons.counts();
-        (
-            self.cache.persons.bytes(),
+    /// What memory holds of the persons now.
+    pub fn memory(&self) -> MemoryStats {
+        let (held, on_disk) = self.cache.persons.counts();
+        MemoryStats {
+            bytes: self.cache.persons.bytes(),
             held,
-            markers,
-            self.cache.persons.is_complete(),
-        )
+            on_disk,
+            complete: self.cache.persons.is_complete(),
+        }
     }
 
     /// Over the embedded records in `db`.

@@ -268,7 +268,10 @@ mod tests {
         let person = Person {
             id: Uuid::nil(),
             created_at: Utc::now(),
-            properties: json!({"k1": 1, "fresh": "x"}).as_object().cloned().expect("test value"),
+            properties: json!({"k1": 1, "fresh": "x"})
+                .as_object()
+                .cloned()
+                .expect("test value"),
             is_identified: false,
             version: 0,
             distinct_ids: vec![],
