@@ -4,7 +4,9 @@
 # persons seeded through /batch/ (known_persons.py), then
 #   - RSS after seeding, and disk bytes per person (the data dir: persons, their events'
 #     segments and WAL, metadata);
-#   - restart: the server killed (-9) and started again, seconds until /_readiness answers;
+#   - restart: the server killed (-9) and started again, seconds until /_readiness answers,
+#     and seconds until every person is loaded into memory again (/metrics
+#     corvid_persons_memory_complete; "-" when the budget cannot hold even their markers);
 #   - /flags?v=2 as big_customer.lua drives it (half known users sending only their country,
 #     half new users with every property): req/s and p99, RSS after the run.
 # Writes one row per count to OUT (TSV) and draws it (person_curve_plot.py, matplotlib).
@@ -31,8 +33,19 @@ start() {
   exit 1
 }
 rss_mib() { echo $(($(ps -o rss= -p "$SERVER") / 1024)); }
+# Seconds (from $1, a `date +%s.%N`) until memory holds every person, or "-" after 600 s.
+loaded_after() {
+  for _ in $(seq 1 6000); do
+    if curl -sf "$BASE/metrics" | grep -q '^corvid_persons_memory_complete 1'; then
+      echo "$(date +%s.%N) - $1" | bc -l | xargs printf '%.2f'
+      return
+    fi
+    sleep 0.1
+  done
+  echo "-"
+}
 mkdir -p "$OUT"
-printf 'persons\tflags_rps\tflags_p99_ms\trss_seeded_mib\trss_after_mib\tdisk_bytes_per_person\trestart_s\n' >"$OUT/persons.tsv"
+printf 'persons\tflags_rps\tflags_p99_ms\trss_seeded_mib\trss_after_mib\tdisk_bytes_per_person\trestart_s\tloaded_s\n' >"$OUT/persons.tsv"
 for n in $PERSONS; do
   DATA="$(mktemp -d)"
   start
@@ -47,6 +60,7 @@ for n in $PERSONS; do
   began=$(date +%s.%N)
   start
   restart=$(echo "$(date +%s.%N) - $began" | bc -l)
+  loaded=$(loaded_after "$began")
   echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
   wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$n" >"$DATA/wrk.txt"
   rps=$(awk '/^Requests\/sec/ {print $2}' "$DATA/wrk.txt")
@@ -54,7 +68,7 @@ for n in $PERSONS; do
   after=$(rss_mib)
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   per_person=$(echo "$disk / $n" | bc)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\n' "$n" "$rps" "$p99" "$seeded" "$after" "$per_person" "$restart" | tee -a "$OUT/persons.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\n' "$n" "$rps" "$p99" "$seeded" "$after" "$per_person" "$restart" "$loaded" | tee -a "$OUT/persons.tsv"
   rm -rf "$DATA"
   DATA=""
 done

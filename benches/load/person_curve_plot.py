@@ -1,5 +1,5 @@
 """Draws person_curve.sh's table: /flags req/s and p99, RSS, disk bytes per person and
-restart time against the persons stored (log scale), one panel each.
+restart time (to ready, and until every person is in memory) against the persons stored (log scale), one panel each.
 
 Usage: person_curve_plot.py TABLE.tsv OUT.png
 """
@@ -19,13 +19,16 @@ panels = [
     ("/flags p99 (ms)", "flags_p99_ms", None),
     ("RSS (MiB), seeded and after /flags", "rss_seeded_mib", "rss_after_mib"),
     ("disk bytes per person", "disk_bytes_per_person", None),
-    ("restart to ready (s)", "restart_s", None),
+    ("restart (s): ready, and persons in memory", "restart_s", "loaded_s"),
 ]
 fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
 for ax, (title, first, second) in zip(axes, panels):
-    ax.plot(persons, [float(r[first]) for r in rows], marker="o", label="seeded")
+    labels = ("ready", "loaded") if first == "restart_s" else ("seeded", "after /flags")
+    ax.plot(persons, [float(r[first]) for r in rows], marker="o", label=labels[0])
     if second:
-        ax.plot(persons, [float(r[second]) for r in rows], marker="s", label="after /flags")
+        xs = [p for p, r in zip(persons, rows) if r.get(second, "-") not in ("-", "")]
+        ys = [float(r[second]) for r in rows if r.get(second, "-") not in ("-", "")]
+        ax.plot(xs, ys, marker="s", label=labels[1])
         ax.legend(fontsize=8)
     ax.set_xscale("log")
     ax.set_title(title, fontsize=10)
