@@ -381,21 +381,35 @@ fn absolute_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(t.with_timezone(&Utc));
     }
-    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+    // `NaiveDate`'s own parser reads exactly `%Y-%m-%d`, without compiling a format string.
+    if let Ok(d) = text.parse::<NaiveDate>() {
         return local_to_utc(d.and_hms_opt(0, 0, 0)?, ctx.timezone);
     }
-    for format in [
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%d %H:%M",
-        "%Y-%m-%dT%H:%M",
-    ] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
-            return local_to_utc(t, ctx.timezone);
+    for items in NAIVE_DATE_TIMES.iter() {
+        let mut parsed = chrono::format::Parsed::new();
+        if chrono::format::parse(&mut parsed, text, items.iter()).is_ok() {
+            if let Ok(t) = parsed.to_naive_datetime_with_offset(0) {
+                return local_to_utc(t, ctx.timezone);
+            }
         }
     }
     corvid_kernel::parse_timestamp(text)
 }
+
+/// The local date-time layouts a filter or property date may have, compiled once (dates are
+/// read on every evaluation of a date filter).
+static NAIVE_DATE_TIMES: std::sync::LazyLock<Vec<Vec<chrono::format::Item<'static>>>> =
+    std::sync::LazyLock::new(|| {
+        [
+            "%Y-%m-%d %H:%M:%S%.f",
+            "%Y-%m-%dT%H:%M:%S%.f",
+            "%Y-%m-%d %H:%M",
+            "%Y-%m-%dT%H:%M",
+        ]
+        .into_iter()
+        .filter_map(|format| chrono::format::StrftimeItems::new(format).parse().ok())
+        .collect()
+    });
 
 /// The property side: numbers (and numeric strings) are epoch seconds.
 fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTime<Utc>> {
