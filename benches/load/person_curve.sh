@@ -10,7 +10,8 @@
 #   - /flags?v=2 as big_customer.lua drives it (half known users sending only their country,
 #     half new users with every property): req/s and p99, RSS after the run.
 # Writes one row per count to OUT (TSV) and draws it (person_curve_plot.py, matplotlib).
-# Usage: [PERSONS="10000 100000 1000000 10000000"] [FLAGS=20] [CONNS=64] [OUT=dir] benches/load/person_curve.sh [seconds per run, default 15]
+# Usage: [PERSONS="10000 100000 1000000 10000000"] [FLAGS=20] [CONNS=64] [OUT=dir] [CONFIG_FILE=f] benches/load/person_curve.sh [seconds per run, default 15]
+# (CONFIG_FILE: a config layered over the defaults, e.g. another [memory] persons_bytes.)
 # Needs: pip install matplotlib
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +27,7 @@ SERVER=""
 DATA=""
 trap 'kill -9 "$SERVER" 2>/dev/null || true; [ -n "$DATA" ] && rm -rf "$DATA"' EXIT
 start() {
-  RUST_LOG=warn "$BIN" serve --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>>"$DATA/server.log" &
+  RUST_LOG=warn "$BIN" serve ${CONFIG_FILE:+--config "$CONFIG_FILE"} --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>>"$DATA/server.log" &
   SERVER=$!
   for _ in $(seq 1 6000); do curl -sf "$BASE/_readiness" >/dev/null && return; sleep 0.01; done
   echo "the server did not start" >&2
