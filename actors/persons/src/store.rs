@@ -56,6 +56,8 @@ struct ReadCache {
     erasures: dashmap::DashMap<u64, (std::time::Instant, Arc<ProjectErasures>)>,
     /// Counts other nodes' announced changes: a fill that read before one is not kept.
     remote_changes: AtomicU64,
+    /// Counts persons this process erased: a page loaded before one is read again.
+    removals: AtomicU64,
 }
 
 impl ReadCache {
@@ -104,6 +106,7 @@ impl ReadCache {
             group_types: dashmap::DashMap::new(),
             erasures: dashmap::DashMap::new(),
             remote_changes: AtomicU64::new(0),
+            removals: AtomicU64::new(0),
         }
     }
 
@@ -187,10 +190,12 @@ impl PersonStore {
     }
 
     /// Reads every stored person into memory (as far as the budget holds them; the rest keep
-    /// a marker), a page at a time under the writer lock, so a write between pages is never
-    /// overwritten by an older read. Then memory answers "no person" for ids it has no entry
-    /// for. Records other nodes also write are not loaded: memory stays a cache of them.
-    /// Blocking; returns the persons read.
+    /// a marker), a page at a time. A page is read without the writer lock, so writes and
+    /// reads of persons not yet loaded go on meanwhile, and kept under it: a person written
+    /// since is already in memory and is not replaced by the older read, and when an id was
+    /// forgotten since (an erasure) the page is read again under the lock. Then memory
+    /// answers "no person" for ids it has no entry for. Records other nodes also write are
+    /// not loaded: memory stays a cache of them. Blocking; returns the persons read.
     pub fn load_resident(&self) -> Result<usize, StoreError> {
         if self.records.shared() {
             return Ok(0);
@@ -198,8 +203,12 @@ impl PersonStore {
         let mut after = None;
         let mut read = 0;
         loop {
+            let removals = self.cache.removals.load(Ordering::SeqCst);
+            let mut page = self.records.scan_persons(after, LOAD_PAGE)?;
             let _writer = self.lock();
-            let page = self.records.scan_persons(after, LOAD_PAGE)?;
+            if self.cache.removals.load(Ordering::SeqCst) != removals {
+                page = self.records.scan_persons(after, LOAD_PAGE)?;
+            }
             let Some((project, last)) = page.last() else {
                 self.cache.persons.set_complete();
                 return Ok(read);
@@ -570,6 +579,7 @@ impl PersonStore {
             self.cache.erasures.remove(&project_id);
             if !options.keep_person {
                 self.records.remove_person(project_id, &current)?;
+                self.cache.removals.fetch_add(1, Ordering::SeqCst);
                 for did in &current.distinct_ids {
                     self.cache_absent(project_id, did);
                 }
