@@ -67,6 +67,7 @@ for n in $PERSONS; do
   rps=$(awk '/^Requests\/sec/ {print $2}' "$DATA/wrk.txt")
   p99=$(python3 benches/load/wrk_sum.py flags "$DATA/wrk.txt" | sed -n 's/.*worst p99 \([0-9.]*\) ms.*/\1/p')
   after=$(rss_mib)
+  echo "$n persons: $(curl -sf "$BASE/metrics" | grep '^corvid_persons_memory' | tr '\n' ' ')"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   per_person=$(echo "$disk / $n" | bc)
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\n' "$n" "$rps" "$p99" "$seeded" "$after" "$per_person" "$restart" "$loaded" | tee -a "$OUT/persons.tsv"
