@@ -555,7 +555,6 @@ impl Engine {
             backing.persons()?,
             settings.memory.persons_bytes,
         ));
-        load_persons_in_background(&persons);
         let flags = Arc::new(FlagStore::new(backing.flags()?));
         let geoip = match &settings.geoip {
             Some(path) => Some(Arc::new(GeoIp::open(path)?)),
@@ -681,6 +680,9 @@ impl Engine {
         );
         let nodes = backing.lease(&node_id, NODE_LEASE);
         start_heartbeat(&jobs, &nodes);
+        // After the write-ahead log is replayed (in `Ingest::start`), so the two do not
+        // share the cores while the node is not yet serving.
+        load_persons_in_background(&persons);
         Ok(Engine {
             activity,
             webhooks,

@@ -2,12 +2,16 @@
 //! without a storage read and without handing the request to a blocking thread.
 //!
 //! Each distinct id maps to a compact copy of its person ([`codec`]: property keys interned,
-//! values tagged) in one of [`SHARDS`] arenas, found by a 128-bit keyed hash of (project,
-//! distinct id). When a shard's records pass its share of the budget, records overwritten
-//! since are dropped (the shard is compacted); when live records alone fill most of it, a
-//! quarter of its persons leave memory but keep a marker ([`Lookup::OnDisk`]), so an id
-//! memory knows nothing about is still known to have no person. Only when the markers
-//! themselves do not fit are they dropped, and then memory stops answering "no person".
+//! values tagged) in one of [`SHARDS`] arenas. Two keyed 64-bit hashes of (project, distinct
+//! id) find it: one is the index key, the other is stored before the record and checked on
+//! every read, so an id whose index key another id also has is never given that id's person
+//! (it is read from disk instead, and from then on both are).
+//!
+//! When a shard's records pass its share of the budget, records overwritten since are dropped
+//! (the shard is compacted); when live records alone fill most of it, a quarter of its persons
+//! leave memory but keep a marker ([`Lookup::OnDisk`]), so an id memory knows nothing about is
+//! still known to have no person. Only when the markers themselves do not fit are they
+//! dropped, and then memory stops answering "no person".
 //!
 //! Whether memory is *complete* (every stored person has an entry or a marker) is up to the
 //! owner: [`ResidentPersons::set_complete`] after loading every record, while every write
@@ -26,9 +30,12 @@ mod codec;
 /// compaction copies little while it holds its lock.
 pub const SHARDS: usize = 256;
 
-/// What an index entry costs beside its record: the 16-byte key, the 8-byte slot and the
-/// table's control byte at its usual fill.
-const INDEX_ENTRY_BYTES: usize = 33;
+/// What an index entry costs beside its record: the 8-byte key, the 8-byte slot and the
+/// table's control byte.
+const INDEX_ENTRY_BYTES: usize = 17;
+
+/// The check hash stored before each record.
+const TAG_BYTES: usize = 8;
 
 /// The smallest budget a shard gets, so a tiny budget still holds a few persons.
 const MIN_SHARD_BYTES: usize = 16 * 1024;
@@ -40,13 +47,15 @@ pub enum Lookup {
     Person(Person),
     /// It has no person (memory is complete and holds nothing for it).
     Absent,
-    /// It has a person, kept on disk only.
+    /// It has a person, kept on disk only (or shares its index key: read storage).
     OnDisk,
     /// Memory does not know: read storage.
     Unknown,
 }
 
-/// Where a record lies in its shard's arena; `at == ON_DISK`: a marker.
+/// An index entry: where a record (its check hash first) lies in the shard's arena; or a
+/// marker (`at == ON_DISK`, `len` the low half of the id's check hash); or a key several ids
+/// share (`at == SHARED`), read from disk for good.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     at: u32,
@@ -54,14 +63,28 @@ struct Slot {
 }
 
 const ON_DISK: u32 = u32::MAX;
+const SHARED: u32 = u32::MAX - 1;
 
-/// The map's own hasher: the keys are already keyed hashes, so their low half is used as is.
+impl Slot {
+    fn is_record(self) -> bool {
+        self.at < SHARED
+    }
+
+    fn marker(tag: u64) -> Slot {
+        Slot {
+            at: ON_DISK,
+            len: tag as u32,
+        }
+    }
+}
+
+/// The map's own hasher: the keys are already keyed hashes, so they are used as is.
 #[derive(Clone, Copy, Default)]
 struct KeyHash;
 
-struct LowHalf(u64);
+struct Identity(u64);
 
-impl Hasher for LowHalf {
+impl Hasher for Identity {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -70,27 +93,42 @@ impl Hasher for LowHalf {
             self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
     }
-    fn write_u128(&mut self, key: u128) {
-        self.0 = key as u64;
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
     }
 }
 
 impl BuildHasher for KeyHash {
-    type Hasher = LowHalf;
-    fn build_hasher(&self) -> LowHalf {
-        LowHalf(0)
+    type Hasher = Identity;
+    fn build_hasher(&self) -> Identity {
+        Identity(0)
+    }
+}
+
+/// Where an id lives: its index key and its check hash.
+#[derive(Clone, Copy)]
+struct Key {
+    index: u64,
+    tag: u64,
+}
+
+impl Key {
+    /// The shard: bits the table itself uses neither for buckets (low) nor for its control
+    /// bytes (high).
+    fn shard(self) -> usize {
+        ((self.index >> 32) as usize) % SHARDS
     }
 }
 
 #[derive(Default)]
 struct Shard {
-    index: HashMap<u128, Slot, KeyHash>,
+    index: HashMap<u64, Slot, KeyHash>,
     arena: Vec<u8>,
     /// Bytes of the arena no slot points at (records overwritten or removed).
     garbage: usize,
-    /// Which quarter of the keys the next eviction drops (turns, so evictions spread).
+    /// Which quarter of the keys the next eviction moves to disk (turns, so evictions spread).
     next_quarter: u8,
-    /// Entries that are markers.
+    /// Entries that are markers or shared keys.
     markers: usize,
 }
 
@@ -99,11 +137,34 @@ impl Shard {
         self.arena.len() + self.index.capacity() * INDEX_ENTRY_BYTES
     }
 
-    fn forget_slot(&mut self, slot: Slot) {
-        if slot.at == ON_DISK {
-            self.markers -= 1;
-        } else {
-            self.garbage += slot.len as usize;
+    fn tag_at(&self, slot: Slot) -> u64 {
+        let at = slot.at as usize;
+        self.arena
+            .get(at..at + TAG_BYTES)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or_default()
+    }
+
+    /// Whether `slot` is `tag`'s own entry.
+    fn owned_by(&self, slot: Slot, tag: u64) -> bool {
+        match slot.at {
+            SHARED => false,
+            ON_DISK => slot.len == tag as u32,
+            _ => self.tag_at(slot) == tag,
+        }
+    }
+
+    fn set(&mut self, key: u64, slot: Slot) {
+        if !slot.is_record() {
+            self.markers += 1;
+        }
+        if let Some(old) = self.index.insert(key, slot) {
+            if old.is_record() {
+                self.garbage += old.len as usize;
+            } else {
+                self.markers -= 1;
+            }
         }
     }
 
@@ -111,7 +172,7 @@ impl Shard {
     fn compact(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.garbage);
         for slot in self.index.values_mut() {
-            if slot.at != ON_DISK {
+            if slot.is_record() {
                 let (from, len) = (slot.at as usize, slot.len as usize);
                 slot.at = arena.len() as u32;
                 arena.extend_from_slice(&self.arena[from..from + len]);
@@ -121,9 +182,10 @@ impl Shard {
         self.garbage = 0;
     }
 
-    /// Brings the shard within `budget`: compacts, moves a quarter of the records to disk
-    /// when that is not enough, and drops markers when even they do not fit (returns false
-    /// then: memory no longer knows every id).
+    /// Brings the shard within `budget`: compacts, moves quarters of the records to disk
+    /// when that is not enough (leaving an eighth of the budget for what comes next), and
+    /// drops markers when even they do not fit (returns false then: memory no longer knows
+    /// every id).
     fn fit(&mut self, budget: usize) -> bool {
         if self.cost() <= budget {
             return true;
@@ -131,18 +193,21 @@ impl Shard {
         let index_cost = self.index.capacity() * INDEX_ENTRY_BYTES;
         let mut live = self.arena.len() - self.garbage;
         for _ in 0..4 {
-            if index_cost + live <= budget * 3 / 4 {
+            if index_cost + live <= budget / 8 * 7 {
                 break;
             }
-            let quarter = u128::from(self.next_quarter);
+            let quarter = u64::from(self.next_quarter);
             self.next_quarter = (self.next_quarter + 1) % 4;
-            for (key, slot) in self.index.iter_mut() {
-                if slot.at != ON_DISK && (key >> 126) == quarter {
-                    self.garbage += slot.len as usize;
-                    live -= slot.len as usize;
-                    self.markers += 1;
-                    slot.at = ON_DISK;
-                }
+            let moved: Vec<(u64, Slot)> = self
+                .index
+                .iter()
+                .filter(|(key, slot)| slot.is_record() && (*key >> 62) == quarter)
+                .map(|(key, slot)| (*key, *slot))
+                .collect();
+            for (key, slot) in moved {
+                live -= slot.len as usize;
+                let tag = self.tag_at(slot);
+                self.set(key, Slot::marker(tag));
             }
         }
         self.compact();
@@ -150,7 +215,7 @@ impl Shard {
             return true;
         }
         let before = self.index.len();
-        self.index.retain(|_, slot| slot.at != ON_DISK);
+        self.index.retain(|_, slot| slot.is_record());
         self.index.shrink_to_fit();
         self.markers = 0;
         before == self.index.len()
@@ -181,31 +246,39 @@ impl ResidentPersons {
         }
     }
 
-    fn key(&self, project_id: u64, distinct_id: &str) -> u128 {
-        let half = |state: &RandomState| {
+    fn key(&self, project_id: u64, distinct_id: &str) -> Key {
+        let hash = |state: &RandomState| {
             let mut h = state.build_hasher();
             h.write_u64(project_id);
             h.write(distinct_id.as_bytes());
             h.finish()
         };
-        (u128::from(half(&self.keys.0)) << 64) | u128::from(half(&self.keys.1))
+        Key {
+            index: hash(&self.keys.0),
+            tag: hash(&self.keys.1),
+        }
     }
 
-    fn shard(&self, key: u128) -> MutexGuard<'_, Shard> {
-        // The high half picks the shard; the low half places the key in the shard's table.
-        self.shards[((key >> 64) as usize) % SHARDS]
+    fn shard(&self, key: Key) -> MutexGuard<'_, Shard> {
+        self.shards[key.shard()]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn get(&self, project_id: u64, distinct_id: &str) -> Lookup {
-        let key = self.key(project_id, distinct_id);
+        self.lookup(self.key(project_id, distinct_id))
+    }
+
+    fn lookup(&self, key: Key) -> Lookup {
         let shard = self.shard(key);
-        match shard.index.get(&key) {
-            Some(slot) if slot.at == ON_DISK => Lookup::OnDisk,
+        match shard.index.get(&key.index) {
+            Some(slot) if !slot.is_record() => Lookup::OnDisk,
             Some(slot) => {
-                let record = &shard.arena[slot.at as usize..(slot.at + slot.len) as usize];
-                match codec::decode(record, &self.names) {
+                let (at, len) = (slot.at as usize, slot.len as usize);
+                if shard.tag_at(*slot) != key.tag {
+                    return Lookup::Unknown;
+                }
+                match codec::decode(&shard.arena[at + TAG_BYTES..at + len], &self.names) {
                     Some((_, person)) => Lookup::Person(person),
                     None => Lookup::Unknown,
                 }
@@ -233,49 +306,71 @@ impl ResidentPersons {
     }
 
     /// Stores `record` (`None`: a marker, for a person that cannot be kept) under `key`.
-    fn place(&self, key: u128, record: Option<&[u8]>, replace: bool) {
+    fn place(&self, key: Key, record: Option<&[u8]>, replace: bool) {
         let mut shard = self.shard(key);
-        if !replace && shard.index.get(&key).is_some_and(|s| s.at != ON_DISK) {
-            return;
+        if let Some(old) = shard.index.get(&key.index).copied() {
+            if !shard.owned_by(old, key.tag) {
+                // Another id has this index key: both are read from disk from now on.
+                if old.at != SHARED {
+                    shard.set(key.index, Slot { at: SHARED, len: 0 });
+                }
+                return;
+            }
+            if old.is_record() && !replace {
+                return;
+            }
         }
         let slot = match record {
-            Some(bytes) if bytes.len() <= self.shard_budget / 4 => {
+            Some(bytes) if bytes.len() + TAG_BYTES <= self.shard_budget / 4 => {
                 let slot = Slot {
                     at: shard.arena.len() as u32,
-                    len: bytes.len() as u32,
+                    len: (bytes.len() + TAG_BYTES) as u32,
                 };
+                shard.arena.extend_from_slice(&key.tag.to_le_bytes());
                 shard.arena.extend_from_slice(bytes);
                 slot
             }
-            _ => {
-                shard.markers += 1;
-                Slot {
-                    at: ON_DISK,
-                    len: 0,
-                }
-            }
+            _ => Slot::marker(key.tag),
         };
-        if let Some(old) = shard.index.insert(key, slot) {
-            shard.forget_slot(old);
-        }
+        shard.set(key.index, slot);
         if !shard.fit(self.shard_budget) {
             self.drop_markers();
         }
     }
 
-    /// Forgets a distinct id (its person was deleted or now lives elsewhere).
+    /// Forgets a distinct id (its person was deleted or now lives elsewhere). A key other
+    /// ids share stays as it is.
     pub fn remove(&self, project_id: u64, distinct_id: &str) {
-        let key = self.key(project_id, distinct_id);
+        self.remove_key(self.key(project_id, distinct_id));
+    }
+
+    fn remove_key(&self, key: Key) {
         let mut shard = self.shard(key);
-        if let Some(old) = shard.index.remove(&key) {
-            shard.forget_slot(old);
+        if let Some(old) = shard.index.get(&key.index).copied() {
+            if shard.owned_by(old, key.tag) {
+                shard.index.remove(&key.index);
+                if old.is_record() {
+                    shard.garbage += old.len as usize;
+                } else {
+                    shard.markers -= 1;
+                }
+            }
         }
     }
 
     /// Forgets a distinct id whose person may still exist (another node wrote it): memory
     /// stops answering for it, and so can no longer be complete.
     pub fn invalidate(&self, project_id: u64, distinct_id: &str) {
-        self.remove(project_id, distinct_id);
+        let key = self.key(project_id, distinct_id);
+        let mut shard = self.shard(key);
+        if let Some(old) = shard.index.remove(&key.index) {
+            if old.is_record() {
+                shard.garbage += old.len as usize;
+            } else {
+                shard.markers -= 1;
+            }
+        }
+        drop(shard);
         self.drop_markers();
     }
 
@@ -286,8 +381,9 @@ impl ResidentPersons {
             let Shard { index, arena, .. } = &mut *shard;
             let mut freed = 0;
             index.retain(|_, slot| {
-                let keep = slot.at == ON_DISK
-                    || codec::project_of(&arena[slot.at as usize..]) != Some(project_id);
+                let keep = !slot.is_record()
+                    || codec::project_of(&arena[slot.at as usize + TAG_BYTES..])
+                        != Some(project_id);
                 if !keep {
                     freed += slot.len as usize;
                 }
@@ -449,6 +545,36 @@ mod tests {
         assert!(memory.bytes() <= budget, "{} > {budget}", memory.bytes());
         assert!(!memory.is_complete());
         assert_eq!(memory.get(1, "stranger"), Lookup::Unknown);
+    }
+
+    #[test]
+    fn ids_sharing_an_index_key_are_never_given_each_others_person() {
+        let memory = ResidentPersons::new(1 << 20);
+        memory.set_complete();
+        let (a, b) = (person("a", json!({"x": 1})), person("b", json!({"x": 2})));
+        let record = |p: &Person| codec::encode(1, p, &memory.names).expect("record");
+        let (ka, kb) = (Key { index: 7, tag: 1 }, Key { index: 7, tag: 2 });
+        memory.place(ka, Some(&record(&a)), true);
+        assert_eq!(memory.lookup(ka), Lookup::Person(a.clone()));
+        assert_eq!(memory.lookup(kb), Lookup::Unknown, "a's record is not b's");
+        memory.place(kb, Some(&record(&b)), false);
+        assert_eq!(memory.lookup(ka), Lookup::OnDisk);
+        assert_eq!(memory.lookup(kb), Lookup::OnDisk);
+        memory.place(ka, Some(&record(&a)), true);
+        memory.remove_key(kb);
+        assert_eq!(memory.lookup(ka), Lookup::OnDisk, "the shared key stays");
+        assert_eq!(memory.lookup(kb), Lookup::OnDisk);
+        let kc = Key { index: 8, tag: 3 };
+        memory.place(kc, None, true);
+        memory.remove_key(Key { index: 8, tag: 4 });
+        assert_eq!(
+            memory.lookup(kc),
+            Lookup::OnDisk,
+            "another id's marker is kept"
+        );
+        memory.remove_key(kc);
+        assert_eq!(memory.lookup(kc), Lookup::Absent);
+        assert_eq!(memory.counts(), (0, 1));
     }
 
     #[test]
