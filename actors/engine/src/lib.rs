@@ -655,6 +655,7 @@ impl Engine {
             settings.flags,
             activity.records(),
         );
+        let person_store = Arc::clone(&persons);
         let persons = Persons::new(persons);
         let webhooks = Webhooks::new(
             WebhookStores {
@@ -682,7 +683,7 @@ impl Engine {
         start_heartbeat(&jobs, &nodes);
         // After the write-ahead log is replayed (in `Ingest::start`), so the two do not
         // share the cores while the node is not yet serving.
-        load_persons_in_background(&persons);
+        load_persons_in_background(&person_store);
         Ok(Engine {
             activity,
             webhooks,
