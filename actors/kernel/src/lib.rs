@@ -23,6 +23,7 @@ pub mod json;
 pub mod net;
 pub mod pg;
 pub mod pool;
+pub mod prehashed;
 pub mod records;
 mod records_pg;
 pub mod runtime;

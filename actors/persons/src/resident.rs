@@ -19,6 +19,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
+
+use corvid_kernel::prehashed::PreHashed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -78,33 +80,6 @@ impl Slot {
     }
 }
 
-/// The map's own hasher: the keys are already keyed hashes, so they are used as is.
-#[derive(Clone, Copy, Default)]
-struct KeyHash;
-
-struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, key: u64) {
-        self.0 = key;
-    }
-}
-
-impl BuildHasher for KeyHash {
-    type Hasher = Identity;
-    fn build_hasher(&self) -> Identity {
-        Identity(0)
-    }
-}
-
 /// Where an id lives: its index key and its check hash.
 #[derive(Clone, Copy)]
 struct Key {
@@ -122,7 +97,8 @@ impl Key {
 
 #[derive(Default)]
 struct Shard {
-    index: HashMap<u64, Slot, KeyHash>,
+    /// Keyed by one of the id's keyed hashes, used as is ([`PreHashed`]).
+    index: HashMap<u64, Slot, PreHashed>,
     arena: Vec<u8>,
     /// Bytes of the arena no slot points at (records overwritten or removed).
     garbage: usize,
@@ -511,7 +487,8 @@ mod tests {
         let budget = SHARDS * MIN_SHARD_BYTES;
         let memory = ResidentPersons::new(budget);
         memory.set_complete();
-        let n = 40_000;
+        // About 310 persons a shard: twice what a shard's share holds.
+        let n = 80_000;
         for k in 0..n {
             let mut p = person(
                 &format!("user-{k}"),
@@ -537,7 +514,8 @@ mod tests {
         let budget = SHARDS * MIN_SHARD_BYTES;
         let memory = ResidentPersons::new(budget);
         memory.set_complete();
-        for k in 0..200_000 {
+        // About 1,560 ids a shard: their index alone (2,048 buckets) is twice a shard's share.
+        for k in 0..400_000 {
             let mut p = person(&format!("user-{k}"), json!({}));
             p.distinct_ids.truncate(1);
             memory.put(1, &p);

@@ -12,8 +12,8 @@
 //! little-endian, in one binary value per group: the final phase of an ungrouped `uniq` unions
 //! those sorted runs in one linear pass instead of inserting every hash into a set again.
 
+use corvid_kernel::prehashed::PreHashed;
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -33,27 +33,8 @@ pub const UNIQ: &str = "corvid_uniq";
 /// Fixed seed: every partition (and every query) must hash a value the same way.
 const HASH_STATE: QualityRandomState = QualityRandomState::with_seed(0x636f_7276_6964);
 
-/// The set's keys are already well-mixed hashes; hashing them again would only cost time.
-#[derive(Default)]
-struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-type HashesSet = HashSet<u64, BuildHasherDefault<Identity>>;
+/// The set's keys are already well-mixed hashes.
+type HashesSet = HashSet<u64, PreHashed>;
 
 /// The aggregate, for registering in a session.
 pub fn udaf() -> AggregateUDF {
