@@ -42,6 +42,10 @@ const TAG_BYTES: usize = 8;
 /// The smallest budget a shard gets, so a tiny budget still holds a few persons.
 const MIN_SHARD_BYTES: usize = 16 * 1024;
 
+/// The largest: a shard's arena stays well inside 32-bit offsets (its records may pass the
+/// budget by one record before it is compacted).
+const MAX_SHARD_BYTES: usize = 1 << 30;
+
 /// What memory knows about a distinct id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup {
@@ -214,7 +218,8 @@ impl ResidentPersons {
     pub fn new(budget: usize) -> ResidentPersons {
         ResidentPersons {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            shard_budget: (budget / SHARDS).max(MIN_SHARD_BYTES),
+            // Offsets into a shard's arena are 32-bit.
+            shard_budget: (budget / SHARDS).clamp(MIN_SHARD_BYTES, MAX_SHARD_BYTES),
             keys: (RandomState::new(), RandomState::new()),
             names: codec::Names::default(),
             complete: AtomicBool::new(false),
@@ -254,7 +259,8 @@ impl ResidentPersons {
                 if shard.tag_at(*slot) != key.tag {
                     return Lookup::Unknown;
                 }
-                match codec::decode(&shard.arena[at + TAG_BYTES..at + len], &self.names) {
+                let record = shard.arena.get(at + TAG_BYTES..at + len);
+                match record.and_then(|r| codec::decode(r, &self.names)) {
                     Some((_, person)) => Lookup::Person(person),
                     None => Lookup::Unknown,
                 }
@@ -358,7 +364,9 @@ impl ResidentPersons {
             let mut freed = 0;
             index.retain(|_, slot| {
                 let keep = !slot.is_record()
-                    || codec::project_of(&arena[slot.at as usize + TAG_BYTES..])
+                    || arena
+                        .get(slot.at as usize + TAG_BYTES..)
+                        .and_then(codec::project_of)
                         != Some(project_id);
                 if !keep {
                     freed += slot.len as usize;
