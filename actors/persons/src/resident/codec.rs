@@ -19,6 +19,10 @@ use crate::model::Person;
 /// Property names kept at most; later names are written into each record.
 const MAX_NAMES: usize = 65_536;
 
+/// Longer names are written into each record rather than numbered, so the table stays
+/// within `MAX_NAMES * MAX_NAME_BYTES` however long the keys events send.
+const MAX_NAME_BYTES: usize = 128;
+
 const NULL: u8 = 0;
 const FALSE: u8 = 1;
 const TRUE: u8 = 2;
@@ -47,7 +51,10 @@ impl Names {
     fn learn(&self, properties: &Map<String, Value>) {
         let missing = {
             let table = self.read();
-            table.names.len() < MAX_NAMES && properties.keys().any(|k| !table.ids.contains_key(k))
+            table.names.len() < MAX_NAMES
+                && properties
+                    .keys()
+                    .any(|k| k.len() <= MAX_NAME_BYTES && !table.ids.contains_key(k))
         };
         if !missing {
             return;
@@ -57,7 +64,7 @@ impl Names {
             if table.names.len() >= MAX_NAMES {
                 break;
             }
-            if !table.ids.contains_key(key) {
+            if key.len() <= MAX_NAME_BYTES && !table.ids.contains_key(key) {
                 let id = table.names.len() as u32;
                 table.names.push(key.clone());
                 table.ids.insert(key.clone(), id);
@@ -279,5 +286,27 @@ mod tests {
         let record = encode(1, &person, &names).expect("test value");
         assert_eq!(decode(&record, &names).map(|(_, p)| p), Some(person));
         assert_eq!(decode(&record[..record.len() - 1], &names), None);
+    }
+
+    #[test]
+    fn long_names_are_written_in_the_record_and_not_kept() {
+        let names = Names::default();
+        let long = "k".repeat(MAX_NAME_BYTES + 1);
+        let mut properties = Map::new();
+        properties.insert(long.clone(), json!("v"));
+        properties.insert("short".into(), json!(2));
+        let person = Person {
+            id: Uuid::nil(),
+            created_at: Utc::now(),
+            properties,
+            is_identified: true,
+            version: 1,
+            distinct_ids: vec!["d".into()],
+        };
+        let record = encode(3, &person, &names).expect("test value");
+        assert_eq!(decode(&record, &names).map(|(_, p)| p), Some(person));
+        let table = names.read();
+        assert_eq!(table.names, vec!["short".to_string()]);
+        assert!(!table.ids.contains_key(&long));
     }
 }
