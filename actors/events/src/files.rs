@@ -25,7 +25,8 @@ use parquet::file::metadata::ParquetMetaDataReader;
 use parquet::file::reader::{ChunkReader, Length};
 
 use super::catalog::SegmentRef;
-use super::segment::SegmentError;
+use super::segment::{SegmentError, TimeBounds};
+use super::segment_bounds::SegmentBounds;
 use corvid_kernel::runtime::OwnedRuntime;
 
 /// The URL queries know the segment store by (a scheme and host of our own, so it cannot
@@ -53,6 +54,8 @@ pub struct SegmentFiles {
     /// Runs the store's futures for callers on plain threads (shards, compaction, the
     /// events API's blocking tasks).
     io: Arc<OwnedRuntime>,
+    /// Segments' spans of event time, so reads skip segments outside their range unopened.
+    bounds: SegmentBounds,
 }
 
 impl SegmentFiles {
@@ -78,6 +81,7 @@ impl SegmentFiles {
                 p => format!("{p}/"),
             },
             io: Arc::new(OwnedRuntime::new("corvid-segment-io", 1)?),
+            bounds: SegmentBounds::new(),
         })
     }
 
@@ -185,6 +189,16 @@ impl SegmentFiles {
             size: head.size,
             io: Arc::clone(&self.io),
         })
+    }
+
+    /// `segment`'s span of event time, when a read has seen it lately.
+    pub fn time_bounds(&self, segment: &SegmentRef) -> Option<TimeBounds> {
+        self.bounds.get(segment)
+    }
+
+    /// Remembers `segment`'s span of event time (what a read found in its footer).
+    pub fn remember_time_bounds(&self, segment: &SegmentRef, bounds: TimeBounds) {
+        self.bounds.remember(segment, bounds);
     }
 
     /// A segment's column names, from its footer alone (one ranged read when the footer fits
@@ -304,7 +318,15 @@ mod tests {
         let ranged = read_segment_filtered(files.open(&segment).expect("open"), "ranged", &filter)
             .expect("rows");
         let mut expected: Vec<_> = whole.into_iter().filter(|e| e.event == "signup").collect();
-        let mut got = ranged;
+        let midnight = rows[0].timestamp.timestamp_micros();
+        assert_eq!(
+            ranged.bounds,
+            Some(crate::segment::TimeBounds {
+                min: midnight,
+                max: midnight
+            })
+        );
+        let mut got = ranged.rows;
         expected.sort_by_key(|e| e.uuid);
         got.sort_by_key(|e| e.uuid);
         assert_eq!(got, expected);

@@ -26,6 +26,7 @@ mod persons;
 mod pipeline;
 mod read;
 mod segment;
+mod segment_bounds;
 mod segment_cache;
 mod shard;
 mod time;

@@ -15,8 +15,10 @@ use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::ChunkReader;
+use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
@@ -324,6 +326,58 @@ pub struct SegmentFilter {
     pub before: Option<DateTime<Utc>>,
 }
 
+/// The span of `timestamp` a segment or one of its row groups holds (microseconds, both
+/// inclusive), from its Parquet statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeBounds {
+    pub min: i64,
+    pub max: i64,
+}
+
+impl TimeBounds {
+    /// A row group's span, when its `timestamp` statistics give one.
+    fn of_row_group(group: &RowGroupMetaData, ts_index: usize) -> Option<TimeBounds> {
+        match group.column(ts_index).statistics() {
+            Some(Statistics::Int64(s)) => Some(TimeBounds {
+                min: *s.min_opt()?,
+                max: *s.max_opt()?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A whole segment's span: none unless every row group has one.
+    fn of_segment(metadata: &ParquetMetaData, ts_index: usize) -> Option<TimeBounds> {
+        metadata
+            .row_groups()
+            .iter()
+            .map(|g| TimeBounds::of_row_group(g, ts_index))
+            .reduce(|a, b| {
+                let (a, b) = (a?, b?);
+                Some(TimeBounds {
+                    min: a.min.min(b.min),
+                    max: a.max.max(b.max),
+                })
+            })
+            .flatten()
+    }
+
+    /// Whether rows in this span can lie within `filter`'s exclusive time bounds.
+    pub fn may_match(&self, filter: &SegmentFilter) -> bool {
+        filter.after.is_none_or(|a| self.max > a.timestamp_micros())
+            && filter
+                .before
+                .is_none_or(|b| self.min < b.timestamp_micros())
+    }
+}
+
+/// What [`read_segment_filtered`] found: the matching rows, and the segment's span of
+/// `timestamp` (so later reads can skip the segment without opening it).
+pub struct FilteredRead {
+    pub rows: Vec<StoredEvent>,
+    pub bounds: Option<TimeBounds>,
+}
+
 /// Reads the rows of a segment that can match `filter`: row groups whose `timestamp`
 /// statistics lie outside the bounds are skipped, and `event`/`distinct_id` equality is
 /// evaluated on those columns alone before any other column is decoded.
@@ -331,35 +385,25 @@ pub fn read_segment_filtered(
     file: impl ChunkReader + 'static,
     source: &str,
     filter: &SegmentFilter,
-) -> Result<Vec<StoredEvent>, SegmentError> {
+) -> Result<FilteredRead, SegmentError> {
     use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter};
     use parquet::arrow::ProjectionMask;
-    use parquet::file::statistics::Statistics;
 
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
     let metadata = builder.metadata().clone();
     let ts_index = schema().index_of("timestamp")?;
+    let bounds = TimeBounds::of_segment(&metadata, ts_index);
     let row_groups: Vec<usize> = (0..metadata.num_row_groups())
         .filter(|&i| {
-            let stats = metadata.row_group(i).column(ts_index).statistics();
-            match stats {
-                Some(Statistics::Int64(s)) => {
-                    let max_ok = match (filter.after, s.max_opt()) {
-                        (Some(after), Some(max)) => *max > after.timestamp_micros(),
-                        _ => true,
-                    };
-                    let min_ok = match (filter.before, s.min_opt()) {
-                        (Some(before), Some(min)) => *min < before.timestamp_micros(),
-                        _ => true,
-                    };
-                    max_ok && min_ok
-                }
-                _ => true,
-            }
+            TimeBounds::of_row_group(metadata.row_group(i), ts_index)
+                .is_none_or(|b| b.may_match(filter))
         })
         .collect();
     if row_groups.is_empty() {
-        return Ok(Vec::new());
+        return Ok(FilteredRead {
+            rows: Vec::new(),
+            bounds,
+        });
     }
     let mut predicates: Vec<Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>> = Vec::new();
     let descr = metadata.file_metadata().schema_descr_ptr();
@@ -395,11 +439,11 @@ pub fn read_segment_filtered(
     if !predicates.is_empty() {
         builder = builder.with_row_filter(RowFilter::new(predicates));
     }
-    let mut out = Vec::new();
+    let mut rows = Vec::new();
     for batch in builder.build()? {
-        out.extend(from_record_batch(&batch?, source)?);
+        rows.extend(from_record_batch(&batch?, source)?);
     }
-    Ok(out)
+    Ok(FilteredRead { rows, bounds })
 }
 
 fn column<'a, T: 'static>(
