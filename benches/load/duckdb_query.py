@@ -1,13 +1,16 @@
-"""The query issue's three queries with DuckDB over the segments `cargo bench --bench
-query_engine` generated, for the ratios in docs/PERFORMANCE.md.
+"""The query issue's queries with DuckDB over the segments `cargo bench --bench query_engine`
+generated, for the ratios in docs/PERFORMANCE.md (event_queries.py runs them through Corvid).
 
-DuckDB reads `$browser` from the JSON text (as Corvid would without materialized columns) and,
-for reference, from the materialized column too. Prints the median of 10 runs per query.
+DuckDB reads `$browser` from the JSON text (as Corvid would without materialized columns) and
+from the materialized column too. `uniq` is timed as `approx_count_distinct` and `uniqExact`
+as `count(DISTINCT)`. Prints the median of RUNS runs per query; with OUT_JSON, also writes
+{query name: median ms} there, where `trend` is the faster of the two trend forms.
 
     pip install duckdb==1.3.2 pytz
-    python3 benches/load/duckdb_query.py target/bench-data/query-10000000
+    python3 benches/load/duckdb_query.py [DATA_SET_DIR] [RUNS, default 10] [OUT_JSON]
 """
 
+import json
 import statistics
 import sys
 import time
@@ -15,32 +18,38 @@ import time
 import duckdb
 
 root = sys.argv[1] if len(sys.argv) > 1 else "target/bench-data/query-10000000"
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+out = sys.argv[3] if len(sys.argv) > 3 else None
 files = f"{root}/project=1/*/*.parquet"
 con = duckdb.connect()
 con.execute("SET threads TO 2")
 con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}')")
 
+MONTH = ("timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' "
+         "AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'")
+WEEK = "timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'"
 queries = {
-    "count_group_by_event": "SELECT event, count(*) FROM events GROUP BY event",
-    "trend_30d_by_browser (JSON text)": """
+    "count": "SELECT event, count(*) FROM events GROUP BY event",
+    "trend_json": f"""
         SELECT date_trunc('day', timestamp) AS d, json_extract_string(properties, '$."$browser"') AS b, count(*)
-        FROM events WHERE event = '$pageview'
-          AND timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'
-        GROUP BY d, b""",
-    "trend_30d_by_browser (column)": """
+        FROM events WHERE event = '$pageview' AND {MONTH} GROUP BY d, b""",
+    "trend_column": f"""
         SELECT date_trunc('day', timestamp) AS d, "properties.$browser" AS b, count(*)
-        FROM events WHERE event = '$pageview'
-          AND timestamp >= TIMESTAMPTZ '2024-06-01 00:00:00+00' AND timestamp <= TIMESTAMPTZ '2024-06-30 23:59:59.999999+00'
-        GROUP BY d, b""",
-    "distinct_users_7d": "SELECT count(DISTINCT person_id) FROM events WHERE timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'",
-    "distinct_users_7d (approx_count_distinct)": "SELECT approx_count_distinct(person_id) FROM events WHERE timestamp >= TIMESTAMPTZ '2024-06-24 00:00:00+00'",
+        FROM events WHERE event = '$pageview' AND {MONTH} GROUP BY d, b""",
+    "uniq": f"SELECT approx_count_distinct(person_id) FROM events WHERE {WEEK}",
+    "uniq_exact": f"SELECT count(DISTINCT person_id) FROM events WHERE {WEEK}",
 }
 
+medians = {}
 for name, sql in queries.items():
     con.execute(sql).fetchall()  # warm the OS cache and DuckDB's metadata
     times = []
-    for _ in range(10):
+    for _ in range(runs):
         start = time.perf_counter()
         con.execute(sql).fetchall()
         times.append(time.perf_counter() - start)
-    print(f"{name}: median {statistics.median(times) * 1000:.1f} ms")
+    medians[name] = statistics.median(times) * 1000
+    print(f"{name}: median {medians[name]:.1f} ms")
+medians["trend"] = min(medians["trend_json"], medians["trend_column"])
+if out:
+    json.dump(medians, open(out, "w"))

@@ -9,7 +9,7 @@
 #     corvid_persons_memory_complete; "-" when the budget cannot hold even their markers);
 #   - /flags?v=2 as big_customer.lua drives it (half known users sending only their country,
 #     half new users with every property): req/s and p99, RSS after the run.
-# Writes one row per count to OUT (TSV) and draws it (person_curve_plot.py, matplotlib).
+# Writes one row per count to OUT (TSV) and draws it (curve_plot.py, matplotlib).
 # Usage: [PERSONS="10000 100000 1000000 10000000"] [FLAGS=20] [CONNS=64] [OUT=dir] [CONFIG_FILE=f] benches/load/person_curve.sh [seconds per run, default 15]
 # (CONFIG_FILE: a config layered over the defaults, e.g. another [memory] persons_bytes.)
 # Needs: pip install matplotlib
@@ -74,5 +74,5 @@ for n in $PERSONS; do
   rm -rf "$DATA"
   DATA=""
 done
-python3 benches/load/person_curve_plot.py "$OUT/persons.tsv" "$OUT/persons.png"
+python3 benches/load/curve_plot.py "$OUT/persons.tsv" "$OUT/persons.png"
 echo "table: $OUT/persons.tsv; plot: $OUT/persons.png"
