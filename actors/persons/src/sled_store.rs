@@ -84,10 +84,12 @@ impl PersonRecords for SledPersons {
         self.persons
             .insert(key(project_id, person.id.as_bytes()), encode(person)?)?;
         for did in &person.distinct_ids {
-            self.distinct_ids.insert(
-                key(project_id, did.as_bytes()),
-                person.id.as_bytes().as_slice(),
-            )?;
+            // Most writes change the properties of a person whose ids already point at it:
+            // reading a mapping costs less than rewriting it (an insert logs a new version).
+            let k = key(project_id, did.as_bytes());
+            if self.distinct_ids.get(&k)?.as_deref() != Some(person.id.as_bytes().as_slice()) {
+                self.distinct_ids.insert(k, person.id.as_bytes().as_slice())?;
+            }
         }
         Ok(())
     }
