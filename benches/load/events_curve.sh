@@ -10,7 +10,8 @@
 #     DuckDB's over the same files back to back (duckdb_query.py: the faster of reading
 #     `$browser` from the JSON text or from its column; approx_count_distinct and
 #     count(DISTINCT));
-#   - capture on top of the stored events: /batch/ (gzip, 100 events) events/s with
+#   - capture on top of the stored events: /batch/ (gzip, 100 events, 32 conns as capture.sh
+#     probes under) events/s with
 #     event-to-queryable p95 probed during that load (queryable.py), then single events with a
 #     new user each (req/s, p99);
 #   - restart: the server killed (-9) after the load and started again, seconds until
@@ -63,7 +64,7 @@ for n in $EVENTS; do
   after=$(rss_mib)
   python3 benches/load/duckdb_query.py "$set_dir" "$RUNS" "$DATA/duckdb.json"
   python3 benches/load/make_bodies.py "$TOKEN" "$DATA"
-  wrk -t1 -c64 -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/batch/" -- "$DATA/batch.json.gz" gzip >"$DATA/batch.txt" &
+  wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/batch/" -- "$DATA/batch.json.gz" gzip >"$DATA/batch.txt" &
   load=$!
   sleep 2
   python3 benches/load/queryable.py "$BASE" "$TOKEN" "$KEY" 100 | tee "$DATA/queryable.txt"
