@@ -15,6 +15,7 @@ use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::ChunkReader;
@@ -263,7 +264,14 @@ pub fn write_segment(
             .set_column_dictionary_enabled(column.clone(), false)
             .set_column_encoding(column, Encoding::DELTA_BINARY_PACKED);
     }
-    let props = props.build();
+    // A bloom filter of each row group's distinct ids lets a read for one user (the events
+    // API's `distinct_id`) skip row groups without decoding the column.
+    let distinct_id = ColumnPath::from("distinct_id");
+    let props = props
+        .set_column_bloom_filter_enabled(distinct_id.clone(), true)
+        .set_column_bloom_filter_fpp(distinct_id.clone(), DISTINCT_ID_BLOOM_FPP)
+        .set_column_bloom_filter_max_ndv(distinct_id, DISTINCT_ID_BLOOM_NDV)
+        .build();
     let paced = PacedFile { file, unsynced: 0 };
     let mut writer = ArrowWriter::try_new(paced, schema_with(materialized), Some(props))?;
     for chunk in events.chunks(64 * 1024) {
@@ -274,6 +282,12 @@ pub fn write_segment(
     paced.file.sync_all()?;
     Ok(())
 }
+
+/// Distinct ids a row group's bloom filter is sized for, and its false-positive rate at that
+/// many: at most 64 KiB per row group of 128 Ki rows. A row group with more distinct ids answers
+/// "maybe" more often (about 5 % at three times as many), which costs reads, never rows.
+const DISTINCT_ID_BLOOM_NDV: u64 = 32 * 1024;
+const DISTINCT_ID_BLOOM_FPP: f64 = 0.01;
 
 /// Bytes a segment writer hands the disk between syncs.
 const SYNC_STEP: usize = 4 << 20;
@@ -382,23 +396,33 @@ pub struct FilteredRead {
 /// statistics lie outside the bounds are skipped, and `event`/`distinct_id` equality is
 /// evaluated on those columns alone before any other column is decoded.
 pub fn read_segment_filtered(
-    file: impl ChunkReader + 'static,
+    file: impl ChunkReader + Clone + 'static,
     source: &str,
     filter: &SegmentFilter,
 ) -> Result<FilteredRead, SegmentError> {
     use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter};
     use parquet::arrow::ProjectionMask;
 
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file.clone())?;
     let metadata = builder.metadata().clone();
     let ts_index = schema().index_of("timestamp")?;
+    let did_index = schema().index_of("distinct_id")?;
     let bounds = TimeBounds::of_segment(&metadata, ts_index);
-    let row_groups: Vec<usize> = (0..metadata.num_row_groups())
-        .filter(|&i| {
-            TimeBounds::of_row_group(metadata.row_group(i), ts_index)
-                .is_none_or(|b| b.may_match(filter))
-        })
-        .collect();
+    let mut row_groups = Vec::new();
+    for i in 0..metadata.num_row_groups() {
+        let group = metadata.row_group(i);
+        if !TimeBounds::of_row_group(group, ts_index).is_none_or(|b| b.may_match(filter)) {
+            continue;
+        }
+        if let Some(wanted) = &filter.distinct_id {
+            // Segments written before bloom filters have none: read as before.
+            let bloom = Sbbf::read_from_column_chunk(group.column(did_index), &file)?;
+            if bloom.is_some_and(|b| !b.check(wanted.as_str())) {
+                continue;
+            }
+        }
+        row_groups.push(i);
+    }
     if row_groups.is_empty() {
         return Ok(FilteredRead {
             rows: Vec::new(),

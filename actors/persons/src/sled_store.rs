@@ -88,7 +88,8 @@ impl PersonRecords for SledPersons {
             // reading a mapping costs less than rewriting it (an insert logs a new version).
             let k = key(project_id, did.as_bytes());
             if self.distinct_ids.get(&k)?.as_deref() != Some(person.id.as_bytes().as_slice()) {
-                self.distinct_ids.insert(k, person.id.as_bytes().as_slice())?;
+                self.distinct_ids
+                    .insert(k, person.id.as_bytes().as_slice())?;
             }
         }
         Ok(())
