@@ -279,23 +279,14 @@ mod tests {
 
     #[test]
     fn reads_skip_segments_outside_their_time_range_without_losing_rows() {
-        use crate::catalog::{write_committed, DirCatalog, SegmentName};
+        use crate::catalog::{write_committed, DirCatalog};
+        use crate::testing::segment_of;
 
         let dir = tempfile::tempdir().expect("tempdir");
         let catalog = DirCatalog::open(dir.path().to_path_buf()).expect("catalog");
         let files = SegmentFiles::local(dir.path()).expect("files");
-        let segment = |first: u64| SegmentRef {
-            project: 1,
-            day: at("2024-01-01T00:00:00Z").date_naive(),
-            name: SegmentName {
-                node: 0,
-                shard: 0,
-                first,
-                last: first,
-                version: 0,
-            },
-        };
-        let (morning, evening) = (segment(1), segment(2));
+        let day = at("2024-01-01T00:00:00Z").date_naive();
+        let (morning, evening) = (segment_of(day, 1), segment_of(day, 2));
         for (seg, hour) in [(&morning, "08"), (&evening, "20")] {
             let rows: Vec<_> = (0..3)
                 .map(|i| {

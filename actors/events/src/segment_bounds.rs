@@ -81,21 +81,11 @@ impl SegmentBounds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::SegmentName;
+    use crate::testing::segment_of;
     use chrono::NaiveDate;
 
-    fn segment(first: u64) -> SegmentRef {
-        SegmentRef {
-            project: 1,
-            day: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
-            name: SegmentName {
-                node: 0,
-                shard: 0,
-                first,
-                last: first,
-                version: 0,
-            },
-        }
+    fn segment(seq: u64) -> SegmentRef {
+        segment_of(NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"), seq)
     }
 
     fn span(n: i64) -> TimeBounds {

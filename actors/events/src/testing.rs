@@ -1,9 +1,10 @@
 //! Stored events built in one line, for tests.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::catalog::{SegmentName, SegmentRef};
 use crate::StoredEvent;
 
 /// `s` (RFC 3339) as a UTC time.
@@ -43,4 +44,19 @@ pub fn tail_of(events: Vec<StoredEvent>) -> std::sync::Arc<crate::Tail> {
     let tail = std::sync::Arc::new(crate::Tail::default());
     tail.write().active.extend(events);
     tail
+}
+
+/// Project 1's segment of `day` from shard 0's flush of WAL record `seq` alone.
+pub fn segment_of(day: NaiveDate, seq: u64) -> SegmentRef {
+    SegmentRef {
+        project: 1,
+        day,
+        name: SegmentName {
+            node: 0,
+            shard: 0,
+            first: seq,
+            last: seq,
+            version: 0,
+        },
+    }
 }
