@@ -159,7 +159,7 @@ pub fn rewrite_function(f: &mut Function) -> Result<Option<Expr>, QueryError> {
                 t("count(CASE WHEN __a1 THEN __a0 END)")
             }
         }
-        // ClickHouse's estimating `uniq*` family: distinct 64-bit hashes (see `uniq`).
+        // ClickHouse's estimating `uniq*` family: an adaptive sample of 64-bit hashes (see `uniq`).
         "uniq" | "uniqcombined" | "uniqcombined64" | "uniqhll12" | "uniqtheta" => {
             arity(&name, a, &[1])?;
             t(&format!("{UNIQ}(__a0)"))
