@@ -7,9 +7,9 @@
 #   - RSS when idle, and after the queries;
 #   - HogQL count by event, a 30-day trend broken down by `$browser`, `uniq(person_id)` and
 #     `uniqExact(person_id)` over 7 days: medians through the HTTP API (event_queries.py), and
-#     DuckDB's over the same files back to back (duckdb_query.py: the faster of reading
-#     `$browser` from the JSON text or from its column; approx_count_distinct and
-#     count(DISTINCT));
+#     DuckDB's over the same rows back to back (duckdb_query.py: its faster time over the
+#     generated files or the server's compacted ones, and of reading `$browser` from the JSON
+#     text or from its column; approx_count_distinct and count(DISTINCT));
 #   - capture on top of the stored events: /batch/ (gzip, 100 events, 32 conns as capture.sh
 #     probes under) events/s with
 #     event-to-queryable p95 probed during that load (queryable.py), then single events with a
@@ -62,7 +62,7 @@ for n in $EVENTS; do
   idle=$(rss_mib)
   python3 benches/load/event_queries.py "$BASE" "$KEY" "$RUNS" "$DATA/corvid.json"
   after=$(rss_mib)
-  python3 benches/load/duckdb_query.py "$set_dir" "$RUNS" "$DATA/duckdb.json"
+  python3 benches/load/duckdb_query.py "$set_dir,$DATA/events" "$RUNS" "$DATA/duckdb.json"
   python3 benches/load/make_bodies.py "$TOKEN" "$DATA"
   wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/post.lua "$BASE/batch/" -- "$DATA/batch.json.gz" gzip >"$DATA/batch.txt" &
   load=$!

@@ -351,6 +351,15 @@ mod tests {
         assert!((0..500).all(|i| bloom.check(format!("u{i}").as_str())));
         let absent = (0..1000).filter(|i| bloom.check(format!("v{i}").as_str()));
         assert!(absent.count() < 50);
+        // Columns read by most queries are stored as they are, the rest in zstd.
+        for c in meta.row_group(0).columns() {
+            let expected = match c.column_path().string().as_str() {
+                "event" | "timestamp" | "created_at" | "person_id" => "UNCOMPRESSED",
+                _ => "ZSTD",
+            };
+            let got = format!("{:?}", c.compression());
+            assert!(got.starts_with(expected), "{}: {got}", c.column_path());
+        }
         for (id, rows) in [("u7", 1), ("nobody", 0)] {
             let filter = SegmentFilter {
                 distinct_id: Some(id.into()),

@@ -235,8 +235,9 @@ pub enum SegmentError {
 /// reader skip the pages (of every column) holding other events.
 const PAGE_ROWS: usize = 8 * 1024;
 
-/// Writes rows to `path` as Parquet with zstd through `disk`, and syncs it (its directory is
-/// the caller's: a staged file becomes durable when its flush is recorded).
+/// Writes rows to `path` as Parquet (zstd, except for the columns named below) through
+/// `disk`, and syncs it (its directory is the caller's: a staged file becomes durable when its
+/// flush is recorded).
 ///
 /// Rows are sorted by `(event, timestamp)`, as PostHog's ClickHouse table orders each day:
 /// most queries name an event, and with each event's rows together the `event` column's page
@@ -263,6 +264,14 @@ pub fn write_segment(
         props = props
             .set_column_dictionary_enabled(column.clone(), false)
             .set_column_encoding(column, Encoding::DELTA_BINARY_PACKED);
+    }
+    // Columns compression cannot shrink, or that nearly every query reads, are stored as they
+    // are: a compressed page costs a decompression context however small it is, and the
+    // `event` column is a few runs, the timestamps are delta-encoded already, and person ids
+    // (what every "unique users" query hashes) are near-random strings zstd only halves
+    // (decompressing them was the largest part of such a query).
+    for name in ["event", "timestamp", "created_at", "person_id"] {
+        props = props.set_column_compression(ColumnPath::from(name), Compression::UNCOMPRESSED);
     }
     // A bloom filter of each row group's distinct ids lets a read for one user (the events
     // API's `distinct_id`) skip row groups without decoding the column.
