@@ -313,6 +313,10 @@ mod tests {
         .expect("segment");
         let whole = read_segment(files.read(&segment).expect("bytes"), "whole").expect("rows");
         assert_eq!(whole.len(), 500);
+        // The WAL replay's duplicate check reads the uuid column alone: the same uuids.
+        let uuids = crate::segment::read_uuids(files.read(&segment).expect("bytes"), "uuids")
+            .expect("uuids");
+        assert_eq!(uuids, whole.iter().map(|e| e.uuid).collect::<Vec<_>>());
         let filter = SegmentFilter {
             event: Some("signup".into()),
             ..SegmentFilter::default()

@@ -562,6 +562,33 @@ pub fn count_erased(
     Ok(count)
 }
 
+/// The event uuids a segment holds, reading that column alone (the WAL replay's duplicate
+/// check needs nothing else, and decoding whole rows made it hold every column of every
+/// segment it checks).
+pub fn read_uuids(
+    file: impl ChunkReader + 'static,
+    source: &str,
+) -> Result<Vec<Uuid>, SegmentError> {
+    use parquet::arrow::ProjectionMask;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let descr = builder.metadata().file_metadata().schema_descr_ptr();
+    let root = builder.schema().index_of("uuid")?;
+    let reader = builder
+        .with_projection(ProjectionMask::roots(&descr, [root]))
+        .build()?;
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch?;
+        let uuids = column::<StringArray>(&batch, "uuid", source)?;
+        out.extend(
+            uuids
+                .iter()
+                .map(|u| u.and_then(|u| Uuid::parse_str(u).ok()).unwrap_or_default()),
+        );
+    }
+    Ok(out)
+}
+
 /// Column names of a segment (its bytes, or an open file), from its footer.
 pub fn column_names(
     file: impl ChunkReader + 'static,

@@ -13,7 +13,7 @@ use super::super::catalog::SegmentCatalog;
 use super::super::error::IngestError;
 use super::super::files::SegmentFiles;
 use super::super::messages::{BatchDone, FlushTick, ProcessBatch, RecordPart};
-use super::super::segment::read_segment;
+use super::super::segment::read_uuids;
 use super::super::shard::{shard_of, IngestShard};
 use super::super::wal::{Replayed, Wal};
 use super::super::CapturedEvent;
@@ -209,11 +209,7 @@ pub(super) fn uuids_in_segments_after(
         for segment in catalog.segments(project, None, None)? {
             if segment.name.node == catalog.node() && segment.name.last > low {
                 let bytes = files.read(&segment)?;
-                out.extend(
-                    read_segment(bytes, &segment.key())?
-                        .into_iter()
-                        .map(|e| e.uuid),
-                );
+                out.extend(read_uuids(bytes, &segment.key())?);
             }
         }
     }
