@@ -19,6 +19,7 @@ mod hogql;
 mod insights;
 mod materialization;
 mod memory;
+mod page_runs;
 mod response;
 mod results;
 mod run_count;

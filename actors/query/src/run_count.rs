@@ -36,10 +36,13 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 use futures_util::StreamExt;
+
+use super::page_runs::PageRunsExec;
 
 /// Name of the run-length column [`RunCollapseExec`] adds.
 const RUN_LENGTH: &str = "__corvid_run_length";
@@ -120,7 +123,7 @@ fn rewrite(aggregate: &AggregateExec) -> DfResult<Option<Arc<dyn ExecutionPlan>>
         return Ok(None);
     }
 
-    let collapse = Arc::new(RunCollapseExec::new(Arc::clone(input), column.index()));
+    let collapse = collapse(input, column.index())?;
     let collapsed_schema = collapse.schema();
     let run_length: Arc<dyn PhysicalExpr> = Arc::new(Column::new(RUN_LENGTH, 1));
     let udaf = Arc::new(count_runs());
@@ -158,6 +161,33 @@ fn rewrite(aggregate: &AggregateExec) -> DfResult<Option<Arc<dyn ExecutionPlan>>
     Ok(Some(Arc::new(rewritten)))
 }
 
+/// `input` as runs of column `key`: a union collapses each of its inputs, and a Parquet scan
+/// of that column alone reads its runs from the page index ([`PageRunsExec`]).
+fn collapse(input: &Arc<dyn ExecutionPlan>, key: usize) -> DfResult<Arc<dyn ExecutionPlan>> {
+    if let Some(union) = input.downcast_ref::<UnionExec>() {
+        let inputs = union
+            .inputs()
+            .iter()
+            .map(|child| collapse(child, key))
+            .collect::<DfResult<Vec<_>>>()?;
+        return UnionExec::try_new(inputs);
+    }
+    if key == 0 {
+        if let Some(pages) = PageRunsExec::for_scan(input) {
+            return Ok(Arc::new(pages));
+        }
+    }
+    Ok(Arc::new(RunCollapseExec::new(Arc::clone(input), key)))
+}
+
+/// The schema of runs of a column `field`: its values, then each run's length.
+pub(crate) fn collapsed_schema(field: Field) -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field,
+        Field::new(RUN_LENGTH, DataType::Int64, false),
+    ]))
+}
+
 fn is_string(data_type: &DataType) -> bool {
     match data_type {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
@@ -179,11 +209,7 @@ pub struct RunCollapseExec {
 
 impl RunCollapseExec {
     pub fn new(input: Arc<dyn ExecutionPlan>, key: usize) -> RunCollapseExec {
-        let input_schema = input.schema();
-        let schema = Arc::new(Schema::new(vec![
-            input_schema.field(key).clone(),
-            Field::new(RUN_LENGTH, DataType::Int64, false),
-        ]));
+        let schema = collapsed_schema(input.schema().field(key).clone());
         let input_properties = input.properties();
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -274,10 +300,7 @@ impl Collapser {
         if rows == 0 || gave_up {
             return Ok((Arc::clone(values), Int64Array::from(vec![1i64; rows])));
         }
-        let ranges = match values.as_string_view_opt() {
-            Some(views) if views.null_count() == 0 => view_runs(views),
-            _ => partition(std::slice::from_ref(values))?.ranges(),
-        };
+        let ranges = runs(values)?;
         self.probed += 1;
         // Worth it when runs average at least four rows.
         if ranges.len() * 4 > rows {
@@ -288,6 +311,14 @@ impl Collapser {
         let lengths = Int64Array::from_iter_values(ranges.iter().map(|r| r.len() as i64));
         Ok((take(values.as_ref(), &starts, None)?, lengths))
     }
+}
+
+/// The runs of equal values in `values` (nulls are equal to each other).
+pub(crate) fn runs(values: &ArrayRef) -> DfResult<Vec<Range<usize>>> {
+    Ok(match values.as_string_view_opt() {
+        Some(views) if views.null_count() == 0 => view_runs(views),
+        _ => partition(std::slice::from_ref(values))?.ranges(),
+    })
 }
 
 /// The runs of equal strings in `values` (no nulls), as `partition` would find them.
