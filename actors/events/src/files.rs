@@ -1,6 +1,6 @@
 //! Segment files, read through `object_store`: a local directory in the embedded default (the
-//! events directory the [`DirCatalog`](super::catalog::DirCatalog) commits into), a bucket
-//! in a cluster. Every reader of segment bytes comes through here — the events API, WAL
+//! events directory the [`DirCatalog`](super::catalog::DirCatalog) commits into, whose range
+//! reads map the files: [`super::mapped`]), a bucket in a cluster. Every reader of segment bytes comes through here — the events API, WAL
 //! replay's dedup scan, compaction, and queries, which name files by [`SegmentFiles::url`]
 //! and read them through the same store registered in their runtime.
 //!
@@ -25,6 +25,7 @@ use parquet::file::metadata::ParquetMetaDataReader;
 use parquet::file::reader::{ChunkReader, Length};
 
 use super::catalog::SegmentRef;
+use super::mapped::MappedLocalStore;
 use super::segment::{SegmentError, TimeBounds};
 use super::segment_bounds::SegmentBounds;
 use corvid_kernel::runtime::OwnedRuntime;
@@ -63,7 +64,7 @@ impl SegmentFiles {
     pub fn local(root: &Path) -> std::io::Result<SegmentFiles> {
         std::fs::create_dir_all(root)?;
         let store = LocalFileSystem::new_with_prefix(root).map_err(std::io::Error::other)?;
-        SegmentFiles::new(Arc::new(store))
+        SegmentFiles::new(Arc::new(MappedLocalStore::new(store)))
     }
 
     /// Segment files in any object store, keyed by [`SegmentRef::key`].

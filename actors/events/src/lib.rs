@@ -20,6 +20,7 @@ mod decode_tests;
 mod dedup;
 mod error;
 mod files;
+mod mapped;
 mod messages;
 mod normalize;
 mod persons;
