@@ -24,6 +24,7 @@ mod response;
 mod results;
 mod run_count;
 mod tables;
+mod time_bounds;
 mod uniq;
 
 pub use engine::{ArrowOutput, QueryEngine, QueryOutput, QuerySettings, Sources};

@@ -23,13 +23,14 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{BinaryExpr as PhysicalBinary, Column};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::erased::KeepUnerased;
+use super::time_bounds::{self, time_bounds, TimeBound};
 use corvid_events::StoredEvent;
 use corvid_persons::{ErasedSet, Group, Person};
 
@@ -77,33 +78,6 @@ impl EventsTable {
             schema,
             erased: erased.filter(|e| !e.is_empty()),
         })
-    }
-
-    /// `plan` (a scan of the files with columns `scanned`, which hold the three the filter
-    /// reads) filtered by the erasures, answering the first `wanted` columns.
-    fn without_erased(
-        &self,
-        erased: &Arc<ErasedSet>,
-        plan: Arc<dyn ExecutionPlan>,
-        scanned: &[usize],
-        wanted: usize,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let columns = ERASURE_COLUMNS
-            .iter()
-            .map(|name| {
-                let index = self.schema.index_of(name)?;
-                let at = scanned.iter().position(|i| *i == index).ok_or_else(|| {
-                    datafusion::error::DataFusionError::Internal(format!("{name} is not scanned"))
-                })?;
-                Ok(Arc::new(Column::new(name, at)) as Arc<dyn PhysicalExpr>)
-            })
-            .collect::<DfResult<Vec<_>>>()?;
-        let keep = Arc::new(KeepUnerased::new(Arc::clone(erased), columns));
-        Ok(Arc::new(
-            FilterExecBuilder::new(keep, plan)
-                .apply_projection(Some((0..wanted).collect()))?
-                .build()?,
-        ))
     }
 }
 
@@ -200,7 +174,13 @@ impl TableProvider for EventsTable {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        Ok(filters
+            .iter()
+            .map(|f| match time_bounds(f) {
+                Some(_) => TableProviderFilterPushDown::Exact,
+                None => TableProviderFilterPushDown::Inexact,
+            })
+            .collect())
     }
 
     async fn scan(
@@ -211,41 +191,143 @@ impl TableProvider for EventsTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let (from, to) = day_bounds(filters);
-        let urls = self
+        let bounds: Vec<TimeBound> = filters.iter().filter_map(time_bounds).flatten().collect();
+        let days = self
             .files
             .iter()
-            .filter(|(day, _)| from.is_none_or(|f| *day >= f) && to.is_none_or(|t| *day <= t))
-            .map(|(_, url)| ListingTableUrl::parse(url))
-            .collect::<DfResult<Vec<_>>>()?;
-        let mut plans = vec![self.tail.scan(state, projection, filters, limit).await?];
-        if !urls.is_empty() {
+            .filter(|(day, _)| from.is_none_or(|f| *day >= f) && to.is_none_or(|t| *day <= t));
+        // Days inside every bound are read as they are; the others are filtered by them.
+        let (whole, cut): (Vec<_>, Vec<_>) =
+            days.partition(|(day, _)| bounds.iter().all(|b| b.holds_all_day(*day)));
+        let tail_bounds = (!bounds.is_empty()).then_some(bounds.as_slice());
+        let tail = Scan {
+            projection,
+            bounds: tail_bounds,
+            erased: None,
+        };
+        let read = tail.prepare(&self.schema, limit)?;
+        let plan = self
+            .tail
+            .scan(state, read.columns.as_ref(), filters, read.limit)
+            .await?;
+        let mut plans = vec![read.finish(plan)?];
+        for (files, bounds) in [(whole, None), (cut, Some(bounds.as_slice()))] {
+            if files.is_empty() {
+                continue;
+            }
+            let urls = files
+                .iter()
+                .map(|(_, url)| ListingTableUrl::parse(url))
+                .collect::<DfResult<Vec<_>>>()?;
             let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
                 .with_file_extension(".parquet");
             let config = ListingTableConfig::new_with_multi_paths(urls)
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&self.schema));
-            let files = ListingTable::try_new(config)?;
-            match &self.erased {
-                None => plans.push(files.scan(state, projection, filters, limit).await?),
-                Some(erased) => {
-                    // Scan what the statement reads plus what the filter reads; the filter
-                    // answers only the former, and no limit applies before it.
-                    let mut scanned: Vec<usize> = projection
-                        .cloned()
-                        .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-                    let wanted = scanned.len();
-                    for name in ERASURE_COLUMNS {
-                        let index = self.schema.index_of(name)?;
-                        if !scanned.contains(&index) {
-                            scanned.push(index);
-                        }
-                    }
-                    let plan = files.scan(state, Some(&scanned), filters, None).await?;
-                    plans.push(self.without_erased(erased, plan, &scanned, wanted)?);
-                }
-            }
+            let listing = ListingTable::try_new(config)?;
+            let scan = Scan {
+                projection,
+                bounds,
+                erased: self.erased.as_ref(),
+            };
+            let read = scan.prepare(&self.schema, limit)?;
+            let plan = listing
+                .scan(state, read.columns.as_ref(), filters, read.limit)
+                .await?;
+            plans.push(read.finish(plan)?);
         }
         UnionExec::try_new(plans)
+    }
+}
+
+/// One input of the `events` scan and the filters the table applies to it itself: time
+/// bounds (for days they cut through) and erasures (for segment rows).
+struct Scan<'a> {
+    projection: Option<&'a Vec<usize>>,
+    bounds: Option<&'a [TimeBound]>,
+    erased: Option<&'a Arc<ErasedSet>>,
+}
+
+impl Scan<'_> {
+    /// What to read for the statement's columns, and the filter to put over it. A filtered
+    /// read scans the columns its filter needs as well, leaves them out after, and takes no
+    /// limit (a limit applies after the filter).
+    fn prepare(&self, schema: &SchemaRef, limit: Option<usize>) -> DfResult<Read> {
+        let unfiltered = || Read {
+            columns: self.projection.cloned(),
+            limit,
+            filter: None,
+        };
+        if self.bounds.is_none() && self.erased.is_none() {
+            return Ok(unfiltered());
+        }
+        let mut scanned: Vec<usize> = self
+            .projection
+            .cloned()
+            .unwrap_or_else(|| (0..schema.fields().len()).collect());
+        let wanted = scanned.len();
+        let mut position = |name: &str| -> DfResult<(usize, usize)> {
+            let index = schema.index_of(name)?;
+            Ok(match scanned.iter().position(|i| *i == index) {
+                Some(at) => (index, at),
+                None => {
+                    scanned.push(index);
+                    (index, scanned.len() - 1)
+                }
+            })
+        };
+        let mut predicates: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        if let Some(bounds) = self.bounds {
+            let (index, at) = position("timestamp")?;
+            predicates.extend(time_bounds::predicate(
+                bounds,
+                "timestamp",
+                at,
+                schema.field(index).data_type(),
+            ));
+        }
+        if let Some(erased) = self.erased {
+            let columns = ERASURE_COLUMNS
+                .iter()
+                .map(|name| {
+                    let (_, at) = position(name)?;
+                    Ok(Arc::new(Column::new(name, at)) as Arc<dyn PhysicalExpr>)
+                })
+                .collect::<DfResult<Vec<_>>>()?;
+            predicates.push(Arc::new(KeepUnerased::new(Arc::clone(erased), columns)));
+        }
+        let Some(predicate) = predicates
+            .into_iter()
+            .reduce(|a, b| Arc::new(PhysicalBinary::new(a, Operator::And, b)))
+        else {
+            return Ok(unfiltered());
+        };
+        Ok(Read {
+            columns: Some(scanned),
+            limit: None,
+            filter: Some((predicate, wanted)),
+        })
+    }
+}
+
+/// A read of one input of the `events` scan: its columns and limit, and the filter (with the
+/// number of leading columns it answers) to put over it.
+struct Read {
+    columns: Option<Vec<usize>>,
+    limit: Option<usize>,
+    filter: Option<(Arc<dyn PhysicalExpr>, usize)>,
+}
+
+impl Read {
+    fn finish(self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let Some((predicate, wanted)) = self.filter else {
+            return Ok(plan);
+        };
+        Ok(Arc::new(
+            FilterExecBuilder::new(predicate, plan)
+                .apply_projection(Some((0..wanted).collect()))?
+                .build()?,
+        ))
     }
 }
 

@@ -884,3 +884,90 @@ fn erased_events_are_hidden_from_every_statement() {
         "captured after the request"
     );
 }
+
+/// Bounds on `timestamp` are applied by the table to the days they cut through only (whole
+/// days are read unfiltered): every bound must still count exactly what it admits, in the
+/// segments and the tail, under a limit, and together with erasures.
+#[test]
+fn time_bounds_count_exactly_on_whole_and_cut_days() {
+    let at = |i: usize| {
+        format!(
+            "2024-05-{:02}T{:02}:{:02}:00Z",
+            1 + i % 6,
+            (i * 7) % 24,
+            i % 60
+        )
+    };
+    let make = |i: usize| {
+        event(
+            1,
+            ["a", "b", "c"][i % 3],
+            &format!("u{}", i % 50),
+            &at(i),
+            json!({}),
+        )
+    };
+    let segments: Vec<StoredEvent> = (0..3_000).map(make).collect();
+    let tail: Vec<StoredEvent> = (3_000..3_300).map(make).collect();
+    let all: Vec<String> = (0..3_300).map(at).collect();
+    let f = Fixture::new(segments, tail);
+    let within = |lo: &str, hi: &str, lo_incl: bool, hi_incl: bool| {
+        all.iter()
+            .filter(|t| {
+                let t = t.as_str();
+                (lo.is_empty() || if lo_incl { t >= lo } else { t > lo })
+                    && (hi.is_empty() || if hi_incl { t <= hi } else { t < hi })
+            })
+            .count()
+    };
+    let iso = |s: &str| format!("{}T{}Z", &s[..10], &s[11..]);
+    let cases = [
+        ("timestamp >= toDateTime('2024-05-03 00:00:00')", within(&iso("2024-05-03 00:00:00"), "", true, false)),
+        ("timestamp > toDateTime('2024-05-03 00:00:00')", within(&iso("2024-05-03 00:00:00"), "", false, false)),
+        ("timestamp >= toDateTime('2024-05-03 12:00:00')", within(&iso("2024-05-03 12:00:00"), "", true, false)),
+        ("timestamp < toDateTime('2024-05-05 00:00:00')", within("", &iso("2024-05-05 00:00:00"), false, false)),
+        ("timestamp <= toDateTime('2024-05-04 21:00:00')", within("", &iso("2024-05-04 21:00:00"), false, true)),
+        (
+            "timestamp BETWEEN toDateTime('2024-05-02 06:00:00') AND toDateTime('2024-05-05 00:00:00')",
+            within(&iso("2024-05-02 06:00:00"), &iso("2024-05-05 00:00:00"), true, true),
+        ),
+        (
+            "toDateTime('2024-05-02 00:00:00') <= timestamp AND timestamp < toDateTime('2024-05-06 00:00:00') AND event = 'a'",
+            (0..3_300)
+                .filter(|&i| i % 3 == 0)
+                .filter(|&i| at(i).as_str() >= "2024-05-02T00:00:00Z" && at(i).as_str() < "2024-05-06T00:00:00Z")
+                .count(),
+        ),
+    ];
+    for (condition, expected) in cases {
+        assert!(expected > 0, "{condition}");
+        let sql = format!("SELECT count() FROM events WHERE {condition}");
+        assert_eq!(f.one(&sql), json!(expected), "{sql}");
+        // A limit must not be applied before the bound: every row returned is inside it.
+        let sql = format!("SELECT timestamp FROM events WHERE {condition} LIMIT 50");
+        let inside = f.rows(&format!("SELECT count() FROM (SELECT timestamp, event FROM events WHERE {condition} LIMIT 50) WHERE {condition}"));
+        assert_eq!(f.rows(&sql).len(), expected.min(50), "{sql}");
+        assert_eq!(inside, vec![vec![json!(expected.min(50))]], "{sql}");
+    }
+    // With an erasure pending, the bound and the erasure both apply.
+    let erasure = corvid_persons::Erasure {
+        id: uuid::Uuid::new_v4(),
+        project_id: 1,
+        person_uuid: uuid::Uuid::new_v4(),
+        distinct_ids: vec!["u7".into()],
+        requested_at: "2024-06-01T00:00:00Z".parse().expect("time"),
+        requested_by: None,
+        person_deleted: true,
+        events: true,
+        verified_at: None,
+        events_removed: 0,
+    };
+    f.persons.update_erasures(1, &[erasure]).expect("erasure");
+    let kept = (0..3_300)
+        .filter(|&i| i % 50 != 7 && at(i).as_str() >= "2024-05-03T12:00:00Z")
+        .count();
+    assert_eq!(
+        f.one("SELECT count() FROM events WHERE timestamp >= toDateTime('2024-05-03 12:00:00')"),
+        json!(kept)
+    );
+}
