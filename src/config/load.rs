@@ -282,6 +282,7 @@ impl Config {
             default_rows: q.default_rows.get().min(q.max_rows.get()),
             max_rows: q.max_rows.get(),
             threads,
+            metadata_cache_bytes: q.metadata_cache_bytes,
             datafusion_options: q
                 .datafusion
                 .iter()

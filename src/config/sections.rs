@@ -243,6 +243,8 @@ pub struct QueryConfig {
     pub max_rows: NonZeroUsize,
     /// Query runtime threads; 0 means one per core.
     pub threads: usize,
+    /// Segment-file metadata (footers, page indexes) kept in memory between queries.
+    pub metadata_cache_bytes: usize,
     /// DataFusion session options for every query (`[query.datafusion]`), e.g.
     /// `"datafusion.execution.batch_size" = "16384"`; an unknown key or bad value stops startup.
     #[serde(default)]

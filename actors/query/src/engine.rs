@@ -55,6 +55,9 @@ pub struct QuerySettings {
     pub max_rows: usize,
     /// Worker threads of the query runtime (and DataFusion's target partitions).
     pub threads: usize,
+    /// Bytes of Parquet footers and page indexes the runtime keeps between queries (shared
+    /// by all of them; least recently used out first).
+    pub metadata_cache_bytes: usize,
     /// DataFusion session options (`datafusion.execution.batch_size` = "16384", …) set on
     /// every query's session; checked when the engine is built.
     pub datafusion_options: Vec<(String, String)>,
@@ -217,6 +220,13 @@ impl QueryEngine {
             .session_config()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let runtime = OwnedRuntime::new("corvid-query", settings.threads)?;
+        // A query reads every file's footer and page index; a cache smaller than the files a
+        // query spans evicts each one just before it is needed again.
+        sources
+            .runtime
+            .cache_manager
+            .get_file_metadata_cache()
+            .update_cache_limit(settings.metadata_cache_bytes);
         Ok(QueryEngine {
             runtime,
             sources: Arc::new(sources),

@@ -41,6 +41,7 @@ pub fn settings() -> QuerySettings {
         default_rows: 10_000,
         max_rows: 50_000,
         threads: 2,
+        metadata_cache_bytes: 64 << 20,
         datafusion_options: Vec::new(),
     }
 }
