@@ -23,6 +23,7 @@ mod page_runs;
 mod response;
 mod results;
 mod run_count;
+mod runs;
 mod tables;
 mod time_bounds;
 mod uniq;

@@ -44,7 +44,7 @@ use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 
-use super::run_count::{collapsed_schema, runs};
+use super::runs::{collapsed_schema, runs};
 
 /// Runs emitted per output batch.
 const RUNS_PER_BATCH: usize = 8 * 1024;
