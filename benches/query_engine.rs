@@ -161,7 +161,9 @@ fn setup() -> (QueryEngine, tempfile::TempDir) {
         .path(meta.path().join("meta"))
         .open()
         .expect("sled");
-    let persons = Arc::new(PersonStore::open(&db).expect("persons"));
+    let files = corvid_persons::PersonFiles::open(&meta.path().join("persons"), 8 << 20)
+        .expect("person keyspaces");
+    let persons = Arc::new(PersonStore::open(&db, files).expect("persons"));
     let settings = QuerySettings {
         timeout: Duration::from_secs(300),
         ..config.query_settings()

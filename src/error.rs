@@ -270,6 +270,7 @@ impl ApiError {
                     None,
                 ),
                 StoreError::Sled(_)
+                | StoreError::Keyspace(_)
                 | StoreError::Postgres(_)
                 | StoreError::Corrupt { .. }
                 | StoreError::SchemaTooNew { .. }

@@ -461,6 +461,7 @@ impl Config {
             memory: MemorySettings {
                 persons_bytes: self.memory.persons_bytes,
                 storage_cache_bytes: self.memory.storage_cache_bytes,
+                person_cache_bytes: self.memory.person_cache_bytes,
             },
             geoip: self.geoip.database_path.clone(),
             webhooks: WebhookSettings {

@@ -43,6 +43,9 @@ pub struct MemoryConfig {
     pub persons_bytes: usize,
     /// Bytes of the embedded store's page cache (sled).
     pub storage_cache_bytes: u64,
+    /// Bytes of the block cache of the embedded person keyspaces (`<data dir>/persons/`):
+    /// persons past `persons_bytes` are read through it.
+    pub person_cache_bytes: u64,
 }
 
 /// `[metrics]`: the Prometheus endpoint.

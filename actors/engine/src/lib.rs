@@ -41,7 +41,9 @@ use corvid_kernel::pg::Pg;
 use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecords, StoreError};
 use corvid_lifecycle::{BatchExports, BatchRecords, BatchSettings, Exports};
 use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
-use corvid_persons::{PersonRecords, PersonStore, Persons, PgPersons, SledPersons};
+use corvid_persons::{
+    EmbeddedPersons, PersonFiles, PersonRecords, PersonStore, Persons, PgPersons,
+};
 use corvid_query::{QueryEngine, QuerySettings, Sources};
 use corvid_surfaces::early_access::EarlyAccess;
 use corvid_surfaces::experiments::Experiments;
@@ -110,6 +112,9 @@ pub struct ClusterSettings {
     pub segment_cache_bytes: usize,
 }
 
+/// Bytes of the embedded person keyspaces' block cache when the settings name none.
+pub const DEFAULT_PERSON_CACHE_BYTES: u64 = 64 << 20;
+
 /// What the engine keeps in memory beside what requests bring.
 #[derive(Debug, Clone, Copy)]
 pub struct MemorySettings {
@@ -117,6 +122,8 @@ pub struct MemorySettings {
     pub persons_bytes: usize,
     /// Bytes of sled's page cache, for the embedded store and a node's own database.
     pub storage_cache_bytes: u64,
+    /// Bytes of the embedded person keyspaces' block cache ([`PersonFiles`]).
+    pub person_cache_bytes: u64,
 }
 
 impl Default for MemorySettings {
@@ -124,6 +131,7 @@ impl Default for MemorySettings {
         MemorySettings {
             persons_bytes: corvid_persons::DEFAULT_PERSON_BUDGET,
             storage_cache_bytes: corvid_tenancy::DEFAULT_CACHE_BYTES,
+            person_cache_bytes: DEFAULT_PERSON_CACHE_BYTES,
         }
     }
 }
@@ -265,8 +273,9 @@ pub struct Engine {
     pub batch_exports: BatchExports,
     compactor_stop: Arc<AtomicBool>,
     jobs: Jobs,
-    /// The embedded metadata store and the data dir, for snapshots (`None` in a cluster).
-    embedded: Option<(sled::Db, PathBuf)>,
+    /// The embedded metadata store, person keyspaces and data dir, for snapshots (`None` in
+    /// a cluster).
+    embedded: Option<(sled::Db, PersonFiles, PathBuf)>,
     /// What a cluster node checks before it reports ready.
     readiness: Option<Readiness>,
     /// This node's heartbeat claim (`node/<node id>`): the live nodes are its holders.
@@ -301,6 +310,9 @@ struct Readiness {
 const READINESS_PROBE: &str = "_corvid/readiness";
 /// How long the bucket may take to answer the readiness probe.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The embedded person keyspaces' directory under the data dir.
+pub const PERSONS_DIR: &str = "persons";
 
 /// Opens the embedded metadata store under `data_dir` as a tenancy facade.
 async fn embedded_tenancy(settings: &EngineSettings) -> Result<(Tenancy, sled::Db), EngineError> {
@@ -369,7 +381,8 @@ async fn cluster_metastore(cluster: &ClusterSettings) -> Result<Arc<Pg>, EngineE
 /// Where every domain's records are kept: the embedded sled database, or the cluster's
 /// PostgreSQL. The one place that picks an implementation per storage trait.
 enum Backing {
-    Embedded(sled::Db),
+    /// The metadata store, and the persons and distinct ids in their own keyspaces.
+    Embedded(sled::Db, PersonFiles),
     Cluster(Arc<Pg>),
 }
 
@@ -385,7 +398,7 @@ impl Backing {
         T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(LoggedRecords::embedded(db, name, scope)?),
+            Backing::Embedded(db, _) => Arc::new(LoggedRecords::embedded(db, name, scope)?),
             Backing::Cluster(pg) => Arc::new(LoggedRecords::cluster(
                 PgRecords::new(Arc::clone(pg), name),
                 scope,
@@ -398,49 +411,49 @@ impl Backing {
         T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledRecords::open(db, name)?),
+            Backing::Embedded(db, _) => Arc::new(SledRecords::open(db, name)?),
             Backing::Cluster(pg) => Arc::new(PgRecords::new(Arc::clone(pg), name)),
         })
     }
 
     fn persons(&self) -> Result<Arc<dyn PersonRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledPersons::open(db)?),
+            Backing::Embedded(db, files) => Arc::new(EmbeddedPersons::open(db, files.clone())?),
             Backing::Cluster(pg) => Arc::new(PgPersons::new(Arc::clone(pg))),
         })
     }
 
     fn activity(&self) -> Result<Arc<dyn ActivityRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledActivity::open(db)?),
+            Backing::Embedded(db, _) => Arc::new(SledActivity::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgActivity::new(Arc::clone(pg))),
         })
     }
 
     fn flags(&self) -> Result<Arc<dyn FlagRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledFlags::open(db)?),
+            Backing::Embedded(db, _) => Arc::new(SledFlags::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgFlags::new(Arc::clone(pg))),
         })
     }
 
     fn endpoints(&self) -> Result<Arc<dyn EndpointRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledEndpoints::open(db)?),
+            Backing::Embedded(db, _) => Arc::new(SledEndpoints::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgEndpoints::new(Arc::clone(pg))),
         })
     }
 
     fn execution_log(&self) -> Result<Arc<dyn ExecutionLogRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledExecutionLog::open(db)?),
+            Backing::Embedded(db, _) => Arc::new(SledExecutionLog::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgExecutionLog::new(Arc::clone(pg))),
         })
     }
 
     fn grants(&self) -> Result<Arc<dyn GrantRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db) => Arc::new(SledGrants::open(db)?),
+            Backing::Embedded(db, _) => Arc::new(SledGrants::open(db)?),
             Backing::Cluster(pg) => Arc::new(PgGrants::new(Arc::clone(pg))),
         })
     }
@@ -449,7 +462,7 @@ impl Backing {
     /// cluster in the name of `node_id`.
     fn lease(&self, node_id: &str, lease: Duration) -> JobLease {
         match self {
-            Backing::Embedded(_) => JobLease::local(lease),
+            Backing::Embedded(..) => JobLease::local(lease),
             Backing::Cluster(pg) => JobLease {
                 claims: Arc::new(PgClaims::new(Arc::clone(pg))),
                 holder: node_id.to_string(),
@@ -546,7 +559,9 @@ impl Engine {
             node_id,
         } = open_storage(&settings).await?;
         let embedded = match &backing {
-            Backing::Embedded(db) => Some((db.clone(), settings.data_dir.clone())),
+            Backing::Embedded(db, files) => {
+                Some((db.clone(), files.clone(), settings.data_dir.clone()))
+            }
             Backing::Cluster(_) => None,
         };
 
@@ -796,7 +811,7 @@ impl Engine {
         to: &str,
         aws: &[(String, String)],
     ) -> Result<snapshot::SnapshotReport, snapshot::SnapshotError> {
-        let Some((db, data_dir)) = &self.embedded else {
+        let Some((db, files, data_dir)) = &self.embedded else {
             return Err(snapshot::SnapshotError::Location(
                 "a cluster node is backed up with its PostgreSQL metastore and bucket \
                  (docs/DEPLOY.md), not with corvid snapshot"
@@ -807,7 +822,15 @@ impl Engine {
         let last_seq = self.ingest.wal_stats().last_seq.load(Ordering::SeqCst);
         let store = snapshot::location(to, aws)?;
         tracing::info!(to, "snapshot started");
-        let report = snapshot::take(db.clone(), data_dir, Some(pin), last_seq, store, to).await;
+        let report = snapshot::take(
+            (db.clone(), Some(files.clone())),
+            data_dir,
+            Some(pin),
+            last_seq,
+            store,
+            to,
+        )
+        .await;
         match &report {
             Ok(r) => tracing::info!(to, files = r.files, bytes = r.bytes, "snapshot taken"),
             Err(e) => tracing::warn!(to, error = %e, "snapshot failed"),
@@ -859,7 +882,10 @@ async fn open_storage(settings: &EngineSettings) -> Result<Opened, EngineError> 
     let (tenancy, backing, node_db, readiness) = match &settings.storage {
         Storage::Embedded => {
             let (tenancy, db) = embedded_tenancy(settings).await?;
-            (tenancy, Backing::Embedded(db.clone()), db, None)
+            let dir = settings.data_dir.join(PERSONS_DIR);
+            let cache = settings.memory.person_cache_bytes;
+            let files = blocking(move || Ok(PersonFiles::open(&dir, cache)?)).await?;
+            (tenancy, Backing::Embedded(db.clone(), files), db, None)
         }
         Storage::Cluster(cluster) => {
             std::fs::create_dir_all(&settings.data_dir)?;

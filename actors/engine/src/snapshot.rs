@@ -1,7 +1,8 @@
 //! Backups of an embedded node: `corvid snapshot` and `corvid restore`.
 //!
 //! A snapshot is a directory (or a bucket prefix) holding the metadata store exported tree by
-//! tree (`meta.export`), the node's other files as they are (the events directory, the WAL,
+//! tree, with the person keyspaces as two more trees (`meta.export`; a node started on the
+//! restored data dir moves them back into their keyspaces), the node's other files as they are (the events directory, the WAL,
 //! materialized results, first-run credentials) and, written last, `manifest.json` listing
 //! every file with its size and SHA-256: a snapshot without a manifest is incomplete.
 //!
@@ -25,6 +26,8 @@ use sha2::{Digest, Sha256};
 
 use corvid_events::{segment_backup_files as segment_files, wal_backup_files as wal_files, WalPin};
 use corvid_kernel::bucket::{under, upload_file};
+use corvid_kernel::StoreError;
+use corvid_persons::PersonFiles;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 /// What names a snapshot's files: `manifest.json`.
@@ -34,10 +37,22 @@ const VERSION: u32 = 1;
 /// The metadata store's export inside a snapshot.
 const META_EXPORT: &str = "meta.export";
 
-/// Top-level entries of a data dir a snapshot leaves out: the metadata store (exported
-/// instead), a cluster node's own store, file exports (short-lived downloads), staging, the
+/// Top-level entries of a data dir a snapshot leaves out: the metadata store and the person
+/// keyspaces (exported instead), a cluster node's own store, file exports (short-lived downloads), staging, the
 /// control socket and snapshots or restores under way.
-const SKIPPED: [&str; 6] = ["meta", "node", "exports", "staging", "control.sock", "lock"];
+const SKIPPED: [&str; 7] = [
+    "meta",
+    crate::PERSONS_DIR,
+    "node",
+    "exports",
+    "staging",
+    "control.sock",
+    "lock",
+];
+
+/// What a snapshot exports: the metadata store, and the person keyspaces when the data dir
+/// has them.
+pub type Stores = (sled::Db, Option<PersonFiles>);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -55,6 +70,12 @@ pub enum SnapshotError {
 
 fn io(e: impl std::fmt::Display) -> SnapshotError {
     SnapshotError::Io(e.to_string())
+}
+
+impl From<StoreError> for SnapshotError {
+    fn from(e: StoreError) -> SnapshotError {
+        io(e)
+    }
 }
 
 /// One file of a snapshot.
@@ -129,8 +150,9 @@ pub fn aws_environment() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes every tree of `db` to `out`: per tree its name and entries, each length-prefixed.
-fn export_meta(db: &sled::Db, out: &Path) -> Result<(), SnapshotError> {
+/// Writes every tree of `db`, then every keyspace of `persons`, to `out`: per tree its name
+/// and entries, each length-prefixed.
+fn export_meta((db, persons): &Stores, out: &Path) -> Result<(), SnapshotError> {
     db.flush().map_err(io)?;
     let mut file = BufWriter::new(std::fs::File::create(out).map_err(io)?);
     let mut put = |bytes: &[u8]| -> Result<(), SnapshotError> {
@@ -148,6 +170,19 @@ fn export_meta(db: &sled::Db, out: &Path) -> Result<(), SnapshotError> {
             put(&key)?;
             put(&value)?;
         }
+    }
+    if let Some(persons) = persons {
+        let mut current: Option<String> = None;
+        persons.export(|name, key, value| {
+            if current.as_deref() != Some(name) {
+                put(b"tree")?;
+                put(name.as_bytes())?;
+                current = Some(name.to_string());
+            }
+            put(b"kv")?;
+            put(key)?;
+            put(value)
+        })?;
     }
     put(b"end")?;
     let file = file.into_inner().map_err(io)?;
@@ -276,7 +311,7 @@ async fn copy_files(
 /// Takes a snapshot of the embedded node under `data_dir` whose metadata store is `db` into
 /// `store`. `pin` keeps the WAL's files while it runs (a serving node's; `None` offline).
 pub async fn take(
-    db: sled::Db,
+    db: Stores,
     data_dir: &Path,
     pin: Option<WalPin>,
     wal_last_seq: u64,
@@ -300,7 +335,7 @@ fn uuid_like() -> String {
 }
 
 async fn take_into(
-    db: sled::Db,
+    db: Stores,
     data_dir: &Path,
     work: &Path,
     wal_last_seq: u64,
@@ -381,8 +416,21 @@ pub async fn take_offline(data_dir: &Path, to: &str) -> Result<SnapshotReport, S
         .await
         .map_err(io)?
         .map_err(|_| SnapshotError::Locked(meta))?;
+    let dir = data_dir.join(crate::PERSONS_DIR);
+    let persons = if dir.exists() {
+        let opened = dir.clone();
+        let files = tokio::task::spawn_blocking(move || {
+            PersonFiles::open(&opened, crate::DEFAULT_PERSON_CACHE_BYTES)
+        })
+        .await
+        .map_err(io)?
+        .map_err(|_| SnapshotError::Locked(dir))?;
+        Some(files)
+    } else {
+        None
+    };
     let store = location(to, &aws_environment())?;
-    take(db, data_dir, None, 0, store, to).await
+    take((db, persons), data_dir, None, 0, store, to).await
 }
 
 /// Brings the new data dir `data_dir` to the state of the snapshot at `from`: every file
@@ -496,25 +544,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn metadata_round_trips_through_an_export() {
+    fn metadata_and_persons_round_trip_through_an_export() {
+        use corvid_persons::{EmbeddedPersons, Person, PersonRecords};
+
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path().join("a")).expect("sled");
         db.insert(b"k0", b"v0").expect("insert");
-        let tree = db.open_tree("persons").expect("tree");
+        let tree = db.open_tree("groups").expect("tree");
         for i in 0..100u32 {
-            tree.insert(i.to_be_bytes(), format!("p{i}").as_bytes())
+            tree.insert(i.to_be_bytes(), format!("g{i}").as_bytes())
                 .expect("insert");
         }
+        let files = PersonFiles::open(&dir.path().join("persons-a"), 8 << 20).expect("files");
+        let persons = EmbeddedPersons::open(&db, files.clone()).expect("persons");
+        let stored: Vec<Person> = (0..50)
+            .map(|i| Person {
+                id: uuid::Uuid::new_v4(),
+                created_at: chrono::Utc::now(),
+                properties: serde_json::Map::new(),
+                is_identified: false,
+                version: 0,
+                distinct_ids: vec![format!("d{i}"), format!("e{i}")],
+            })
+            .collect();
+        for p in &stored {
+            persons.put_person(4, p).expect("put");
+        }
         let export = dir.path().join("meta.export");
-        export_meta(&db, &export).expect("export");
+        export_meta(&(db, Some(files)), &export).expect("export");
         import_meta(&export, &dir.path().join("b")).expect("import");
+
         let back = sled::open(dir.path().join("b")).expect("sled");
         assert_eq!(back.get(b"k0").expect("get").as_deref(), Some(&b"v0"[..]));
-        let tree = back.open_tree("persons").expect("tree");
+        let tree = back.open_tree("groups").expect("tree");
         assert_eq!(tree.len(), 100);
         assert_eq!(
             tree.get(7u32.to_be_bytes()).expect("get").as_deref(),
-            Some(&b"p7"[..])
+            Some(&b"g7"[..])
         );
+        // A node started on the restored data dir finds every person by every id.
+        let files = PersonFiles::open(&dir.path().join("persons-b"), 8 << 20).expect("files");
+        let restored = EmbeddedPersons::open(&back, files).expect("persons");
+        for p in &stored {
+            assert_eq!(restored.person(4, p.id).expect("read").as_ref(), Some(p));
+            for did in &p.distinct_ids {
+                assert_eq!(
+                    restored.person_id_by_distinct_id(4, did).expect("read"),
+                    Some(p.id)
+                );
+            }
+        }
     }
 }

@@ -485,7 +485,10 @@ mod tests {
     fn store() -> (tempfile::TempDir, PersonStore) {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = sled::open(dir.path()).expect("db");
-        (dir, PersonStore::open(&db).expect("store"))
+        (
+            dir,
+            PersonStore::open(&db, corvid_persons::PersonFiles::temporary()).expect("store"),
+        )
     }
 
     fn event(name: &str, did: &str, props: Value) -> CapturedEvent {

@@ -6,6 +6,9 @@ use thiserror::Error;
 pub enum StoreError {
     #[error("storage failure")]
     Sled(#[from] sled::Error),
+    /// The embedded persons' keyspaces failed (I/O, or a write after a failed sync).
+    #[error("storage failure")]
+    Keyspace(#[from] fjall::Error),
     /// A PostgreSQL statement failed (cluster mode).
     #[error("metastore failure")]
     Postgres(#[from] tokio_postgres::Error),

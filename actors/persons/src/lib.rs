@@ -3,7 +3,7 @@
 //! Writers are the ingest shards (person processing lives in the events crate, since it
 //! changes the event); every mutation takes the store's writer lock, so concurrent shards see
 //! consistent read-modify-write cycles (the lock is the "person actor": one writer at a time).
-//! Readers (APIs, flags) never take it. Records live behind [`PersonRecords`] ([`SledPersons`]
+//! Readers (APIs, flags) never take it. Records live behind [`PersonRecords`] ([`EmbeddedPersons`]
 //! in the embedded default). [`Persons`] is the door the service uses.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
@@ -11,12 +11,13 @@
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
 mod deletion;
+mod embedded_store;
 mod erasure;
+mod files;
 mod model;
 mod pg_store;
 pub(crate) mod records;
 mod resident;
-mod sled_store;
 mod store;
 
 use std::sync::Arc;
@@ -25,11 +26,12 @@ pub use deletion::{
     BulkErasure, DeletionError, ErasureSummary, ErasureTargets, PersonRef, StatusFilter,
     MAX_BULK_IDS,
 };
+pub use embedded_store::EmbeddedPersons;
 pub use erasure::{ErasedSet, Erasure, ProjectErasures, HIDE_AFTER_VERIFIED};
+pub use files::PersonFiles;
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
 pub use records::{PersonRecords, Touched};
-pub use sled_store::SledPersons;
 pub use store::{ErasureOptions, MemoryStats, PersonStore, DEFAULT_PERSON_BUDGET};
 
 use chrono::Utc;

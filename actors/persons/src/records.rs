@@ -1,6 +1,6 @@
 //! Where persons, distinct ids, groups, group types and usage counters live.
 //!
-//! [`PersonRecords`] is the storage trait ([`SledPersons`] in the embedded default; every
+//! [`PersonRecords`] is the storage trait ([`EmbeddedPersons`] in the embedded default; every
 //! implementation passes [`contract::suite`]). Read-modify-write cycles are serialized by the
 //! domain's writer ([`super::PersonStore`]); an implementation shared by several processes
 //! must make [`PersonRecords::put_person`] and [`PersonRecords::ensure_group_type`] safe

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::embedded_store::EmbeddedPersons;
 use super::erasure::{Erasure, ProjectErasures};
+use super::files::PersonFiles;
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{PersonChange, PersonRecords, Touched};
 use super::resident::{Lookup, ResidentPersons};
-use super::sled_store::SledPersons;
 use corvid_activity::{ActivityEntry, Actor};
 use corvid_kernel::start_over::StartOverMap;
 use corvid_kernel::StoreError;
@@ -232,9 +233,11 @@ impl PersonStore {
         }
     }
 
-    /// Over the embedded records in `db`.
-    pub fn open(db: &sled::Db) -> Result<PersonStore, StoreError> {
-        Ok(PersonStore::new(Arc::new(SledPersons::open(db)?)))
+    /// Over the embedded records: the metadata store `db` and the person keyspaces `files`.
+    pub fn open(db: &sled::Db, files: PersonFiles) -> Result<PersonStore, StoreError> {
+        Ok(PersonStore::new(Arc::new(EmbeddedPersons::open(
+            db, files,
+        )?)))
     }
 
     /// The writer lock: hold it across a read-modify-write of persons or groups.
@@ -754,16 +757,16 @@ mod tests {
 
     use super::*;
 
-    fn store() -> (tempfile::TempDir, sled::Db, PersonStore) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("sled");
-        let store = PersonStore::open(&db).expect("store");
-        (dir, db, store)
+    fn store() -> (PersonFiles, sled::Db, PersonStore) {
+        let files = PersonFiles::temporary();
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let store = PersonStore::open(&db, files.clone()).expect("store");
+        (files, db, store)
     }
 
     #[test]
     fn usage_counted_in_memory_is_read_at_once_and_stored_by_a_flush() {
-        let (_dir, db, store) = store();
+        let (files, db, store) = store();
         let jan = Utc.with_ymd_and_hms(2026, 1, 31, 23, 0, 0).unwrap();
         let feb = Utc.with_ymd_and_hms(2026, 2, 1, 0, 30, 0).unwrap();
         store.count_usage(7, jan, UsageKind::BillableEvents, 3);
@@ -786,7 +789,7 @@ mod tests {
             },
         ];
         assert_eq!(store.usage(7).expect("usage"), expected);
-        let stored = SledPersons::open(&db).expect("records");
+        let stored = EmbeddedPersons::open(&db, files.clone()).expect("records");
         assert!(
             stored.usage(7).expect("stored").is_empty(),
             "nothing written yet"
@@ -807,7 +810,7 @@ mod tests {
 
     #[test]
     fn a_person_written_through_the_store_is_what_the_next_update_starts_from() {
-        let (_dir, db, store) = store();
+        let (files, db, store) = store();
         let _writer = store.lock();
         assert_eq!(store.person_for_update(1, "a").expect("read"), None);
         let person = Person {
@@ -827,7 +830,7 @@ mod tests {
             );
         }
         // A store opened later over the same records reads them from storage.
-        let reopened = PersonStore::open(&db).expect("store");
+        let reopened = PersonStore::open(&db, files.clone()).expect("store");
         assert_eq!(
             reopened.person_for_update(1, "b").expect("read"),
             Some(person)
@@ -837,7 +840,7 @@ mod tests {
 
     #[test]
     fn persons_loaded_at_start_are_read_from_memory_and_strangers_have_none() {
-        let (_dir, db, store) = store();
+        let (files, db, store) = store();
         let person = |ids: &[&str], plan: &str| Person {
             id: Uuid::new_v4(),
             created_at: Utc::now(),
@@ -858,7 +861,7 @@ mod tests {
                 store.put_person(*project, p.clone()).expect("put");
             }
         }
-        let restarted = PersonStore::open(&db).expect("store");
+        let restarted = PersonStore::open(&db, files.clone()).expect("store");
         assert_eq!(
             restarted.cached_person(0, "stranger"),
             None,

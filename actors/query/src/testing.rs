@@ -88,7 +88,9 @@ impl Fixture {
             .path(dir.path().join("meta"))
             .open()
             .expect("sled");
-        let persons = Arc::new(PersonStore::open(&db).expect("persons"));
+        let persons = Arc::new(
+            PersonStore::open(&db, corvid_persons::PersonFiles::temporary()).expect("persons"),
+        );
         persons
             .put_person(
                 1,

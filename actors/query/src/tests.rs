@@ -618,7 +618,9 @@ fn datafusion_options_apply_and_bad_ones_are_refused() {
             Arc::new(DirCatalog::open(dir.path().join("events")).expect("catalog")),
             Arc::new(SegmentFiles::local(&dir.path().join("events")).expect("files")),
             vec![],
-            Arc::new(PersonStore::open(&db).expect("persons")),
+            Arc::new(
+                PersonStore::open(&db, corvid_persons::PersonFiles::temporary()).expect("persons"),
+            ),
             Arc::new(PropertyColumns::open(&db, vec![]).expect("columns")),
         );
         let settings = QuerySettings {

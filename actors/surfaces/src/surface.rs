@@ -46,7 +46,9 @@ pub(crate) mod testing {
     /// The flags of a sled database, as stored and through the surfaces' door.
     pub fn flags(db: &sled::Db) -> (Arc<FlagStore>, Arc<OwnedFlags>) {
         let store = Arc::new(FlagStore::open(db).expect("flags"));
-        let persons = Arc::new(PersonStore::open(db).expect("persons"));
+        let persons = Arc::new(
+            PersonStore::open(db, corvid_persons::PersonFiles::temporary()).expect("persons"),
+        );
         let owned = Arc::new(OwnedFlags::new(Arc::clone(&store), persons));
         (store, owned)
     }

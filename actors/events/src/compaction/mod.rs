@@ -449,7 +449,9 @@ mod tests {
     }
 
     pub(super) fn persons(db: &sled::Db) -> Arc<PersonStore> {
-        Arc::new(PersonStore::open(db).expect("test setup"))
+        Arc::new(
+            PersonStore::open(db, corvid_persons::PersonFiles::temporary()).expect("test setup"),
+        )
     }
 
     pub(super) fn fixture(pinned: Vec<String>) -> Fixture {

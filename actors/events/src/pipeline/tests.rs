@@ -11,11 +11,11 @@ use uuid::Uuid;
 use super::*;
 use crate::catalog::DirCatalog;
 use corvid_kernel::StoreError;
-use corvid_persons::{Erasure, Group, Person, PersonRecords, SledPersons, UsageKind, UsageRow};
+use corvid_persons::{EmbeddedPersons, Erasure, Group, Person, PersonRecords, UsageKind, UsageRow};
 
 /// Sled's records, whose person writes fail while `failing` is set.
 struct Flaky {
-    inner: SledPersons,
+    inner: EmbeddedPersons,
     failing: AtomicBool,
 }
 
@@ -129,7 +129,8 @@ fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
         .open()
         .expect("sled");
     let flaky = Arc::new(Flaky {
-        inner: SledPersons::open(&db).expect("persons"),
+        inner: EmbeddedPersons::open(&db, corvid_persons::PersonFiles::temporary())
+            .expect("persons"),
         failing: AtomicBool::new(true),
     });
     let persons = Arc::new(PersonStore::new(

@@ -1,4 +1,6 @@
-//! The embedded person records (sled trees beside the metadata).
+//! The embedded person records: persons and distinct ids in their own keyspaces
+//! ([`PersonFiles`]), groups, group types, usage and erasures in sled trees beside the
+//! metadata (erasures commit with their activity entries).
 
 use chrono::{DateTime, Utc};
 use sled::transaction::ConflictableTransactionError;
@@ -6,16 +8,16 @@ use sled::Transactional;
 use uuid::Uuid;
 
 use super::erasure::Erasure;
+use super::files::PersonFiles;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
 use super::records::PersonRecords;
 use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{decode, encode, get, scan_prefix};
 use corvid_kernel::StoreError;
 
-pub struct SledPersons {
+pub struct EmbeddedPersons {
     db: sled::Db,
-    persons: sled::Tree,
-    distinct_ids: sled::Tree,
+    files: PersonFiles,
     group_types: sled::Tree,
     groups: sled::Tree,
     usage: sled::Tree,
@@ -38,11 +40,21 @@ fn group_key(project_id: u64, index: u8, group_key: &str) -> Vec<u8> {
     key(project_id, &rest)
 }
 
-impl SledPersons {
-    pub fn open(db: &sled::Db) -> Result<SledPersons, StoreError> {
-        Ok(SledPersons {
-            persons: db.open_tree("persons")?,
-            distinct_ids: db.open_tree("person_distinct_ids")?,
+/// The project a key starts with.
+fn project_of(key: &[u8]) -> u64 {
+    key.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or_default()
+}
+
+impl EmbeddedPersons {
+    /// Over the metadata store `db` and the person keyspaces `files`, first moving into
+    /// `files` any persons `db` still holds ([`PersonFiles::take_over`]). Blocking.
+    pub fn open(db: &sled::Db, files: PersonFiles) -> Result<EmbeddedPersons, StoreError> {
+        files.take_over(db)?;
+        Ok(EmbeddedPersons {
+            files,
             group_types: db.open_tree("group_type_mappings")?,
             groups: db.open_tree("groups")?,
             usage: db.open_tree("usage")?,
@@ -64,9 +76,13 @@ impl SledPersons {
     }
 }
 
-impl PersonRecords for SledPersons {
+impl PersonRecords for EmbeddedPersons {
     fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
-        get(&self.persons, "persons", &key(project_id, id.as_bytes()))
+        let k = key(project_id, id.as_bytes());
+        match self.files.persons.get(&k)? {
+            Some(v) => Ok(Some(decode("persons", &k, &v)?)),
+            None => Ok(None),
+        }
     }
 
     fn person_id_by_distinct_id(
@@ -75,33 +91,44 @@ impl PersonRecords for SledPersons {
         distinct_id: &str,
     ) -> Result<Option<Uuid>, StoreError> {
         Ok(self
+            .files
             .distinct_ids
             .get(key(project_id, distinct_id.as_bytes()))?
             .and_then(|v| Uuid::from_slice(&v).ok()))
     }
 
     fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
-        self.persons
-            .insert(key(project_id, person.id.as_bytes()), encode(person)?)?;
+        let mut batch = self.files.batch();
+        batch.insert(
+            &self.files.persons,
+            key(project_id, person.id.as_bytes()),
+            encode(person)?,
+        );
         for did in &person.distinct_ids {
             // Most writes change the properties of a person whose ids already point at it:
-            // reading a mapping costs less than rewriting it (an insert logs a new version).
+            // a point read costs less than writing (and later compacting) the mapping again.
             let k = key(project_id, did.as_bytes());
-            if self.distinct_ids.get(&k)?.as_deref() != Some(person.id.as_bytes().as_slice()) {
-                self.distinct_ids
-                    .insert(k, person.id.as_bytes().as_slice())?;
+            if self.files.distinct_ids.get(&k)?.as_deref() != Some(person.id.as_bytes().as_slice())
+            {
+                batch.insert(&self.files.distinct_ids, k, person.id.as_bytes().as_slice());
             }
         }
+        batch.commit()?;
         Ok(())
     }
 
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
-        self.persons.remove(key(project_id, id.as_bytes()))?;
+        self.files.persons.remove(key(project_id, id.as_bytes()))?;
         Ok(())
     }
 
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
-        scan_prefix(&self.persons, "persons", project_id.to_be_bytes())
+        let mut out = Vec::new();
+        for entry in self.files.persons.prefix(project_id.to_be_bytes()) {
+            let (k, v) = entry.into_inner()?;
+            out.push(decode("persons", &k, &v)?);
+        }
+        Ok(out)
     }
 
     fn scan_persons(
@@ -114,31 +141,34 @@ impl PersonRecords for SledPersons {
             None => std::ops::Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for item in self.persons.range((from, std::ops::Bound::Unbounded)) {
+        for entry in self
+            .files
+            .persons
+            .range::<Vec<u8>, _>((from, std::ops::Bound::Unbounded))
+        {
             if out.len() >= limit {
                 break;
             }
-            let (k, v) = item?;
-            let project = k
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .unwrap_or_default();
-            out.push((project, decode("persons", &k, &v)?));
+            let (k, v) = entry.into_inner()?;
+            out.push((project_of(&k), decode("persons", &k, &v)?));
         }
         Ok(out)
     }
 
+    /// Runs under the domain's writer lock ([`super::PersonStore`]), which is what keeps the
+    /// read of each mapping and its removal together.
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
+        let mut batch = self.files.batch();
         for did in &person.distinct_ids {
             // Only while it still points at this person: a merge may have moved it.
-            let _ = self.distinct_ids.compare_and_swap(
-                key(project_id, did.as_bytes()),
-                Some(person.id.as_bytes().as_slice()),
-                None::<&[u8]>,
-            )?;
+            let k = key(project_id, did.as_bytes());
+            if self.files.distinct_ids.get(&k)?.as_deref() == Some(person.id.as_bytes().as_slice())
+            {
+                batch.remove(&self.files.distinct_ids, k);
+            }
         }
-        self.persons.remove(key(project_id, person.id.as_bytes()))?;
+        batch.remove(&self.files.persons, key(project_id, person.id.as_bytes()));
+        batch.commit()?;
         Ok(())
     }
 
@@ -273,6 +303,7 @@ impl PersonRecords for SledPersons {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
+        self.files.flush()?;
         self.db.flush()?;
         Ok(())
     }
@@ -281,11 +312,116 @@ impl PersonRecords for SledPersons {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::{DISTINCT_IDS, PERSONS};
+
+    fn opened(dir: &std::path::Path) -> (sled::Db, EmbeddedPersons) {
+        let db = sled::open(dir.join("meta")).expect("sled");
+        let files = PersonFiles::open(&dir.join("persons"), 8 << 20).expect("files");
+        let persons = EmbeddedPersons::open(&db, files).expect("open");
+        (db, persons)
+    }
 
     #[test]
-    fn sled_persons_pass_the_contract() {
+    fn embedded_persons_pass_the_contract() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::open(dir.path()).expect("sled");
-        crate::records::contract::suite(&SledPersons::open(&db).expect("open"));
+        crate::records::contract::suite(&opened(dir.path()).1);
+    }
+
+    fn person(ids: &[&str], plan: &str) -> Person {
+        Person {
+            id: Uuid::new_v4(),
+            created_at: Utc::now(),
+            properties: serde_json::json!({ "plan": plan })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            is_identified: false,
+            version: 0,
+            distinct_ids: ids.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn persons_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let alice = person(&["a1", "a2"], "pro");
+        {
+            let (_db, persons) = opened(dir.path());
+            persons.put_person(3, &alice).expect("put");
+            persons.flush().expect("flush");
+        }
+        let (_db, persons) = opened(dir.path());
+        assert_eq!(
+            persons.person(3, alice.id).expect("read"),
+            Some(alice.clone())
+        );
+        assert_eq!(
+            persons.person_id_by_distinct_id(3, "a2").expect("read"),
+            Some(alice.id)
+        );
+    }
+
+    #[test]
+    fn persons_left_in_the_metadata_store_move_into_their_keyspaces_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = person(&["o1", "o2"], "free");
+        {
+            // What a build that kept persons in sled, or a restored snapshot, leaves behind.
+            let db = sled::open(dir.path().join("meta")).expect("sled");
+            db.open_tree(PERSONS)
+                .expect("tree")
+                .insert(key(5, old.id.as_bytes()), encode(&old).expect("encode"))
+                .expect("insert");
+            let ids = db.open_tree(DISTINCT_IDS).expect("tree");
+            for did in &old.distinct_ids {
+                ids.insert(key(5, did.as_bytes()), old.id.as_bytes().as_slice())
+                    .expect("insert");
+            }
+            db.flush().expect("flush");
+        }
+        let newer = person(&["n1"], "pro");
+        {
+            let (db, persons) = opened(dir.path());
+            assert_eq!(persons.person(5, old.id).expect("read"), Some(old.clone()));
+            assert_eq!(
+                persons.person_id_by_distinct_id(5, "o2").expect("read"),
+                Some(old.id)
+            );
+            let names = db.tree_names();
+            assert!(!names.iter().any(|n| n.as_ref() == PERSONS.as_bytes()));
+            assert!(!names.iter().any(|n| n.as_ref() == DISTINCT_IDS.as_bytes()));
+            persons.put_person(5, &newer).expect("put");
+            persons.flush().expect("flush");
+        }
+        // A second open moves nothing and loses nothing.
+        let (_db, persons) = opened(dir.path());
+        let mut all = persons.persons(5).expect("persons");
+        all.sort_by_key(|p| p.distinct_ids[0].clone());
+        assert_eq!(all, vec![newer, old]);
+    }
+
+    #[test]
+    fn an_export_lists_every_entry_under_its_keyspace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::open(dir.path().join("meta")).expect("sled");
+        let files = PersonFiles::open(&dir.path().join("persons"), 8 << 20).expect("files");
+        let persons = EmbeddedPersons::open(&db, files.clone()).expect("open");
+        let p = person(&["e1", "e2"], "pro");
+        persons.put_person(8, &p).expect("put");
+        let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
+        files
+            .export(|name, k, _| {
+                seen.push((name.to_string(), k.to_vec()));
+                Ok::<(), StoreError>(())
+            })
+            .expect("export");
+        assert_eq!(
+            seen,
+            vec![
+                (PERSONS.to_string(), key(8, p.id.as_bytes())),
+                (DISTINCT_IDS.to_string(), key(8, b"e1")),
+                (DISTINCT_IDS.to_string(), key(8, b"e2")),
+            ]
+        );
     }
 }

@@ -1,0 +1,146 @@
+//! The embedded persons and distinct ids: two keyspaces of a log-structured store (fjall)
+//! under `<data dir>/persons/`.
+//!
+//! They are kept apart from the sled metadata store because they are most of its bytes and
+//! most of its writes (every `$set` rewrites a person), and sled 0.34 replays every log byte
+//! written since it was last opened when it opens again, and rebuilds state in memory for
+//! all of it: with 10 M persons, a restart after the seed spent 12.5 s in that replay and
+//! held 887 MiB before reading a single person. Here an open reads a journal of at most
+//! [`JOURNAL_BYTES`] and the table files' indexes; memory is a bounded block cache.
+//!
+//! Every write reaches the operating system before it returns (it survives the process
+//! being killed); [`PersonFiles::flush`] syncs the journal to the disk, which the ingest
+//! pipeline does before its WAL checkpoint moves past the events that wrote it.
+
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+
+use corvid_kernel::StoreError;
+
+/// Journal bytes kept before the oldest is flushed to table files: what an open replays at
+/// most (fjall's smallest setting).
+const JOURNAL_BYTES: u64 = 64 << 20;
+
+/// Name of the persons keyspace (key project ‖ person uuid, value the encoded person), also
+/// its tree's name in a snapshot's metadata export.
+pub const PERSONS: &str = "persons";
+/// Name of the distinct-id keyspace (key project ‖ distinct id, value the person's uuid).
+pub const DISTINCT_IDS: &str = "person_distinct_ids";
+
+/// The opened keyspaces (cheap to clone: handles to one database).
+#[derive(Clone)]
+pub struct PersonFiles {
+    db: Database,
+    pub(crate) persons: Keyspace,
+    pub(crate) distinct_ids: Keyspace,
+}
+
+impl PersonFiles {
+    /// Opens (creating) the keyspaces under `dir`, with a block cache of `cache_bytes`.
+    /// Blocking.
+    pub fn open(dir: &Path, cache_bytes: u64) -> Result<PersonFiles, StoreError> {
+        let db = Database::builder(dir)
+            .cache_size(cache_bytes)
+            .max_journaling_size(JOURNAL_BYTES)
+            .open()?;
+        let persons = db.keyspace(PERSONS, KeyspaceCreateOptions::default)?;
+        let distinct_ids = db.keyspace(DISTINCT_IDS, KeyspaceCreateOptions::default)?;
+        Ok(PersonFiles {
+            db,
+            persons,
+            distinct_ids,
+        })
+    }
+
+    /// Keyspaces in a new directory under the system's temporary one, removed when the last
+    /// handle is dropped (tests).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn temporary() -> PersonFiles {
+        let dir = std::env::temp_dir().join(format!("corvid-persons-{}", uuid::Uuid::new_v4()));
+        let db = Database::builder(&dir)
+            .cache_size(8 << 20)
+            .temporary(true)
+            .open()
+            .expect("temporary person keyspaces");
+        let persons = db
+            .keyspace(PERSONS, KeyspaceCreateOptions::default)
+            .expect("temporary person keyspaces");
+        let distinct_ids = db
+            .keyspace(DISTINCT_IDS, KeyspaceCreateOptions::default)
+            .expect("temporary person keyspaces");
+        PersonFiles {
+            db,
+            persons,
+            distinct_ids,
+        }
+    }
+
+    /// A write batch over both keyspaces: applied at once, or not at all after a crash.
+    pub(crate) fn batch(&self) -> fjall::OwnedWriteBatch {
+        self.db.batch()
+    }
+
+    /// Syncs every write so far to the disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// Calls `each(keyspace name, key, value)` for every entry, keyspace by keyspace, as of
+    /// one moment (a snapshot: writes meanwhile are not seen). For backups.
+    pub fn export<E>(
+        &self,
+        mut each: impl FnMut(&str, &[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let snapshot = self.db.snapshot();
+        for (name, keyspace) in [(PERSONS, &self.persons), (DISTINCT_IDS, &self.distinct_ids)] {
+            for entry in snapshot.iter(keyspace) {
+                let (key, value) = entry.into_inner().map_err(StoreError::from)?;
+                each(name, &key, &value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves persons and distinct ids the metadata store `db` still holds (written by a build
+    /// that kept them there, or imported from a snapshot) into these keyspaces, then drops
+    /// them from `db`. Copied in batches and synced before anything is dropped, so a crash
+    /// midway copies again on the next open. Returns the entries moved.
+    pub(crate) fn take_over(&self, db: &sled::Db) -> Result<usize, StoreError> {
+        /// Entries per write batch.
+        const BATCH: usize = 10_000;
+        let mut moved = 0;
+        let names = db.tree_names();
+        for (name, keyspace) in [(PERSONS, &self.persons), (DISTINCT_IDS, &self.distinct_ids)] {
+            if !names.iter().any(|n| n.as_ref() == name.as_bytes()) {
+                continue;
+            }
+            let tree = db.open_tree(name)?;
+            let mut batch = self.batch();
+            for entry in tree.iter() {
+                let (key, value) = entry?;
+                batch.insert(keyspace, key.as_ref(), value.as_ref());
+                moved += 1;
+                if batch.len() >= BATCH {
+                    std::mem::replace(&mut batch, self.batch()).commit()?;
+                }
+            }
+            batch.commit()?;
+        }
+        if moved > 0 {
+            self.flush()?;
+            tracing::info!(moved, "persons moved out of the metadata store");
+        }
+        for name in [PERSONS, DISTINCT_IDS] {
+            if names.iter().any(|n| n.as_ref() == name.as_bytes()) {
+                db.drop_tree(name)?;
+            }
+        }
+        db.flush()?;
+        Ok(moved)
+    }
+}
