@@ -59,6 +59,10 @@ struct ReadCache {
     remote_changes: AtomicU64,
     /// Counts persons this process erased: a page loaded before one is read again.
     removals: AtomicU64,
+    /// Counts person writes of this process (puts, deletes, removals), each once it is
+    /// written: a person read from storage while the count moved is read again (under the
+    /// writer lock) before memory keeps it.
+    writes: AtomicU64,
 }
 
 impl ReadCache {
@@ -108,6 +112,7 @@ impl ReadCache {
             erasures: dashmap::DashMap::new(),
             remote_changes: AtomicU64::new(0),
             removals: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
         }
     }
 
@@ -367,7 +372,11 @@ impl PersonStore {
     /// Writes a person and points all its distinct ids at it; returns the copy the read cache
     /// now holds. Caller holds the writer lock.
     pub fn put_person(&self, project_id: u64, person: Person) -> Result<Arc<Person>, StoreError> {
-        self.records.put_person(project_id, &person)?;
+        // Counted once written (even when the write failed partway), so a reader that did
+        // not see the count may have read the older record and reads again.
+        let written = self.records.put_person(project_id, &person);
+        self.cache.writes.fetch_add(1, Ordering::SeqCst);
+        written?;
         self.cache.persons.put(project_id, &person);
         for did in &person.distinct_ids {
             self.cache.absent.remove(&(project_id, did.clone()));
@@ -398,21 +407,32 @@ impl PersonStore {
         }
     }
 
-    /// Reads a person from storage and caches the answer (also "no person").
+    /// Reads a person from storage and caches the answer (also "no person"). The read takes
+    /// no lock, so `/flags` requests for persons on disk read at once and never wait for
+    /// ingest; the answer is kept under the writer lock, and read again there when this
+    /// process wrote a person meanwhile (memory must never take an older copy over a write).
     pub fn load_person(
         &self,
         project_id: u64,
         distinct_id: &str,
     ) -> Result<Option<Arc<Person>>, StoreError> {
-        // Under the writer lock, so a concurrent write cannot be overwritten by an older read.
-        let _writer = self.lock();
         if let Some(cached) = self.cached_person(project_id, distinct_id) {
             return Ok(cached);
         }
         let epoch = self.cache.epoch();
-        let person = self
+        let writes = self.cache.writes.load(Ordering::SeqCst);
+        let mut person = self
             .person_by_distinct_id(project_id, distinct_id)?
             .map(Arc::new);
+        let _writer = self.lock();
+        if let Some(cached) = self.cached_person(project_id, distinct_id) {
+            return Ok(cached);
+        }
+        if self.cache.writes.load(Ordering::SeqCst) != writes {
+            person = self
+                .person_by_distinct_id(project_id, distinct_id)?
+                .map(Arc::new);
+        }
         if self.cache.epoch() == epoch {
             match &person {
                 Some(person) => self.cache.persons.fill(project_id, person),
@@ -482,7 +502,9 @@ impl PersonStore {
 
     /// Deletes a person record (its distinct ids must already point elsewhere).
     pub fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
-        self.records.delete_person(project_id, id)
+        let deleted = self.records.delete_person(project_id, id);
+        self.cache.writes.fetch_add(1, Ordering::SeqCst);
+        deleted
     }
 
     /// `project_id`'s erasure records and the sets readers hide events by. From memory when
@@ -581,7 +603,9 @@ impl PersonStore {
                 .put_erasures(project_id, std::slice::from_ref(&erasure), &[entry])?;
             self.cache.erasures.remove(&project_id);
             if !options.keep_person {
-                self.records.remove_person(project_id, &current)?;
+                let removed = self.records.remove_person(project_id, &current);
+                self.cache.writes.fetch_add(1, Ordering::SeqCst);
+                removed?;
                 self.cache.removals.fetch_add(1, Ordering::SeqCst);
                 for did in &current.distinct_ids {
                     self.cache_absent(project_id, did);
