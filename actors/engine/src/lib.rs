@@ -884,7 +884,14 @@ async fn open_storage(settings: &EngineSettings) -> Result<Opened, EngineError> 
             let (tenancy, db) = embedded_tenancy(settings).await?;
             let dir = settings.data_dir.join(PERSONS_DIR);
             let cache = settings.memory.person_cache_bytes;
-            let files = blocking(move || Ok(PersonFiles::open(&dir, cache)?)).await?;
+            let meta = db.clone();
+            // Moving persons out of an older layout's sled can take a while: off the loop.
+            let files = blocking(move || {
+                let files = PersonFiles::open(&dir, cache)?;
+                files.take_over(&meta)?;
+                Ok(files)
+            })
+            .await?;
             (tenancy, Backing::Embedded(db.clone(), files), db, None)
         }
         Storage::Cluster(cluster) => {

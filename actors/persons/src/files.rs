@@ -110,7 +110,7 @@ impl PersonFiles {
     /// that kept them there, or imported from a snapshot) into these keyspaces, then drops
     /// them from `db`. Copied in batches and synced before anything is dropped, so a crash
     /// midway copies again on the next open. Returns the entries moved.
-    pub(crate) fn take_over(&self, db: &sled::Db) -> Result<usize, StoreError> {
+    pub fn take_over(&self, db: &sled::Db) -> Result<usize, StoreError> {
         /// Entries per write batch.
         const BATCH: usize = 10_000;
         let mut moved = 0;
