@@ -2,7 +2,7 @@
 # How /flags and the server's footprint grow with the persons it knows: for each count in
 # PERSONS, a fresh server with the big-customer flag set (big_customer_flags.py) and that many
 # persons seeded through /batch/ (known_persons.py), then
-#   - RSS after seeding, and disk bytes per person (the data dir: persons, their events'
+#   - RSS after seeding, and disk bytes per person (blocks the data dir holds: persons, their events'
 #     segments and WAL, metadata);
 #   - restart: the server killed (-9) and started again, seconds until /_readiness answers,
 #     and seconds until every person is loaded into memory again (/metrics
@@ -56,7 +56,7 @@ for n in $PERSONS; do
   python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$n" "$KEY"
   sleep 2
   seeded=$(rss_mib)
-  disk=$(du -sb "$DATA" | cut -f1)
+  disk=$(du -s -B1 "$DATA" | cut -f1)
   kill -9 "$SERVER"; wait "$SERVER" 2>/dev/null || true
   began=$(date +%s.%N)
   start
