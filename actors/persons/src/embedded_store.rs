@@ -313,6 +313,7 @@ impl PersonRecords for EmbeddedPersons {
 mod tests {
     use super::*;
     use crate::files::{DISTINCT_IDS, PERSONS};
+    use crate::records::contract::person;
 
     fn opened(dir: &std::path::Path) -> (sled::Db, EmbeddedPersons) {
         let db = sled::open(dir.join("meta")).expect("sled");
@@ -327,24 +328,10 @@ mod tests {
         crate::records::contract::suite(&opened(dir.path()).1);
     }
 
-    fn person(ids: &[&str], plan: &str) -> Person {
-        Person {
-            id: Uuid::new_v4(),
-            created_at: Utc::now(),
-            properties: serde_json::json!({ "plan": plan })
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            is_identified: false,
-            version: 0,
-            distinct_ids: ids.iter().map(|d| d.to_string()).collect(),
-        }
-    }
-
     #[test]
     fn persons_survive_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let alice = person(&["a1", "a2"], "pro");
+        let alice = person(&["a1", "a2"]);
         {
             let (_db, persons) = opened(dir.path());
             persons.put_person(3, &alice).expect("put");
@@ -364,7 +351,7 @@ mod tests {
     #[test]
     fn persons_left_in_the_metadata_store_move_into_their_keyspaces_once() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let old = person(&["o1", "o2"], "free");
+        let old = person(&["o1", "o2"]);
         {
             // What a build that kept persons in sled, or a restored snapshot, leaves behind.
             let db = sled::open(dir.path().join("meta")).expect("sled");
@@ -379,7 +366,7 @@ mod tests {
             }
             db.flush().expect("flush");
         }
-        let newer = person(&["n1"], "pro");
+        let newer = person(&["n1"]);
         {
             let (db, persons) = opened(dir.path());
             assert_eq!(persons.person(5, old.id).expect("read"), Some(old.clone()));
@@ -406,7 +393,7 @@ mod tests {
         let db = sled::open(dir.path().join("meta")).expect("sled");
         let files = PersonFiles::open(&dir.path().join("persons"), 8 << 20).expect("files");
         let persons = EmbeddedPersons::open(&db, files.clone()).expect("open");
-        let p = person(&["e1", "e2"], "pro");
+        let p = person(&["e1", "e2"]);
         persons.put_person(8, &p).expect("put");
         let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
         files

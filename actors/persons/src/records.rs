@@ -191,7 +191,8 @@ pub(crate) mod contract {
 
     use super::*;
 
-    fn person(distinct_ids: &[&str]) -> Person {
+    /// A person of plan "pro" with these distinct ids.
+    pub(crate) fn person(distinct_ids: &[&str]) -> Person {
         Person {
             id: Uuid::new_v4(),
             created_at: Utc::now(),
