@@ -315,29 +315,45 @@ mod tests {
     use crate::files::{DISTINCT_IDS, PERSONS};
     use crate::records::contract::person;
 
-    fn opened(dir: &std::path::Path) -> (sled::Db, EmbeddedPersons) {
-        let db = sled::open(dir.join("meta")).expect("sled");
-        let files = PersonFiles::open(&dir.join("persons"), 8 << 20).expect("files");
-        let persons = EmbeddedPersons::open(&db, files).expect("open");
-        (db, persons)
+    /// The persons over `db` and the keyspaces under `dir`, opened again after an earlier
+    /// handle was dropped: its background threads may hold the directory's lock a moment
+    /// longer, so the open is retried for a while.
+    fn opened(db: &sled::Db, dir: &std::path::Path) -> EmbeddedPersons {
+        let mut attempts = 0;
+        let files = loop {
+            match PersonFiles::open(&dir.join("persons"), 8 << 20) {
+                Ok(files) => break files,
+                Err(_) if attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(err) => panic!("the keyspaces do not open: {err}"),
+            }
+        };
+        EmbeddedPersons::open(db, files).expect("open")
+    }
+
+    fn metadata() -> sled::Db {
+        sled::Config::new().temporary(true).open().expect("sled")
     }
 
     #[test]
     fn embedded_persons_pass_the_contract() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::records::contract::suite(&opened(dir.path()).1);
+        crate::records::contract::suite(&opened(&metadata(), dir.path()));
     }
 
     #[test]
     fn persons_survive_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
+        let db = metadata();
         let alice = person(&["a1", "a2"]);
         {
-            let (_db, persons) = opened(dir.path());
+            let persons = opened(&db, dir.path());
             persons.put_person(3, &alice).expect("put");
             persons.flush().expect("flush");
         }
-        let (_db, persons) = opened(dir.path());
+        let persons = opened(&db, dir.path());
         assert_eq!(
             persons.person(3, alice.id).expect("read"),
             Some(alice.clone())
@@ -352,9 +368,9 @@ mod tests {
     fn persons_left_in_the_metadata_store_move_into_their_keyspaces_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let old = person(&["o1", "o2"]);
+        let db = metadata();
         {
             // What a build that kept persons in sled, or a restored snapshot, leaves behind.
-            let db = sled::open(dir.path().join("meta")).expect("sled");
             db.open_tree(PERSONS)
                 .expect("tree")
                 .insert(key(5, old.id.as_bytes()), encode(&old).expect("encode"))
@@ -368,7 +384,7 @@ mod tests {
         }
         let newer = person(&["n1"]);
         {
-            let (db, persons) = opened(dir.path());
+            let persons = opened(&db, dir.path());
             assert_eq!(persons.person(5, old.id).expect("read"), Some(old.clone()));
             assert_eq!(
                 persons.person_id_by_distinct_id(5, "o2").expect("read"),
@@ -381,7 +397,7 @@ mod tests {
             persons.flush().expect("flush");
         }
         // A second open moves nothing and loses nothing.
-        let (_db, persons) = opened(dir.path());
+        let persons = opened(&db, dir.path());
         let mut all = persons.persons(5).expect("persons");
         all.sort_by_key(|p| p.distinct_ids[0].clone());
         assert_eq!(all, vec![newer, old]);
