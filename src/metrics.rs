@@ -169,6 +169,18 @@ pub fn render_bounds(b: &Bounds) -> String {
             "1 once every stored person is loaded: memory then knows which ids have none.",
             f64::from(u8::from(b.persons.complete)),
         ),
+        (
+            "persons_disk_reads_total",
+            "counter",
+            "Persons /flags read from disk (not held in memory).",
+            b.persons.disk_reads as f64,
+        ),
+        (
+            "persons_disk_read_batches_total",
+            "counter",
+            "Trips to the blocking pool those reads took (requests of one event-loop turn share one).",
+            b.persons.disk_read_batches as f64,
+        ),
     ] {
         let _ = writeln!(
             out,

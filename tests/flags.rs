@@ -843,3 +843,69 @@ fn flag_request_counts_survive_a_clean_restart() {
     drop(server);
     drop(dir);
 }
+
+/// Persons past `memory.persons_bytes` stay on disk; `/flags` reads each in a batch with the
+/// other such requests of its worker's turn, and every request still gets its own person.
+#[test]
+fn persons_past_the_memory_budget_are_read_from_disk_for_flags() {
+    let (dir, mut config) = common::fresh();
+    // The smallest budget (a floor per shard): about 14,000 of these persons fit.
+    config.memory.persons_bytes = 0;
+    let server = TestServer::start_in(dir, config);
+    let token = server.creds.project_token.clone();
+    create_flag(
+        &server,
+        1,
+        json!({"key": "pro-person", "filters": {"groups": [{"properties": [{"key": "plan", "value": "pro", "type": "person"}]}]}}),
+    );
+    const PERSONS: usize = 30_000;
+    let padding = "x".repeat(200);
+    for first in (0..PERSONS).step_by(1_000) {
+        let events: Vec<Value> = (first..first + 1_000)
+            .map(|n| {
+                let plan = if n % 2 == 1 { "pro" } else { "free" };
+                json!({"event": "$identify", "distinct_id": format!("p{n}"),
+                       "properties": {"$set": {"plan": plan, "bio": padding}}})
+            })
+            .collect();
+        assert_eq!(server.capture_batch(&events).status(), 200);
+    }
+    let on_disk = metric(&server, "corvid_persons_memory_on_disk");
+    assert!(on_disk > 1_000.0, "persons moved to disk: {on_disk}");
+
+    // Eight clients at once, each asking for persons spread over every one stored.
+    std::thread::scope(|scope| {
+        for client in 0..8 {
+            let (server, token) = (&server, &token);
+            scope.spawn(move || {
+                for n in (client..PERSONS).step_by(PERSONS / 64 + 7) {
+                    let body = json!({"token": token, "distinct_id": format!("p{n}")});
+                    let flags = evaluate(server, body, &[]);
+                    assert_eq!(
+                        flags["flags"]["pro-person"]["enabled"],
+                        n % 2 == 1,
+                        "person p{n}: {flags}"
+                    );
+                    assert_eq!(flags["errorsWhileComputingFlags"], false);
+                }
+            });
+        }
+    });
+    let reads = metric(&server, "corvid_persons_disk_reads_total");
+    let batches = metric(&server, "corvid_persons_disk_read_batches_total");
+    assert!(reads > 0.0, "some persons were read from disk");
+    assert!(
+        batches >= 1.0 && batches <= reads,
+        "{reads} reads in {batches} batches"
+    );
+}
+
+/// A value of `/metrics`.
+fn metric(server: &TestServer, name: &str) -> f64 {
+    let metrics = server.metrics();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}

@@ -54,9 +54,11 @@ impl FlagsOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct StoredData {
     pub person: Option<Arc<Person>>,
-    /// `(type name, index, stored group)` for each group type named in the request.
-    pub groups: Vec<(String, u8, Option<Arc<Group>>)>,
+    pub groups: StoredGroups,
 }
+
+/// `(type name, index, stored group)` for each group type named in the request.
+pub type StoredGroups = Vec<(String, u8, Option<Arc<Group>>)>;
 
 /// What evaluation gets when the request covers everything the flags read: no stored person,
 /// and the request's groups of known types (`(name, index)`) with no stored properties.
@@ -73,15 +75,13 @@ pub fn request_only(request: &FlagRequest, group_types: Option<&[(String, u8)]>)
     }
 }
 
-/// The stored data from memory alone, or `None` when anything is not cached (then call
-/// [`load_stored`] off the event loop).
-pub fn cached_stored(
+/// The request's stored groups from memory alone, or `None` when any is not cached (then
+/// call [`load_stored`] off the event loop).
+pub fn cached_groups(
     persons: &PersonStore,
     project_id: u64,
     request: &FlagRequest,
-) -> Option<StoredData> {
-    let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
-    let person = persons.cached_person(project_id, distinct_id)?;
+) -> Option<StoredGroups> {
     let mut groups = Vec::new();
     if !request.groups.is_empty() {
         for (name, index) in persons.cached_group_types(project_id)?.iter() {
@@ -91,7 +91,7 @@ pub fn cached_stored(
             }
         }
     }
-    Some(StoredData { person, groups })
+    Some(groups)
 }
 
 /// Reads (and caches) the stored person and the request's groups. Blocking: call off the event

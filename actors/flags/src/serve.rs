@@ -14,7 +14,8 @@ use uuid::Uuid;
 
 use super::coverage::covered;
 use super::evaluate::{
-    cached_stored, evaluate, load_stored, request_only, selected_flags, FlagsOutcome, StoredData,
+    cached_groups, evaluate, load_stored, request_only, selected_flags, FlagsOutcome, StoredData,
+    StoredGroups,
 };
 use super::properties::MatchContext;
 use super::request::{detect_runtime, FlagRequest};
@@ -83,14 +84,18 @@ impl Flags {
         let unread = || request_only(&request, group_types.as_deref().map(Vec::as_slice));
         let org = project.organization_id;
 
-        // Fast path: an organization known to be unlimited and everything needed in memory.
+        // Fast path: an organization known to be unlimited and the groups needed in memory;
+        // a person memory does not hold is read in a batch with the thread's other requests.
         let fast = match self.tenancy.cached_flag_quota(org) {
-            Some(None) if needs_data => cached_stored(&self.persons, project_id, &request),
-            Some(None) => Some(unread()),
+            Some(None) if needs_data => {
+                cached_groups(&self.persons, project_id, &request).map(Fast::Groups)
+            }
+            Some(None) => Some(Fast::Stored(unread())),
             _ => None,
         };
         let stored = match fast {
-            Some(stored) => Some(stored),
+            Some(Fast::Stored(stored)) => Some(stored),
+            Some(Fast::Groups(groups)) => self.person_with(project_id, &request, groups).await,
             None => {
                 let unread = (!needs_data).then(unread);
                 let request = Arc::new(request.clone());
@@ -108,6 +113,34 @@ impl Flags {
             self.persons.count_flag_request(project_id, now);
         }
         Ok(Served::Evaluated(evaluated))
+    }
+
+    /// The stored data with the person read through the batched reader, under the deadline
+    /// (late or failed: `None`, and the flags that needed it fail, as for any stored read).
+    async fn person_with(
+        &self,
+        project_id: u64,
+        request: &FlagRequest,
+        groups: StoredGroups,
+    ) -> Option<StoredData> {
+        let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
+        if let Some(person) = self.persons.cached_person(project_id, distinct_id) {
+            return Some(StoredData { person, groups });
+        }
+        let deadline = self.settings.stored_read_deadline;
+        let started = Instant::now();
+        let read = self.persons.read_person(project_id, distinct_id);
+        match tokio::time::timeout(deadline, read).await {
+            Ok(Ok(person)) => late(started, deadline, project_id, StoredData { person, groups }),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, project_id, "stored person unavailable");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(project_id, "stored person not read within the deadline");
+                None
+            }
+        }
     }
 
     /// One trip to the blocking pool, under the deadline: the quota check and the stored
@@ -148,6 +181,14 @@ impl Flags {
             }
         }
     }
+}
+
+/// What the fast path has before evaluation.
+enum Fast {
+    /// Everything evaluation needs.
+    Stored(StoredData),
+    /// The request's stored groups; the person is still to be read.
+    Groups(StoredGroups),
 }
 
 enum Loaded {

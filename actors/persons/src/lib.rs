@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
 mod deletion;
+mod disk_reads;
 mod embedded_store;
 mod erasure;
 mod files;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::disk_reads::DiskReadCounts;
 use super::embedded_store::EmbeddedPersons;
 use super::erasure::{Erasure, ProjectErasures};
 use super::files::PersonFiles;
@@ -156,6 +157,9 @@ pub struct MemoryStats {
     pub on_disk: usize,
     /// Whether memory knows every distinct id that has a person (loaded, none forgotten).
     pub complete: bool,
+    /// Persons `/flags` read from disk so far, and the batches they were read in.
+    pub disk_reads: u64,
+    pub disk_read_batches: u64,
 }
 
 /// What an erasure request asks for besides deleting the profile.
@@ -175,6 +179,8 @@ pub struct PersonStore {
     /// Usage counted in memory until the next flush: `(project, month, kind)` → count.
     pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64>,
     writer: Mutex<()>,
+    /// Persons read from disk through [`PersonStore::read_person`]'s batches.
+    pub(crate) disk_reads: DiskReadCounts,
 }
 
 impl PersonStore {
@@ -192,6 +198,7 @@ impl PersonStore {
             cache,
             pending_usage: dashmap::DashMap::new(),
             writer: Mutex::new(()),
+            disk_reads: DiskReadCounts::default(),
         }
     }
 
@@ -230,11 +237,14 @@ impl PersonStore {
     /// What memory holds of the persons now.
     pub fn memory(&self) -> MemoryStats {
         let (held, on_disk) = self.cache.persons.counts();
+        let (disk_reads, disk_read_batches) = self.disk_reads.get();
         MemoryStats {
             bytes: self.cache.persons.bytes(),
             held,
             on_disk,
             complete: self.cache.persons.is_complete(),
+            disk_reads,
+            disk_read_batches,
         }
     }
 
