@@ -176,12 +176,15 @@ impl PersonFiles {
             self.flush()?;
             tracing::info!(moved, "persons moved out of the metadata store");
         }
+        let mut dropped = false;
         for name in [PERSONS, DISTINCT_IDS] {
             if names.iter().any(|n| n.as_ref() == name.as_bytes()) {
-                db.drop_tree(name)?;
+                dropped |= db.drop_tree(name)?;
             }
         }
-        db.flush()?;
+        if dropped {
+            db.flush()?;
+        }
         Ok(moved)
     }
 }
