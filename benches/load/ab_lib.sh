@@ -1,0 +1,23 @@
+# Shared by the A/B load scripts (source it after setting PORT): each run starts a given build
+# on a fresh data dir and stops it again.
+#   ab_start BIN  starts BIN on a new temp data dir at $PORT; sets DATA, SERVER, TOKEN, KEY and
+#                 writes the load bodies (make_bodies.py) into DATA
+#   ab_stop       stops the server and removes its data dir
+BASE="http://127.0.0.1:$PORT"
+SERVER=""
+DATA=""
+trap 'kill "$SERVER" 2>/dev/null || true; [ -n "$DATA" ] && rm -rf "$DATA"' EXIT
+ab_start() {
+  DATA="$(mktemp -d)"
+  RUST_LOG=warn "$1" serve --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
+  SERVER=$!
+  for _ in $(seq 1 100); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.1; done
+  TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/credentials.json")
+  KEY=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['personal_api_key'])" "$DATA/credentials.json")
+  python3 benches/load/make_bodies.py "$TOKEN" "$DATA" >/dev/null
+}
+ab_stop() {
+  kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+  rm -rf "$DATA"
+  DATA=""
+}
