@@ -11,7 +11,6 @@
 //! requests through one channel.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
@@ -38,23 +37,6 @@ thread_local! {
     /// This thread's open batch. Weak: the dispatch task owns the batch, so a dispatch that
     /// never runs (the runtime shutting down) drops the sender and its waiters are answered.
     static OPEN: RefCell<Weak<Batch>> = const { RefCell::new(Weak::new()) };
-}
-
-/// How many persons were read from disk through batches, and in how many batches.
-#[derive(Default)]
-pub(crate) struct DiskReadCounts {
-    reads: AtomicU64,
-    batches: AtomicU64,
-}
-
-impl DiskReadCounts {
-    /// `(reads, batches)` so far.
-    pub(crate) fn get(&self) -> (u64, u64) {
-        (
-            self.reads.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-        )
-    }
 }
 
 impl PersonStore {
@@ -123,11 +105,7 @@ async fn dispatch(store: Arc<PersonStore>, batch: Arc<Batch>) {
         .take()
         .unwrap_or_default();
     let count = keys.len();
-    store
-        .disk_reads
-        .reads
-        .fetch_add(count as u64, Ordering::Relaxed);
-    store.disk_reads.batches.fetch_add(1, Ordering::Relaxed);
+    store.disk_reads.count_batch(count);
     let reader = Arc::clone(&store);
     let answers = blocking(move || {
         Ok::<_, StoreError>(

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::disk_reads::DiskReadCounts;
 use super::embedded_store::EmbeddedPersons;
 use super::erasure::{Erasure, ProjectErasures};
 use super::files::PersonFiles;
@@ -171,6 +170,30 @@ pub struct ErasureOptions {
     pub keep_person: bool,
     /// Who asked, for the activity list.
     pub requested_by: Option<String>,
+}
+
+/// How many persons `/flags` read from disk through batches (`disk_reads`), and in how many
+/// batches.
+#[derive(Default)]
+pub(crate) struct DiskReadCounts {
+    reads: AtomicU64,
+    batches: AtomicU64,
+}
+
+impl DiskReadCounts {
+    /// Counts one batch of `reads`.
+    pub(crate) fn count_batch(&self, reads: usize) {
+        self.reads.fetch_add(reads as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(reads, batches)` so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+        )
+    }
 }
 
 pub struct PersonStore {
