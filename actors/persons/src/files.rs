@@ -12,8 +12,7 @@
 //! being killed); [`PersonFiles::flush`] syncs the journal to the disk, which the ingest
 //! pipeline does before its WAL checkpoint moves past the events that wrote it.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use fjall::config::{PartitioningPolicy, PinningPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
@@ -58,8 +57,6 @@ pub const DISTINCT_IDS: &str = "person_distinct_ids";
 #[derive(Clone)]
 pub struct PersonFiles {
     db: Database,
-    /// The database's directory, where fjall keeps its journal files.
-    dir: Arc<PathBuf>,
     pub(crate) persons: Keyspace,
     pub(crate) distinct_ids: Keyspace,
 }
@@ -76,7 +73,6 @@ impl PersonFiles {
         let distinct_ids = db.keyspace(DISTINCT_IDS, keyspace_options)?;
         Ok(PersonFiles {
             db,
-            dir: Arc::new(dir.to_path_buf()),
             persons,
             distinct_ids,
         })
@@ -100,7 +96,6 @@ impl PersonFiles {
             .expect("temporary person keyspaces");
         PersonFiles {
             db,
-            dir: Arc::new(dir),
             persons,
             distinct_ids,
         }
@@ -112,19 +107,8 @@ impl PersonFiles {
     }
 
     /// Syncs every write so far to the disk.
-    ///
-    /// fjall's own sync (`PersistMode::SyncAll`) holds its journal lock through the fsync, and
-    /// every write waits for that lock: the ingest shard's person writes then stalled for as
-    /// long as the disk took. So the journal's buffer is handed to the OS under the lock (a
-    /// copy), and the journal files are synced through handles of our own, without it. Sealed
-    /// journals were synced by fjall when it sealed them; one removed meanwhile had its
-    /// entries written to synced tables first. Should no journal file be found where fjall
-    /// keeps them, fjall's own sync is used.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.db.persist(PersistMode::Buffer)?;
-        if sync_journals(&self.dir)? == 0 {
-            self.db.persist(PersistMode::SyncAll)?;
-        }
+        self.db.persist(PersistMode::SyncAll)?;
         Ok(())
     }
 
@@ -186,51 +170,5 @@ impl PersonFiles {
             db.flush()?;
         }
         Ok(moved)
-    }
-}
-
-/// Syncs every journal file (`*.jnl`) directly in `dir` and returns how many there were. A
-/// file removed between the listing and its sync is skipped.
-fn sync_journals(dir: &Path) -> Result<usize, StoreError> {
-    sync_journal_files(dir).map_err(|e| StoreError::Keyspace(e.into()))
-}
-
-fn sync_journal_files(dir: &Path) -> std::io::Result<usize> {
-    let mut synced = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().is_none_or(|e| e != "jnl") {
-            continue;
-        }
-        match std::fs::File::open(&path) {
-            Ok(file) => file.sync_all()?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        }
-        synced += 1;
-    }
-    Ok(synced)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `flush` syncs the journal through its own handles only while fjall keeps its journal
-    /// files where `sync_journals` looks; an fjall that moved them would fall back to its own
-    /// (lock-holding) sync, which this catches.
-    #[test]
-    fn the_journal_files_are_where_flush_syncs_them() {
-        let dir = tempfile::tempdir().expect("dir");
-        let files = PersonFiles::open(&dir.path().join("persons"), 8 << 20).expect("files");
-        let mut batch = files.batch();
-        batch.insert(&files.persons, b"key".as_slice(), b"value".as_slice());
-        batch.commit().expect("commit");
-        files.flush().expect("flush");
-        assert!(sync_journals(&files.dir).expect("sync") >= 1);
-        assert_eq!(
-            files.persons.get(b"key").expect("read").as_deref(),
-            Some(b"value".as_slice())
-        );
     }
 }
