@@ -115,8 +115,9 @@ impl Flags {
         Ok(Served::Evaluated(evaluated))
     }
 
-    /// The stored data with the person read through the batched reader, under the deadline
-    /// (late or failed: `None`, and the flags that needed it fail, as for any stored read).
+    /// The stored data with the person from memory, else read through the batched reader
+    /// under the deadline (late or failed: `None`, and the flags that needed it fail, as for
+    /// any stored read).
     async fn person_with(
         &self,
         project_id: u64,
@@ -124,9 +125,6 @@ impl Flags {
         groups: StoredGroups,
     ) -> Option<StoredData> {
         let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
-        if let Some(person) = self.persons.cached_person(project_id, distinct_id) {
-            return Some(StoredData { person, groups });
-        }
         let deadline = self.settings.stored_read_deadline;
         let started = Instant::now();
         let read = self.persons.read_person(project_id, distinct_id);
