@@ -37,9 +37,9 @@ pub struct LimitsConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
-    /// Bytes of persons kept in memory for `/flags` and ingest (compactly: about 160 bytes
-    /// per person with a handful of properties, index included). Persons past it are read from disk when
-    /// asked for.
+    /// Bytes of persons kept in memory for `/flags` and ingest (compactly: about 115 bytes
+    /// per person with a handful of properties, index included). Persons past it are read
+    /// from disk when asked for.
     pub persons_bytes: usize,
     /// Bytes of the embedded store's page cache (sled).
     pub storage_cache_bytes: u64,

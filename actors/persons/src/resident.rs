@@ -3,12 +3,13 @@
 //!
 //! Each distinct id maps to a compact copy of its person ([`codec`]: property keys interned,
 //! values tagged) in one of [`SHARDS`] arenas. Two keyed 64-bit hashes of (project, distinct
-//! id) find it: one is the index key, the other is stored before the record and checked on
-//! every read, so an id whose index key another id also has is never given that id's person
-//! (it is read from disk instead, and from then on both are).
+//! id) find it: one is the index key, the low half of the other (the check) sits in the index
+//! entry beside the record's offset and is compared on every read, so an id whose index key
+//! another id also has is never given that id's person (it is read from disk instead, and
+//! from then on both are). A record in the arena is its length (varint) and its bytes.
 //!
 //! When a shard's records pass its share of the budget, records overwritten since are dropped
-//! (the shard is compacted); when live records alone fill most of it, a quarter of its persons
+//! (the shard is compacted); when live records alone fill most of it, an eighth of its persons
 //! leave memory but keep a marker ([`Lookup::OnDisk`]), so an id memory knows nothing about is
 //! still known to have no person. Only when the markers themselves do not fit are they
 //! dropped, and then memory stops answering "no person".
@@ -36,9 +37,6 @@ pub const SHARDS: usize = 256;
 /// table's control byte.
 const INDEX_ENTRY_BYTES: usize = 17;
 
-/// The check hash stored before each record.
-const TAG_BYTES: usize = 8;
-
 /// The smallest budget a shard gets, so a tiny budget still holds a few persons.
 const MIN_SHARD_BYTES: usize = 16 * 1024;
 
@@ -59,13 +57,13 @@ pub enum Lookup {
     Unknown,
 }
 
-/// An index entry: where a record (its check hash first) lies in the shard's arena; or a
-/// marker (`at == ON_DISK`, `len` the low half of the id's check hash); or a key several ids
-/// share (`at == SHARED`), read from disk for good.
+/// An index entry: where a record (its length first) starts in the shard's arena; or a
+/// marker (`at == ON_DISK`); or a key several ids share (`at == SHARED`), read from disk for
+/// good. `check`: the low half of the id's check hash (records and markers).
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     at: u32,
-    len: u32,
+    check: u32,
 }
 
 const ON_DISK: u32 = u32::MAX;
@@ -76,19 +74,16 @@ impl Slot {
         self.at < SHARED
     }
 
-    fn marker(tag: u64) -> Slot {
-        Slot {
-            at: ON_DISK,
-            len: tag as u32,
-        }
+    fn marker(check: u32) -> Slot {
+        Slot { at: ON_DISK, check }
     }
 }
 
-/// Where an id lives: its index key and its check hash.
+/// Where an id lives: its index key and its check hash (the low half of a second hash).
 #[derive(Clone, Copy)]
 struct Key {
     index: u64,
-    tag: u64,
+    check: u32,
 }
 
 impl Key {
@@ -106,8 +101,8 @@ struct Shard {
     arena: Vec<u8>,
     /// Bytes of the arena no slot points at (records overwritten or removed).
     garbage: usize,
-    /// Which quarter of the keys the next eviction moves to disk (turns, so evictions spread).
-    next_quarter: u8,
+    /// Which eighth of the keys the next eviction moves to disk (turns, so evictions spread).
+    next_eighth: u8,
     /// Entries that are markers or shared keys.
     markers: usize,
 }
@@ -117,31 +112,32 @@ impl Shard {
         self.arena.len() + self.index.capacity() * INDEX_ENTRY_BYTES
     }
 
-    fn tag_at(&self, slot: Slot) -> u64 {
-        let at = slot.at as usize;
-        self.arena
-            .get(at..at + TAG_BYTES)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or_default()
+    /// The record a slot points at, and the arena bytes it spans (its length prefix too).
+    fn record(&self, slot: Slot) -> Option<(&[u8], usize)> {
+        codec::unframe(self.arena.get(slot.at as usize..)?)
     }
 
-    /// Whether `slot` is `tag`'s own entry.
-    fn owned_by(&self, slot: Slot, tag: u64) -> bool {
-        match slot.at {
-            SHARED => false,
-            ON_DISK => slot.len == tag as u32,
-            _ => self.tag_at(slot) == tag,
-        }
+    fn span(&self, slot: Slot) -> usize {
+        span_in(&self.arena, slot)
+    }
+
+    /// Whether `slot` is the entry of the id whose check is `check`.
+    fn owned_by(slot: Slot, check: u32) -> bool {
+        slot.at != SHARED && slot.check == check
     }
 
     fn set(&mut self, key: u64, slot: Slot) {
         if !slot.is_record() {
             self.markers += 1;
         }
-        if let Some(old) = self.index.insert(key, slot) {
+        // Replaced in place: an insert of a key the table has may still grow a full table.
+        let old = match self.index.get_mut(&key) {
+            Some(entry) => Some(std::mem::replace(entry, slot)),
+            None => self.index.insert(key, slot),
+        };
+        if let Some(old) = old {
             if old.is_record() {
-                self.garbage += old.len as usize;
+                self.garbage += self.span(old);
             } else {
                 self.markers -= 1;
             }
@@ -151,19 +147,21 @@ impl Shard {
     /// Copies the live records into a fresh arena.
     fn compact(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.garbage);
+        let old = &self.arena;
         for slot in self.index.values_mut() {
             if slot.is_record() {
-                let (from, len) = (slot.at as usize, slot.len as usize);
+                let from = slot.at as usize;
+                let span = span_in(old, *slot);
                 slot.at = arena.len() as u32;
-                arena.extend_from_slice(&self.arena[from..from + len]);
+                arena.extend_from_slice(&old[from..from + span]);
             }
         }
         self.arena = arena;
         self.garbage = 0;
     }
 
-    /// Brings the shard within `budget`: compacts, moves quarters of the records to disk
-    /// when that is not enough (leaving an eighth of the budget for what comes next), and
+    /// Brings the shard within `budget`: compacts, moves eighths of the records to disk
+    /// when that is not enough (leaving a sixteenth of the budget for what comes next), and
     /// drops markers when even they do not fit (returns false then: memory no longer knows
     /// every id).
     fn fit(&mut self, budget: usize) -> bool {
@@ -172,22 +170,28 @@ impl Shard {
         }
         let index_cost = self.index.capacity() * INDEX_ENTRY_BYTES;
         let mut live = self.arena.len() - self.garbage;
-        for _ in 0..4 {
-            if index_cost + live <= budget / 8 * 7 {
+        for _ in 0..8 {
+            if index_cost + live <= budget / 16 * 15 {
                 break;
             }
-            let quarter = u64::from(self.next_quarter);
-            self.next_quarter = (self.next_quarter + 1) % 4;
-            let moved: Vec<(u64, Slot)> = self
-                .index
-                .iter()
-                .filter(|(key, slot)| slot.is_record() && (*key >> 62) == quarter)
-                .map(|(key, slot)| (*key, *slot))
-                .collect();
-            for (key, slot) in moved {
-                live -= slot.len as usize;
-                let tag = self.tag_at(slot);
-                self.set(key, Slot::marker(tag));
+            let eighth = u64::from(self.next_eighth);
+            self.next_eighth = (self.next_eighth + 1) % 8;
+            // In place: an insert, even of a key the table has, may grow a full table.
+            let Shard {
+                index,
+                arena,
+                garbage,
+                markers,
+                ..
+            } = self;
+            for (key, slot) in index.iter_mut() {
+                if slot.is_record() && (*key >> 61) == eighth {
+                    let span = span_in(arena, *slot);
+                    live -= span;
+                    *garbage += span;
+                    *markers += 1;
+                    *slot = Slot::marker(slot.check);
+                }
             }
         }
         self.compact();
@@ -200,6 +204,14 @@ impl Shard {
         self.markers = 0;
         before == self.index.len()
     }
+}
+
+/// The arena bytes a record's slot spans (0 for a damaged frame, never written so).
+fn span_in(arena: &[u8], slot: Slot) -> usize {
+    arena
+        .get(slot.at as usize..)
+        .and_then(codec::unframe)
+        .map_or(0, |(_, span)| span)
 }
 
 pub struct ResidentPersons {
@@ -236,7 +248,7 @@ impl ResidentPersons {
         };
         Key {
             index: hash(&self.keys.0),
-            tag: hash(&self.keys.1),
+            check: hash(&self.keys.1) as u32,
         }
     }
 
@@ -255,12 +267,11 @@ impl ResidentPersons {
         match shard.index.get(&key.index) {
             Some(slot) if !slot.is_record() => Lookup::OnDisk,
             Some(slot) => {
-                let (at, len) = (slot.at as usize, slot.len as usize);
-                if shard.tag_at(*slot) != key.tag {
+                if slot.check != key.check {
                     return Lookup::Unknown;
                 }
-                let record = shard.arena.get(at + TAG_BYTES..at + len);
-                match record.and_then(|r| codec::decode(r, &self.names)) {
+                let record = shard.record(*slot);
+                match record.and_then(|(r, _)| codec::decode(r, &self.names)) {
                     Some((_, person)) => Lookup::Person(person),
                     None => Lookup::Unknown,
                 }
@@ -291,10 +302,16 @@ impl ResidentPersons {
     fn place(&self, key: Key, record: Option<&[u8]>, replace: bool) {
         let mut shard = self.shard(key);
         if let Some(old) = shard.index.get(&key.index).copied() {
-            if !shard.owned_by(old, key.tag) {
+            if !Shard::owned_by(old, key.check) {
                 // Another id has this index key: both are read from disk from now on.
                 if old.at != SHARED {
-                    shard.set(key.index, Slot { at: SHARED, len: 0 });
+                    shard.set(
+                        key.index,
+                        Slot {
+                            at: SHARED,
+                            check: 0,
+                        },
+                    );
                 }
                 return;
             }
@@ -303,16 +320,15 @@ impl ResidentPersons {
             }
         }
         let slot = match record {
-            Some(bytes) if bytes.len() + TAG_BYTES <= self.shard_budget / 4 => {
+            Some(bytes) if bytes.len() <= self.shard_budget / 4 => {
                 let slot = Slot {
                     at: shard.arena.len() as u32,
-                    len: (bytes.len() + TAG_BYTES) as u32,
+                    check: key.check,
                 };
-                shard.arena.extend_from_slice(&key.tag.to_le_bytes());
-                shard.arena.extend_from_slice(bytes);
+                codec::frame(&mut shard.arena, bytes);
                 slot
             }
-            _ => Slot::marker(key.tag),
+            _ => Slot::marker(key.check),
         };
         shard.set(key.index, slot);
         if !shard.fit(self.shard_budget) {
@@ -329,10 +345,10 @@ impl ResidentPersons {
     fn remove_key(&self, key: Key) {
         let mut shard = self.shard(key);
         if let Some(old) = shard.index.get(&key.index).copied() {
-            if shard.owned_by(old, key.tag) {
+            if Shard::owned_by(old, key.check) {
                 shard.index.remove(&key.index);
                 if old.is_record() {
-                    shard.garbage += old.len as usize;
+                    shard.garbage += shard.span(old);
                 } else {
                     shard.markers -= 1;
                 }
@@ -347,7 +363,7 @@ impl ResidentPersons {
         let mut shard = self.shard(key);
         if let Some(old) = shard.index.remove(&key.index) {
             if old.is_record() {
-                shard.garbage += old.len as usize;
+                shard.garbage += shard.span(old);
             } else {
                 shard.markers -= 1;
             }
@@ -363,13 +379,16 @@ impl ResidentPersons {
             let Shard { index, arena, .. } = &mut *shard;
             let mut freed = 0;
             index.retain(|_, slot| {
-                let keep = !slot.is_record()
-                    || arena
-                        .get(slot.at as usize + TAG_BYTES..)
-                        .and_then(codec::project_of)
-                        != Some(project_id);
+                let record = match slot.is_record() {
+                    true => arena.get(slot.at as usize..).and_then(codec::unframe),
+                    false => None,
+                };
+                let Some((record, span)) = record else {
+                    return true;
+                };
+                let keep = codec::project_of(record) != Some(project_id);
                 if !keep {
-                    freed += slot.len as usize;
+                    freed += span;
                 }
                 keep
             });
@@ -518,6 +537,31 @@ mod tests {
     }
 
     #[test]
+    fn a_typical_identified_person_costs_little_more_than_100_bytes() {
+        let memory = ResidentPersons::new(1 << 30);
+        let n = 200_000u64;
+        for k in 0..n {
+            let h = k.wrapping_mul(2_654_435_761) % (1 << 32);
+            let p = Person {
+                id: Uuid::new_v4(),
+                created_at: chrono::Utc::now(),
+                properties: json!({"email": format!("u{h}@gmail.com"), "plan": "pro",
+                    "age": 16 + h % 60, "country": "DE", "app_version": format!("2.{}.{}", h % 10, h % 7),
+                    "signed_up_at": format!("2025-{:02}-{:02}T{:02}:00:00Z", 1 + h % 12, 1 + h % 28, h % 24)})
+                .as_object()
+                .cloned()
+                .expect("test value"),
+                is_identified: true,
+                version: 1,
+                distinct_ids: vec![format!("known-{k}")],
+            };
+            memory.put(1, &p);
+        }
+        let per_person = memory.bytes() as u64 / n;
+        assert!(per_person <= 125, "{per_person} bytes a person");
+    }
+
+    #[test]
     fn when_even_markers_do_not_fit_memory_stops_answering_no_person() {
         let budget = SHARDS * MIN_SHARD_BYTES;
         let memory = ResidentPersons::new(budget);
@@ -539,7 +583,7 @@ mod tests {
         memory.set_complete();
         let (a, b) = (person("a", json!({"x": 1})), person("b", json!({"x": 2})));
         let record = |p: &Person| codec::encode(1, p, &memory.names).expect("record");
-        let (ka, kb) = (Key { index: 7, tag: 1 }, Key { index: 7, tag: 2 });
+        let (ka, kb) = (Key { index: 7, check: 1 }, Key { index: 7, check: 2 });
         memory.place(ka, Some(&record(&a)), true);
         assert_eq!(memory.lookup(ka), Lookup::Person(a.clone()));
         assert_eq!(memory.lookup(kb), Lookup::Unknown, "a's record is not b's");
@@ -550,9 +594,9 @@ mod tests {
         memory.remove_key(kb);
         assert_eq!(memory.lookup(ka), Lookup::OnDisk, "the shared key stays");
         assert_eq!(memory.lookup(kb), Lookup::OnDisk);
-        let kc = Key { index: 8, tag: 3 };
+        let kc = Key { index: 8, check: 3 };
         memory.place(kc, None, true);
-        memory.remove_key(Key { index: 8, tag: 4 });
+        memory.remove_key(Key { index: 8, check: 4 });
         assert_eq!(
             memory.lookup(kc),
             Lookup::OnDisk,

@@ -2,15 +2,18 @@
 //! a decoded [`Person`]. Property keys repeat across every person of a project, so each is
 //! stored once in [`Names`] and records hold its number.
 //!
-//! Layout: project (u64 LE) ‖ uuid (16) ‖ created_at (i64 LE nanoseconds) ‖ version (varint) ‖
-//! identified (u8) ‖ distinct ids (varint count, each varint length ‖ bytes) ‖ properties
-//! (varint count, each key ‖ value). A key is its number + 1 as a varint, or 0 ‖ varint
-//! length ‖ bytes when [`Names`] is full. A value is a tag byte and its payload.
+//! Layout: project (varint) ‖ uuid (16) ‖ created_at (i64 LE nanoseconds) ‖ version
+//! (varint) ‖ identified (u8) ‖ distinct ids (varint count, each varint length ‖ bytes) ‖
+//! properties (varint count, each key ‖ value). A key is its number + 1 as a varint, or 0 ‖
+//! varint length ‖ bytes when [`Names`] is full. A value is a tag byte and its payload. A
+//! string that is a UTC timestamp in one of the two forms apps send most (`…T10:00:00Z`,
+//! `…T10:00:00.123Z`) is kept as its seconds or milliseconds (5–6 bytes instead of 21–25),
+//! and only when writing that number back gives the very same string.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Number, Value};
 use uuid::Uuid;
 
@@ -31,6 +34,10 @@ const NEGATIVE: u8 = 4;
 const FLOAT: u8 = 5;
 const STRING: u8 = 6;
 const JSON: u8 = 7;
+/// A string `YYYY-MM-DDTHH:MM:SSZ`: zigzag varint of its Unix seconds.
+const SECONDS_Z: u8 = 8;
+/// A string `YYYY-MM-DDTHH:MM:SS.mmmZ`: zigzag varint of its Unix milliseconds.
+const MILLIS_Z: u8 = 9;
 
 /// The property names records refer to by number.
 #[derive(Default)]
@@ -80,7 +87,7 @@ pub fn encode(project_id: u64, person: &Person, names: &Names) -> Option<Vec<u8>
     names.learn(&person.properties);
     let table = names.read();
     let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&project_id.to_le_bytes());
+    varint(&mut out, project_id);
     out.extend_from_slice(person.id.as_bytes());
     out.extend_from_slice(&created.to_le_bytes());
     varint(&mut out, person.version);
@@ -120,15 +127,72 @@ fn value_of(out: &mut Vec<u8>, value: &Value) {
                 out.extend_from_slice(&n.as_f64().unwrap_or_default().to_le_bytes());
             }
         }
-        Value::String(s) => {
-            out.push(STRING);
-            bytes(out, s.as_bytes());
-        }
+        Value::String(s) => match timestamp_of(s) {
+            Some((tag, n)) => {
+                out.push(tag);
+                varint(out, zigzag(n));
+            }
+            None => {
+                out.push(STRING);
+                bytes(out, s.as_bytes());
+            }
+        },
         other => {
             out.push(JSON);
             bytes(out, other.to_string().as_bytes());
         }
     }
+}
+
+/// `s` as a timestamp tag and its number, when it is one and writes back the same.
+fn timestamp_of(s: &str) -> Option<(u8, i64)> {
+    let b = s.as_bytes();
+    let (tag, format) = match b.len() {
+        20 => (SECONDS_Z, SecondsFormat::Secs),
+        24 => (MILLIS_Z, SecondsFormat::Millis),
+        _ => return None,
+    };
+    if b[4] != b'-' || b[10] != b'T' || b[b.len() - 1] != b'Z' {
+        return None;
+    }
+    let at = DateTime::parse_from_rfc3339(s).ok()?;
+    let n = match format {
+        SecondsFormat::Secs => at.timestamp(),
+        _ => at.timestamp_millis(),
+    };
+    // Written back from the number alone (a leap second or an offset would not be).
+    (timestamp_text(tag, n)? == s).then_some((tag, n))
+}
+
+fn timestamp_text(tag: u8, n: i64) -> Option<String> {
+    let (at, format) = match tag {
+        SECONDS_Z => (DateTime::<Utc>::from_timestamp(n, 0)?, SecondsFormat::Secs),
+        _ => (
+            DateTime::<Utc>::from_timestamp_millis(n)?,
+            SecondsFormat::Millis,
+        ),
+    };
+    Some(at.to_rfc3339_opts(format, true))
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+fn unzigzag(n: u64) -> i64 {
+    ((n >> 1) as i64) ^ -((n & 1) as i64)
+}
+
+/// Appends `record` to `arena` as the resident store keeps it: its length, then its bytes.
+pub fn frame(arena: &mut Vec<u8>, record: &[u8]) {
+    bytes(arena, record);
+}
+
+/// The record framed at the start of `arena`, and how many bytes the frame spans.
+pub fn unframe(arena: &[u8]) -> Option<(&[u8], usize)> {
+    let mut r = Reader(arena);
+    let record = r.slice()?;
+    Some((record, arena.len() - r.0.len()))
 }
 
 fn varint(out: &mut Vec<u8>, mut n: u64) {
@@ -146,13 +210,13 @@ fn bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 /// The project a record belongs to.
 pub fn project_of(record: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(record.get(..8)?.try_into().ok()?))
+    Reader(record).varint()
 }
 
 /// A record's project and person; `None` when the record is damaged (never written so).
 pub fn decode(record: &[u8], names: &Names) -> Option<(u64, Person)> {
     let mut r = Reader(record);
-    let project = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let project = r.varint()?;
     let id = Uuid::from_slice(r.take(16)?).ok()?;
     let created_at =
         DateTime::<Utc>::from_timestamp_nanos(i64::from_le_bytes(r.take(8)?.try_into().ok()?));
@@ -229,6 +293,9 @@ impl<'a> Reader<'a> {
                 self.take(8)?.try_into().ok()?,
             ))?),
             STRING => Value::String(self.string()?),
+            tag @ (SECONDS_Z | MILLIS_Z) => {
+                Value::String(timestamp_text(tag, unzigzag(self.varint()?))?)
+            }
             JSON => serde_json::from_slice(self.slice()?).ok()?,
             _ => return None,
         })
@@ -260,6 +327,77 @@ mod tests {
         assert!(record.len() * 2 <= json + 16, "{} vs {json}", record.len());
         assert_eq!(decode(&record, &names), Some((9, person)));
         assert_eq!(project_of(&record), Some(9));
+    }
+
+    #[test]
+    fn timestamps_are_kept_as_numbers_and_read_back_as_the_same_text() {
+        let names = Names::default();
+        let texts = [
+            "2025-06-01T10:00:00Z",
+            "2025-06-01T10:00:00.123Z",
+            "1969-12-31T23:59:59.999Z",
+            "0001-01-01T00:00:00Z",
+        ];
+        let mut properties = Map::new();
+        for (k, t) in texts.iter().enumerate() {
+            properties.insert(format!("t{k}"), json!(t));
+        }
+        let person = Person {
+            id: Uuid::nil(),
+            created_at: Utc::now(),
+            properties: properties.clone(),
+            is_identified: true,
+            version: 1,
+            distinct_ids: vec!["d".into()],
+        };
+        let record = encode(1, &person, &names).expect("test value");
+        let as_text: usize = texts.iter().map(|t| t.len() + 2).sum();
+        let mut plain = person.clone();
+        plain.properties = Map::new();
+        let bare = encode(1, &plain, &names).expect("test value").len();
+        assert!(record.len() - bare < as_text / 2, "{} bytes", record.len());
+        assert_eq!(decode(&record, &names).map(|(_, p)| p), Some(person));
+    }
+
+    #[test]
+    fn strings_that_only_look_like_timestamps_stay_text() {
+        let names = Names::default();
+        let texts = [
+            "2025-06-01T10:00:00+00:00",
+            "2025-06-01t10:00:00Z",
+            "2025-06-01T10:00:00.1Z",
+            "2025-06-01T10:00:00.1234Z",
+            "2016-12-31T23:59:60Z",
+            "2025-13-01T10:00:00Z",
+            "2025-06-01 10:00:00Z",
+            "20250601T10:00:00.000Z",
+            "é025-06-01T10:00:00Z",
+        ];
+        let mut properties = Map::new();
+        for (k, t) in texts.iter().enumerate() {
+            properties.insert(format!("t{k}"), json!(t));
+        }
+        let person = Person {
+            id: Uuid::nil(),
+            created_at: Utc::now(),
+            properties,
+            is_identified: false,
+            version: 0,
+            distinct_ids: vec![],
+        };
+        let record = encode(1, &person, &names).expect("test value");
+        assert_eq!(decode(&record, &names).map(|(_, p)| p), Some(person));
+    }
+
+    #[test]
+    fn a_framed_record_is_found_again_with_its_span() {
+        let mut arena = vec![7u8];
+        let long = vec![1u8; 300];
+        frame(&mut arena, b"abc");
+        frame(&mut arena, &long);
+        assert_eq!(unframe(&arena[1..]), Some((&b"abc"[..], 4)));
+        assert_eq!(unframe(&arena[5..]), Some((&long[..], 302)));
+        assert_eq!(unframe(&arena[5..300]), None, "cut short");
     }
 
     #[test]
