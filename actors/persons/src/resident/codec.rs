@@ -188,6 +188,15 @@ pub fn frame(arena: &mut Vec<u8>, record: &[u8]) {
     bytes(arena, record);
 }
 
+/// The bytes [`frame`] appends for a record of `len` bytes.
+pub fn framed_len(len: usize) -> usize {
+    let mut prefix = 1;
+    while len >> (7 * prefix) != 0 {
+        prefix += 1;
+    }
+    prefix + len
+}
+
 /// The record framed at the start of `arena`, and how many bytes the frame spans.
 pub fn unframe(arena: &[u8]) -> Option<(&[u8], usize)> {
     let mut r = Reader(arena);
@@ -395,6 +404,8 @@ mod tests {
         let long = vec![1u8; 300];
         frame(&mut arena, b"abc");
         frame(&mut arena, &long);
+        assert_eq!(arena.len(), 1 + framed_len(3) + framed_len(300));
+        assert_eq!((framed_len(127), framed_len(128)), (128, 130));
         assert_eq!(unframe(&arena[1..]), Some((&b"abc"[..], 4)));
         assert_eq!(unframe(&arena[5..]), Some((&long[..], 302)));
         assert_eq!(unframe(&arena[5..300]), None, "cut short");
