@@ -4,7 +4,7 @@
 # known_persons.py), then for each round, each build and each size restarts the server on that
 # data dir after a clean stop, waits until every person is loaded into memory (as far as
 # memory.persons_bytes holds them), drives /flags?v=2 with big_customer.lua and prints req/s,
-# p99, RSS, and the persons read from disk per blocking-pool trip.
+# p99, RSS, the persons read from disk per blocking-pool trip, and the persons memory holds.
 # Usage: [SMALL=10000] [LARGE=10000000] [ROUNDS=3] benches/load/flags_persons_ab.sh BIN_A [BIN_B] [seconds per run, default 15]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,8 +46,10 @@ for round in $(seq 1 "$ROUNDS"); do
       done
       wrk -t1 -c64 -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$ROOT/$n/flags.json" "$n" >"$ROOT/wrk.txt"
       rss=$(($(ps -o rss= -p "$SERVER") / 1024))
-      per_trip=$(curl -sf "$BASE/metrics" | awk '/^corvid_persons_disk_reads_total/ {r=$2} /^corvid_persons_disk_read_batches_total/ {b=$2} END {if (b > 0) printf "%.1f", r / b; else print "-"}')
-      echo "round $round, $bin, $n persons: $(awk '/^Requests\/sec/ {r = $2} $1 == "99%" {p = $2} END {printf "%.0f req/s, p99 %s", r, p}' "$ROOT/wrk.txt"), RSS $rss MiB, disk reads per trip $per_trip"
+      curl -sf "$BASE/metrics" >"$ROOT/metrics.txt"
+      per_trip=$(awk '/^corvid_persons_disk_reads_total/ {r=$2} /^corvid_persons_disk_read_batches_total/ {b=$2} END {if (b > 0) printf "%.1f", r / b; else print "-"}' "$ROOT/metrics.txt")
+      held=$(awk '/^corvid_persons_memory_held/ {h=$2} /^corvid_persons_memory_on_disk/ {d=$2} /^corvid_persons_memory_bytes/ {b=$2} END {printf "%d held, %d on disk, %.0f MiB", h, d, b / 1048576}' "$ROOT/metrics.txt")
+      echo "round $round, $bin, $n persons: $(awk '/^Requests\/sec/ {r = $2} $1 == "99%" {p = $2} END {printf "%.0f req/s, p99 %s", r, p}' "$ROOT/wrk.txt"), RSS $rss MiB, disk reads per trip $per_trip, persons in memory: $held"
       stop
     done
   done
