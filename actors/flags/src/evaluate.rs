@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::evaluation::{evaluate_slots, Evaluation, GroupData, Reason, Subject};
+use super::evaluation::{evaluate_slots, Evaluation, GroupData, Reason, ReasonCode, Subject};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
@@ -245,7 +245,7 @@ pub fn evaluate(
         } else if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
             errors = true;
             *slot = Some(failed(
-                "timeout",
+                ReasonCode::Timeout,
                 "Stored properties could not be read in time",
             ));
         }
@@ -257,7 +257,7 @@ pub fn evaluate(
     }
 }
 
-fn failed(code: &'static str, description: &'static str) -> Evaluation {
+fn failed(code: ReasonCode, description: &'static str) -> Evaluation {
     Evaluation {
         enabled: false,
         variant: None,

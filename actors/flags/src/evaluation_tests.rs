@@ -103,7 +103,7 @@ fn reasons_payloads_and_variant_overrides() {
     assert_eq!(
         hit.reason,
         Reason {
-            code: "condition_match",
+            code: ReasonCode::ConditionMatch,
             condition_index: Some(0),
             detail: None
         }

@@ -37,7 +37,7 @@ pub use definitions::{CohortChanges, FlagChanges};
 // The pure evaluation engine, for callers that hold definitions and a subject themselves
 // (the in-process benchmarks measure it alone).
 pub use evaluate::FlagsOutcome;
-pub use evaluation::{evaluate_all, Evaluation, Reason, Subject};
+pub use evaluation::{evaluate_all, Evaluation, Reason, ReasonCode, Subject};
 pub use geoip::{GeoIp, GeoIpError};
 pub use hash::rollout_hash;
 pub use local_eval::LocalEvaluation;

@@ -41,7 +41,7 @@ pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
             out.extend_from_slice(b",\"failed\":true");
         }
         out.extend_from_slice(b",\"reason\":{\"code\":\"");
-        out.extend_from_slice(e.reason.code.as_bytes());
+        out.extend_from_slice(e.reason.code.as_str().as_bytes());
         out.extend_from_slice(b"\",\"condition_index\":");
         match e.reason.condition_index {
             Some(i) => number(&mut out, i as i64),
@@ -98,7 +98,7 @@ mod tests {
 
     use corvid_flags::FlagDefinition;
     use corvid_flags::ProjectFlags;
-    use corvid_flags::{Evaluation, Reason};
+    use corvid_flags::{Evaluation, Reason, ReasonCode};
     use serde_json::{json, Value};
 
     use super::*;
@@ -111,7 +111,7 @@ mod tests {
         f
     }
 
-    fn evaluation(enabled: bool, variant: Option<&str>, code: &'static str) -> Evaluation {
+    fn evaluation(enabled: bool, variant: Option<&str>, code: ReasonCode) -> Evaluation {
         Evaluation {
             enabled,
             variant: variant.map(str::to_string),
@@ -132,8 +132,12 @@ mod tests {
         let outcome = FlagsOutcome {
             snapshot,
             results: vec![
-                Some(evaluation(true, Some("t\u{e9}st"), "condition_match")),
-                Some(evaluation(false, None, "no_condition_match")),
+                Some(evaluation(
+                    true,
+                    Some("t\u{e9}st"),
+                    ReasonCode::ConditionMatch,
+                )),
+                Some(evaluation(false, None, ReasonCode::NoConditionMatch)),
                 None,
             ],
             errors: true,

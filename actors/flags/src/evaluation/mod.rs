@@ -18,9 +18,67 @@ pub enum FlagValue {
     Variant(String),
 }
 
+/// Why a flag has its value: PostHog's reason codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonCode {
+    SuperConditionValue,
+    HoldoutConditionValue,
+    ConditionMatch,
+    OutOfRolloutBound,
+    NoConditionMatch,
+    NoGroupType,
+    FlagDisabled,
+    MissingDependency,
+    Timeout,
+}
+
+impl ReasonCode {
+    /// The code as PostHog spells it in responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::SuperConditionValue => "super_condition_value",
+            ReasonCode::HoldoutConditionValue => "holdout_condition_value",
+            ReasonCode::ConditionMatch => "condition_match",
+            ReasonCode::OutOfRolloutBound => "out_of_rollout_bound",
+            ReasonCode::NoConditionMatch => "no_condition_match",
+            ReasonCode::NoGroupType => "no_group_type",
+            ReasonCode::FlagDisabled => "flag_disabled",
+            ReasonCode::MissingDependency => "missing_dependency",
+            ReasonCode::Timeout => "timeout",
+        }
+    }
+
+    /// Reason priorities: the best non-match reason is reported (ties go to the later
+    /// condition).
+    fn priority(self) -> i8 {
+        match self {
+            ReasonCode::SuperConditionValue => 6,
+            ReasonCode::HoldoutConditionValue => 5,
+            ReasonCode::ConditionMatch => 4,
+            ReasonCode::OutOfRolloutBound => 3,
+            ReasonCode::NoConditionMatch => 2,
+            ReasonCode::NoGroupType => 1,
+            ReasonCode::FlagDisabled => 0,
+            ReasonCode::MissingDependency | ReasonCode::Timeout => -1,
+        }
+    }
+}
+
+impl PartialEq<&str> for ReasonCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reason {
-    pub code: &'static str,
+    pub code: ReasonCode,
     pub condition_index: Option<usize>,
     /// A description other than the code's standard one.
     pub detail: Option<&'static str>,
@@ -40,19 +98,21 @@ impl Reason {
             return (detail, None);
         }
         let text = match self.code {
-            "condition_match" => {
+            ReasonCode::ConditionMatch => {
                 return (
                     "Matched condition set ",
                     Some(self.condition_index.unwrap_or(0) + 1),
                 )
             }
-            "out_of_rollout_bound" => "Out of rollout bound",
-            "no_condition_match" => "No matching condition set",
-            "no_group_type" => "No group type",
-            "super_condition_value" => "Super condition value",
-            "holdout_condition_value" => "Holdout condition value",
-            "flag_disabled" => "Feature flag is disabled",
-            _ => "Flag cannot be evaluated due to missing dependency",
+            ReasonCode::OutOfRolloutBound => "Out of rollout bound",
+            ReasonCode::NoConditionMatch => "No matching condition set",
+            ReasonCode::NoGroupType => "No group type",
+            ReasonCode::SuperConditionValue => "Super condition value",
+            ReasonCode::HoldoutConditionValue => "Holdout condition value",
+            ReasonCode::FlagDisabled => "Feature flag is disabled",
+            ReasonCode::MissingDependency | ReasonCode::Timeout => {
+                "Flag cannot be evaluated due to missing dependency"
+            }
         };
         (text, None)
     }
@@ -109,21 +169,7 @@ pub struct Subject {
     pub static_cohorts: HashSet<i64>,
 }
 
-/// Reason priorities: the best non-match reason is reported (ties go to the later condition).
-fn priority(code: &str) -> i8 {
-    match code {
-        "super_condition_value" => 6,
-        "holdout_condition_value" => 5,
-        "condition_match" => 4,
-        "out_of_rollout_bound" => 3,
-        "no_condition_match" => 2,
-        "no_group_type" => 1,
-        "flag_disabled" => 0,
-        _ => -1,
-    }
-}
-
-fn reason(code: &'static str, condition_index: Option<usize>) -> Reason {
+fn reason(code: ReasonCode, condition_index: Option<usize>) -> Reason {
     Reason {
         code,
         condition_index,
@@ -148,7 +194,7 @@ pub fn evaluate_flag(
     env: &Environment<'_>,
 ) -> Evaluation {
     if !flag.active || flag.deleted {
-        return not_enabled(reason("flag_disabled", None));
+        return not_enabled(reason(ReasonCode::FlagDisabled, None));
     }
     let filters = &flag.filters;
     let payload_for = |key: &str| filters.payloads.get(key).cloned();
@@ -161,7 +207,7 @@ pub fn evaluate_flag(
             return Evaluation {
                 enabled,
                 variant: None,
-                reason: reason("super_condition_value", Some(0)),
+                reason: reason(ReasonCode::SuperConditionValue, Some(0)),
                 payload: enabled.then(|| payload_for("true")).flatten(),
                 failed: false,
             };
@@ -178,7 +224,7 @@ pub fn evaluate_flag(
             return Evaluation {
                 enabled,
                 variant: None,
-                reason: reason("super_condition_value", Some(0)),
+                reason: reason(ReasonCode::SuperConditionValue, Some(0)),
                 payload: enabled.then(|| payload_for("true")).flatten(),
                 failed: false,
             };
@@ -202,7 +248,7 @@ pub fn evaluate_flag(
                     enabled: true,
                     payload: payload_for(&variant),
                     variant: Some(variant),
-                    reason: reason("holdout_condition_value", None),
+                    reason: reason(ReasonCode::HoldoutConditionValue, None),
                     failed: false,
                 };
             }
@@ -210,7 +256,7 @@ pub fn evaluate_flag(
     }
 
     // 3. Conditions in stored order; the first match wins.
-    let mut best = reason("no_group_type", None);
+    let mut best = reason(ReasonCode::NoGroupType, None);
     let mut skipped_group_condition = false;
     for (index, condition) in filters.groups.iter().enumerate() {
         let aggregation = condition
@@ -225,24 +271,24 @@ pub fn evaluate_flag(
                 Some(group) if !group.key.is_empty() => group.key.as_str(),
                 _ => {
                     skipped_group_condition = true;
-                    best = better(best, reason("no_group_type", Some(index)));
+                    best = better(best, reason(ReasonCode::NoGroupType, Some(index)));
                     continue;
                 }
             },
             None => match person_identifier(flag, subject) {
                 Some(id) => id,
                 None => {
-                    best = better(best, reason("out_of_rollout_bound", Some(index)));
+                    best = better(best, reason(ReasonCode::OutOfRolloutBound, Some(index)));
                     continue;
                 }
             },
         };
         if !condition_properties_match(condition, aggregation, subject, env) {
-            best = better(best, reason("no_condition_match", Some(index)));
+            best = better(best, reason(ReasonCode::NoConditionMatch, Some(index)));
             continue;
         }
         if !in_rollout(&flag.key, identifier, condition.rollout_percentage) {
-            best = better(best, reason("out_of_rollout_bound", Some(index)));
+            best = better(best, reason(ReasonCode::OutOfRolloutBound, Some(index)));
             continue;
         }
         let variant = condition
@@ -259,12 +305,12 @@ pub fn evaluate_flag(
         return Evaluation {
             enabled: true,
             variant,
-            reason: reason("condition_match", Some(index)),
+            reason: reason(ReasonCode::ConditionMatch, Some(index)),
             payload,
             failed: false,
         };
     }
-    if best.code == "no_condition_match" && skipped_group_condition {
+    if best.code == ReasonCode::NoConditionMatch && skipped_group_condition {
         best.detail = Some("No matching condition set (group conditions were not evaluated because no group type was provided)");
     }
     not_enabled(best)
@@ -281,7 +327,7 @@ fn not_enabled(reason: Reason) -> Evaluation {
 }
 
 fn better(current: Reason, candidate: Reason) -> Reason {
-    if priority(candidate.code) >= priority(current.code) {
+    if candidate.code.priority() >= current.code.priority() {
         candidate
     } else {
         current

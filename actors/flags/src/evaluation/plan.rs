@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::super::model::{CohortDefinition, FlagDefinition};
 use super::super::properties::MatchContext;
-use super::{evaluate_flag, not_enabled, reason, Environment, FlagValue};
+use super::{evaluate_flag, not_enabled, reason, Environment, FlagValue, ReasonCode};
 use crate::{Evaluation, Subject};
 
 /// The ids a flag depends on (flag filters in its conditions).
@@ -119,7 +119,7 @@ pub fn evaluate_slots(
         } else {
             // Every dependency exists, yet they are unusable: a cycle (an error).
             errors |= all_exist;
-            not_enabled(reason("missing_dependency", None))
+            not_enabled(reason(ReasonCode::MissingDependency, None))
         };
         if plan.depended_on.get(i).copied().unwrap_or(false) {
             values.insert(flags[i].id, evaluation.value());
@@ -127,7 +127,7 @@ pub fn evaluate_slots(
         results[i] = Some(evaluation);
     }
     for slot in results.iter_mut().filter(|r| r.is_none()) {
-        *slot = Some(not_enabled(reason("missing_dependency", None)));
+        *slot = Some(not_enabled(reason(ReasonCode::MissingDependency, None)));
     }
     (results, errors)
 }
