@@ -291,6 +291,9 @@ pub fn semver(text: &str) -> Option<semver::Version> {
         Some(i) => text.split_at(i),
         None => (text, ""),
     };
+    if suffix.is_empty() {
+        return plain_version(core);
+    }
     let mut parts: Vec<String> = core
         .split('.')
         .map(|p| {
@@ -312,6 +315,28 @@ pub fn semver(text: &str) -> Option<semver::Version> {
         parts.push("0".into());
     }
     semver::Version::parse(&format!("{}{suffix}", parts.join("."))).ok()
+}
+
+/// [`semver`] of a version without pre-release or build suffix, read without allocating (a
+/// semver filter reads both sides on every evaluation): up to three dot-separated runs of
+/// digits, an empty run read as 0, each within `u64`.
+fn plain_version(core: &str) -> Option<semver::Version> {
+    let mut numbers = [0u64; 3];
+    for (i, part) in core.split('.').enumerate() {
+        // A fourth part is not a version.
+        let number = numbers.get_mut(i)?;
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let digits = part.trim_start_matches('0');
+        *number = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().ok()?
+        };
+    }
+    let [major, minor, patch] = numbers;
+    Some(semver::Version::new(major, minor, patch))
 }
 
 /// `1.*`, `1.2.*`, `1.*.*`, `*` → a version requirement; `1.*.3` is invalid.
@@ -518,6 +543,19 @@ mod tests {
         assert_eq!(semver("3.10"), semver::Version::parse("3.10.0").ok());
         assert_eq!(semver("3.08"), semver::Version::parse("3.8.0").ok());
         assert_eq!(semver("3"), semver::Version::parse("3.0.0").ok());
+        assert_eq!(semver("1..2"), semver::Version::parse("1.0.2").ok());
+        assert_eq!(semver(" v007.0.10 "), semver::Version::parse("7.0.10").ok());
+        assert_eq!(semver("1.2.3.4"), None);
+        assert_eq!(semver("1.2.x"), None);
+        assert_eq!(semver("99999999999999999999.0.0"), None, "past u64");
+        assert_eq!(
+            semver("1.2.3-beta.1"),
+            semver::Version::parse("1.2.3-beta.1").ok()
+        );
+        assert_eq!(
+            semver("1.2+build"),
+            semver::Version::parse("1.2.0+build").ok()
+        );
         assert!(matches("semver_gt", json!("1.2.3"), json!("1.10.0")));
         assert!(matches("semver_lt", json!("1.0.0"), json!("1.0.0-beta")));
         assert!(matches("semver_tilde", json!("1.2.3"), json!("1.2.9")));
