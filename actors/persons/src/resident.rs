@@ -175,16 +175,15 @@ impl Shard {
     /// Copies the live records into a fresh arena, with room for a quarter more within
     /// `budget`.
     fn compact(&mut self, budget: usize) {
-        let live = self.arena.len() - self.garbage;
+        let live = self.arena.len().saturating_sub(self.garbage);
         let room = self.arena_room(budget).saturating_sub(live);
         let mut arena = Vec::with_capacity(live + (live / 4).max(MIN_ARENA_GROWTH).min(room));
         let old = &self.arena;
         for slot in self.index.values_mut() {
             if slot.is_record() {
-                let from = slot.at as usize;
-                let span = span_in(old, *slot);
+                let frame = frame_in(old, *slot);
                 slot.at = arena.len() as u32;
-                arena.extend_from_slice(&old[from..from + span]);
+                arena.extend_from_slice(frame);
             }
         }
         self.arena = arena;
@@ -200,7 +199,7 @@ impl Shard {
             return true;
         }
         let index_cost = self.index_cost();
-        let mut live = self.arena.len() - self.garbage;
+        let mut live = self.arena.len().saturating_sub(self.garbage);
         for _ in 0..8 {
             if index_cost + live <= budget / 16 * 15 {
                 break;
@@ -218,7 +217,7 @@ impl Shard {
             for (key, slot) in index.iter_mut() {
                 if slot.is_record() && (*key >> 61) == eighth {
                     let span = span_in(arena, *slot);
-                    live -= span;
+                    live = live.saturating_sub(span);
                     *garbage += span;
                     *markers += 1;
                     *slot = Slot::marker(slot.check);
@@ -237,12 +236,19 @@ impl Shard {
     }
 }
 
-/// The arena bytes a record's slot spans (0 for a damaged frame, never written so).
-fn span_in(arena: &[u8], slot: Slot) -> usize {
+/// The arena bytes a record's slot spans, its length prefix included (empty for a damaged
+/// frame, never written so).
+fn frame_in(arena: &[u8], slot: Slot) -> &[u8] {
+    let at = slot.at as usize;
     arena
-        .get(slot.at as usize..)
+        .get(at..)
         .and_then(codec::unframe)
-        .map_or(0, |(_, span)| span)
+        .and_then(|(_, span)| arena.get(at..at + span))
+        .unwrap_or_default()
+}
+
+fn span_in(arena: &[u8], slot: Slot) -> usize {
+    frame_in(arena, slot).len()
 }
 
 pub struct ResidentPersons {
