@@ -12,6 +12,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::normalize::NORMALIZE_EDITING_EVENTS;
+use super::persons::PROPERTY_EDITING_EVENTS;
+pub use super::raw_properties::RawProperties;
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -90,7 +93,7 @@ pub struct RawEvent {
     pub event: String,
     pub distinct_id: String,
     pub uuid: Option<Uuid>,
-    pub properties: Map<String, Value>,
+    pub properties: RawProperties,
     pub timestamp: Option<String>,
     /// Milliseconds before the server's receive time.
     pub offset: Option<i64>,
@@ -370,29 +373,63 @@ fn string_token(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// An event object: its properties' text apart, every other field parsed.
+struct EventFields<'a> {
+    fields: Map<String, Value>,
+    properties: Option<&'a RawValue>,
+}
+
+impl<'de> serde::Deserialize<'de> for EventFields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> serde::de::Visitor<'de> for FieldsVisitor {
+            type Value = EventFields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<EventFields<'de>, A::Error> {
+                let mut event = EventFields {
+                    fields: Map::new(),
+                    properties: None,
+                };
+                // A repeated field counts once, the last, as in a parsed map.
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "properties" {
+                        event.properties = Some(map.next_value()?);
+                    } else {
+                        event.fields.insert(key, map.next_value()?);
+                    }
+                }
+                Ok(event)
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
 fn parse_event(
     index: usize,
     raw: &RawValue,
     route: RouteKind,
 ) -> Result<(RawEvent, Option<String>), DecodeError> {
-    let Ok(mut obj) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
+    let Ok(EventFields {
+        fields: mut obj,
+        properties,
+    }) = serde_json::from_str::<EventFields<'_>>(raw.get())
+    else {
         return Err(DecodeError::EventNotObject { index });
     };
-    let mut properties = match obj.remove("properties") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(_) => {
-            return Err(DecodeError::InvalidField {
-                index,
-                field: "properties",
-                expected: "an object",
-            })
-        }
-    };
-    let token = string_token(obj.get("token"))
-        .or_else(|| string_token(obj.get("api_key")))
-        .or_else(|| string_token(obj.get("$token")))
-        .or_else(|| string_token(properties.get("token")));
+    let properties = properties.map(RawValue::get).filter(|text| *text != "null");
+    if properties.is_some_and(|text| !text.starts_with('{')) {
+        return Err(DecodeError::InvalidField {
+            index,
+            field: "properties",
+            expected: "an object",
+        });
+    }
     let event = match obj.remove("event") {
         Some(Value::String(name)) if name.is_empty() => {
             return Err(DecodeError::EmptyEventName { index })
@@ -408,6 +445,21 @@ fn parse_event(
             })
         }
     };
+    // The text is kept unless capture edits these properties in place: an engage body's token
+    // is removed below, and some events' properties are edited by normalization or person
+    // processing.
+    let keep_text = route != RouteKind::Engage
+        && !PROPERTY_EDITING_EVENTS.contains(&event.as_str())
+        && !NORMALIZE_EDITING_EVENTS.contains(&event.as_str());
+    let mut properties = match properties {
+        None => RawProperties::default(),
+        Some(text) => RawProperties::read(text, keep_text)
+            .map_err(|_| DecodeError::EventNotObject { index })?,
+    };
+    let token = string_token(obj.get("token"))
+        .or_else(|| string_token(obj.get("api_key")))
+        .or_else(|| string_token(obj.get("$token")))
+        .or_else(|| string_token(properties.get("token")));
     let distinct_id = [obj.remove("distinct_id"), obj.remove("$distinct_id")]
         .into_iter()
         .flatten()
@@ -461,9 +513,9 @@ fn parse_event(
     };
     let set = object_field("$set")?;
     let set_once = object_field("$set_once")?;
-    if route == RouteKind::Engage {
+    if let (RouteKind::Engage, RawProperties::Parsed(map)) = (route, &mut properties) {
         // Mixpanel-style engage bodies carry the token only at the top level.
-        properties.remove("token");
+        map.remove("token");
     }
     Ok((
         RawEvent {

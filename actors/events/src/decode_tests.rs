@@ -411,6 +411,44 @@ fn one_bad_event_rejects_the_request_and_is_named_by_index() {
     }
 }
 
+/// Properties are kept as sent unless capture edits them in place, and are checked as a parse
+/// into values would check them either way.
+#[test]
+fn properties_keep_their_text_unless_capture_edits_them() {
+    let text = r#"{"distinct_id":"d","$current_url":"https://x","n":[1.5,{"a":null}]}"#;
+    let body = |route: RouteKind, event: &str, props: &str| {
+        let body = format!(
+            r#"{{"api_key":"{TOKEN}","batch":[{{"event":"{event}","properties":{props}}}]}}"#
+        );
+        decode_body(route, body.as_bytes(), &q(), None, None).map(|mut d| d.events.remove(0))
+    };
+    let kept = body(RouteKind::Analytics, "$pageview", text).expect("decodes");
+    assert_eq!(kept.distinct_id, "d");
+    assert!(
+        matches!(&kept.properties, RawProperties::Text { text: t, .. } if t == text),
+        "{:?}",
+        kept.properties
+    );
+    for (route, event) in [
+        (RouteKind::Engage, "$pageview"),
+        (RouteKind::Analytics, "$groupidentify"),
+        (RouteKind::Analytics, "$feature_enrollment_update"),
+    ] {
+        let parsed = body(route, event, text).expect("decodes");
+        assert!(
+            matches!(parsed.properties, RawProperties::Parsed(_)),
+            "{event} on {route:?}"
+        );
+    }
+    for bad in [r#"{"a":1e400}"#, r#"{"a":{"\ud800":1}}"#] {
+        assert_eq!(
+            body(RouteKind::Analytics, "$pageview", bad).map(|_| ()),
+            Err(DecodeError::EventNotObject { index: 0 }),
+            "{bad}"
+        );
+    }
+}
+
 #[test]
 fn limits_are_enforced_with_413() {
     let limits = Limits {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::decode::RawEvent;
+use super::raw_properties::{with_added, RawProperties};
 use super::time::wal_time::{self, WalTime};
 use super::time::{parse_iso8601, resolve_timestamp};
 
@@ -105,13 +106,16 @@ pub enum NormalizeError {
     HistoricalMissingTimestamp { index: usize },
     #[error("event {index}: historical import timestamps must be at least 48 hours before the import time; `{timestamp}` is not")]
     HistoricalTooRecent { index: usize, timestamp: String },
+    #[error("event {index}: `properties` could not be read")]
+    UnreadableProperties { index: usize },
 }
 
 impl NormalizeError {
     pub fn event_index(&self) -> usize {
         match self {
             NormalizeError::HistoricalMissingTimestamp { index }
-            | NormalizeError::HistoricalTooRecent { index, .. } => *index,
+            | NormalizeError::HistoricalTooRecent { index, .. }
+            | NormalizeError::UnreadableProperties { index } => *index,
         }
     }
 }
@@ -136,14 +140,21 @@ pub fn normalize(raw: RawEvent, ctx: &Context) -> Result<CapturedEvent, Normaliz
 
 /// `sent_at` is the request's send time already formatted, shared by all its events.
 fn normalize_with(
-    raw: RawEvent,
+    mut raw: RawEvent,
     ctx: &Context,
     sent_at: Option<&Value>,
 ) -> Result<CapturedEvent, NormalizeError> {
     if ctx.historical_migration {
         check_historical(&raw, ctx.now)?;
     }
-    let mut properties = raw.properties;
+    let index = raw.index;
+    let unreadable = |_| NormalizeError::UnreadableProperties { index };
+    let mut properties = match std::mem::take(&mut raw.properties) {
+        RawProperties::Text { text, read } if edits_only_add(&read, &raw, ctx) => {
+            return normalize_text(raw, text, read, ctx, sent_at);
+        }
+        other => other.into_map().map_err(unreadable)?,
+    };
     merge_top_level("$set", raw.set, &mut properties);
     merge_top_level("$set_once", raw.set_once, &mut properties);
     if raw.event == ENROLLMENT_EVENT {
@@ -193,9 +204,90 @@ fn normalize_with(
     })
 }
 
-/// Top-level `$set`/`$set_once` join `properties.$set`/`$set_once`; top-level keys win.
+/// Property keys normalization reads (see [`RawProperties`]).
+pub(crate) const NORMALIZE_READS: [&str; 7] = [
+    "$set",
+    "$set_once",
+    "$ip",
+    "capture_internal",
+    "$sent_at",
+    "$session_id",
+    "$ignore_sent_at",
+];
+
 /// The event posthog-js sends when a person opts in or out of an early-access feature.
 const ENROLLMENT_EVENT: &str = "$feature_enrollment_update";
+/// Events whose properties normalization edits in place ([`set_enrollment`]).
+pub(crate) const NORMALIZE_EDITING_EVENTS: [&str; 1] = [ENROLLMENT_EVENT];
+
+/// Whether every edit [`normalize_with`] would make to properties that hold `read` adds a key:
+/// no top-level `$set`/`$set_once` merged into the properties' own, no `$ip` removed, no
+/// session id lowercased.
+fn edits_only_add(read: &Map<String, Value>, raw: &RawEvent, ctx: &Context) -> bool {
+    let merges = (raw.set.is_some() && read.contains_key("$set"))
+        || (raw.set_once.is_some() && read.contains_key("$set_once"));
+    let drops_ip = !ctx.capture_ip && read.contains_key("$ip");
+    let lowers_session = matches!(
+        read.get("$session_id"),
+        Some(Value::String(s)) if s.bytes().any(|b| b.is_ascii_uppercase()) && Uuid::parse_str(s).is_ok()
+    );
+    !(merges || drops_ip || lowers_session)
+}
+
+/// [`normalize_with`] on the text path: the same result, with the added keys written after
+/// the client's text instead of into a parsed map.
+fn normalize_text(
+    raw: RawEvent,
+    text: String,
+    mut read: Map<String, Value>,
+    ctx: &Context,
+    sent_at: Option<&Value>,
+) -> Result<CapturedEvent, NormalizeError> {
+    let mut added: Vec<(&str, Value)> = Vec::new();
+    for (key, top) in [("$set", raw.set), ("$set_once", raw.set_once)] {
+        if let Some(top) = top {
+            let top = Value::Object(top);
+            read.insert(key.to_string(), top.clone());
+            added.push((key, top));
+        }
+    }
+    if ctx.capture_ip && !read.contains_key("$ip") {
+        let ip = if read.contains_key("capture_internal") {
+            Some("127.0.0.1".to_string())
+        } else {
+            ctx.ip.clone()
+        };
+        added.extend(ip.map(|ip| ("$ip", Value::String(ip))));
+    }
+    if let Some(sent_at) = sent_at.filter(|_| !read.contains_key("$sent_at")) {
+        added.push(("$sent_at", sent_at.clone()));
+    }
+    let json = if added.is_empty() {
+        text
+    } else {
+        String::from_utf8(with_added(&text, &added))
+            .map_err(|_| NormalizeError::UnreadableProperties { index: raw.index })?
+    };
+    let json = RawValue::from_string(json)
+        .map_err(|_| NormalizeError::UnreadableProperties { index: raw.index })?;
+    let ignore_sent_at = matches!(read.get("$ignore_sent_at"), Some(Value::Bool(true)));
+    let timestamp = resolve_timestamp(
+        ctx.now,
+        raw.timestamp.as_deref(),
+        raw.offset,
+        ctx.sent_at,
+        ignore_sent_at,
+    );
+    Ok(CapturedEvent {
+        uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
+        event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
+        distinct_id: raw.distinct_id,
+        properties: read,
+        properties_json: Some(PropertiesJson(json)),
+        timestamp,
+        created_at: ctx.now,
+    })
+}
 
 /// An enrollment event sets `$feature_enrollment/<flag>` on the person, as its `$set` says,
 /// or from `$feature_flag` and `$feature_enrollment` when a client sent no `$set`.
@@ -220,6 +312,7 @@ fn set_enrollment(properties: &mut Map<String, Value>) {
     }
 }
 
+/// Top-level `$set`/`$set_once` join `properties.$set`/`$set_once`; top-level keys win.
 fn merge_top_level(
     key: &str,
     top: Option<Map<String, Value>>,
@@ -261,11 +354,19 @@ mod tests {
             event: "$pageview".into(),
             distinct_id: "u1".into(),
             uuid: None,
-            properties: Map::new(),
+            properties: RawProperties::default(),
             timestamp: None,
             offset: None,
             set: None,
             set_once: None,
+        }
+    }
+
+    /// The parsed properties of an event built by [`raw`].
+    fn props(r: &mut RawEvent) -> &mut Map<String, Value> {
+        match &mut r.properties {
+            RawProperties::Parsed(map) => map,
+            RawProperties::Text { .. } => panic!("built parsed"),
         }
     }
 
@@ -284,8 +385,7 @@ mod tests {
         let mut r = raw(0);
         r.event = "x".repeat(300);
         r.set = Some(json!({"plan": "pro"}).as_object().cloned().expect("obj"));
-        r.properties
-            .insert("$set".into(), json!({"plan": "free", "name": "Ann"}));
+        props(&mut r).insert("$set".into(), json!({"plan": "free", "name": "Ann"}));
         let e = normalize(r, &ctx()).expect("ok");
         assert_eq!(e.uuid.get_version_num(), 7);
         assert_eq!(e.event.chars().count(), 200);
@@ -298,7 +398,7 @@ mod tests {
     fn enrollment_events_set_the_enrollment_property() {
         let mut r = raw(0);
         r.event = "$feature_enrollment_update".into();
-        r.properties = json!({"$feature_flag": "beta", "$feature_enrollment": false})
+        *props(&mut r) = json!({"$feature_flag": "beta", "$feature_enrollment": false})
             .as_object()
             .cloned()
             .expect("obj");
@@ -320,12 +420,8 @@ mod tests {
             json!({"$feature_enrollment/beta": true, "x": 1})
         );
         let mut other = raw(1);
-        other
-            .properties
-            .insert("$feature_flag".into(), json!("beta"));
-        other
-            .properties
-            .insert("$feature_enrollment".into(), json!(true));
+        props(&mut other).insert("$feature_flag".into(), json!("beta"));
+        props(&mut other).insert("$feature_enrollment".into(), json!(true));
         assert!(normalize(other, &ctx())
             .expect("ok")
             .properties
@@ -336,9 +432,8 @@ mod tests {
     #[test]
     fn frozen_properties_give_the_same_wal_record() {
         let mut r = raw(0);
-        r.properties
-            .insert("name".into(), json!("A \"quoted\" \u{e9} name"));
-        r.properties.insert("n".into(), json!([1, {"b": null}]));
+        props(&mut r).insert("name".into(), json!("A \"quoted\" \u{e9} name"));
+        props(&mut r).insert("n".into(), json!([1, {"b": null}]));
         let mut e = normalize(r, &ctx()).expect("ok");
         let plain = serde_json::to_string(&e).expect("json");
         e.freeze_properties();
@@ -351,15 +446,84 @@ mod tests {
         );
     }
 
+    /// The text path stores what the parsed path stores, and person processing and the shard
+    /// read the same values from either.
+    #[test]
+    fn text_and_parsed_properties_normalize_alike() {
+        use crate::persons::PROCESSING_READS;
+        use crate::shard::SHARD_READS;
+        let texts = [
+            "{}",
+            r#"{"$browser":"Chrome","$session_id":"0193A8A0-47C1-7B8E-9C4E-6B2F6C1D2E3F"}"#,
+            r#"{"$session_id":"0193a8a0-47c1-7b8e-9c4e-6b2f6c1d2e3f","$ip":"1.2.3.4","n":1.5}"#,
+            r#"{"$set":{"a":1},"$set_once":{"b":2},"capture_internal":true,"$sent_at":"x","$ignore_sent_at":true}"#,
+            r#"{ "nested": {"k": [1, "two", null]} , "x": "\u00e9", "$window_id": "w" }"#,
+        ];
+        let tops = [
+            (None, None),
+            (json!({"plan": "pro"}).as_object().cloned(), None),
+            (None, json!({"first": true}).as_object().cloned()),
+        ];
+        let sent_at: DateTime<Utc> = "2024-03-10T11:59:59Z".parse().expect("time");
+        let mut text_paths = 0;
+        for text in texts {
+            for (set, set_once) in &tops {
+                for (capture_ip, sent_at) in [(true, Some(sent_at)), (false, None)] {
+                    let mut c = ctx();
+                    c.capture_ip = capture_ip;
+                    c.sent_at = sent_at;
+                    let mut r = raw(0);
+                    r.uuid = Some(Uuid::nil());
+                    r.timestamp = Some("2024-03-10T11:00:00Z".into());
+                    r.set = set.clone();
+                    r.set_once = set_once.clone();
+                    r.properties = RawProperties::Parsed(serde_json::from_str(text).expect("map"));
+                    let parsed = normalize(r.clone(), &c).expect("parsed");
+                    r.properties = RawProperties::read(text, true).expect("text");
+                    let kept = normalize(r, &c).expect("text");
+                    let case = format!("{text} {set:?} {set_once:?} {capture_ip}");
+                    let stored: Map<String, Value> = match &kept.properties_json {
+                        Some(json) => {
+                            text_paths += 1;
+                            serde_json::from_str(&json.clone().into_string()).expect("json")
+                        }
+                        None => kept.properties.clone(),
+                    };
+                    assert_eq!(stored, parsed.properties, "{case}");
+                    for key in PROCESSING_READS.iter().chain(&SHARD_READS) {
+                        assert_eq!(
+                            kept.properties.get(*key),
+                            parsed.properties.get(*key),
+                            "{case} {key}"
+                        );
+                    }
+                    assert_eq!(
+                        (kept.uuid, kept.event, kept.distinct_id, kept.timestamp),
+                        (
+                            parsed.uuid,
+                            parsed.event,
+                            parsed.distinct_id,
+                            parsed.timestamp
+                        ),
+                        "{case}"
+                    );
+                }
+            }
+        }
+        // Of the 30 cases, these parse: the upper-case session id (6), the dropped `$ip` (3),
+        // the top-level `$set` or `$set_once` merged into the properties' own (4).
+        assert_eq!(text_paths, 17);
+    }
+
     #[test]
     fn anonymized_projects_drop_ip_and_clients_may_set_their_own() {
         let mut c = ctx();
         c.capture_ip = false;
         let mut r = raw(0);
-        r.properties.insert("$ip".into(), json!("1.2.3.4"));
+        props(&mut r).insert("$ip".into(), json!("1.2.3.4"));
         assert!(!normalize(r, &c).expect("ok").properties.contains_key("$ip"));
         let mut r = raw(0);
-        r.properties.insert("$ip".into(), json!("1.2.3.4"));
+        props(&mut r).insert("$ip".into(), json!("1.2.3.4"));
         assert_eq!(
             normalize(r, &ctx()).expect("ok").properties["$ip"],
             "1.2.3.4"

@@ -90,10 +90,17 @@ pub fn is_illegal_distinct_id(id: &str) -> bool {
 /// (drops `$set`, …) do. Otherwise the text serialized when the event was accepted is stored
 /// as it is. Keep in step with every properties mutation below.
 pub fn may_change_properties(event: &CapturedEvent) -> bool {
-    event.event == "$groupidentify"
-        || event.properties.contains_key("$process_person_profile")
-        || event.properties.contains_key("$groups")
+    PROPERTY_EDITING_EVENTS.contains(&event.event.as_str())
+        || PROPERTY_EDITING_KEYS
+            .iter()
+            .any(|key| event.properties.contains_key(*key))
 }
+
+/// Events whose properties [`process_event`] may edit (see [`may_change_properties`]).
+pub const PROPERTY_EDITING_EVENTS: [&str; 1] = ["$groupidentify"];
+/// Property keys whose presence lets [`process_event`] edit the properties (see
+/// [`may_change_properties`]).
+pub const PROPERTY_EDITING_KEYS: [&str; 2] = ["$process_person_profile", "$groups"];
 
 /// Applies person and group processing to `event` (mutating its properties as ingestion does)
 /// and says what to store.

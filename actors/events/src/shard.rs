@@ -32,7 +32,7 @@ use corvid_kernel::StoreError;
 use corvid_persons::{Person, PersonStore, UsageKind};
 
 /// Property keys the shard reads itself (besides person processing's).
-const SHARD_READS: [&str; 2] = ["$session_id", "$window_id"];
+pub(crate) const SHARD_READS: [&str; 2] = ["$session_id", "$window_id"];
 
 /// Person-property texts a shard remembers at most; past it the memo starts over.
 const PERSON_TEXT_MEMO_ENTRIES: usize = 100_000;

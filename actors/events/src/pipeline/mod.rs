@@ -257,8 +257,12 @@ impl Ingest {
             return Err(IngestError::Overloaded);
         }
         // Properties are serialized once: the WAL record embeds the text, the shard reuses it.
+        // Events normalized on the text path come with theirs and hold only the read keys.
         for event in &mut batch.events {
-            event.freeze_properties();
+            if event.properties_json.is_none() {
+                event.freeze_properties();
+                drop_unread_properties(event);
+            }
         }
         // Sized up front: growing a buffer of this size step by step costs copies and page
         // faults on every request.
@@ -272,9 +276,6 @@ impl Ingest {
             inner.pending.fetch_sub(n, Ordering::SeqCst);
             tracing::error!(error = %err, "a batch could not be encoded for the WAL; refused");
             return Err(IngestError::Encode(Arc::new(err)));
-        }
-        for event in &mut batch.events {
-            drop_unread_properties(event);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let done = Arc::new(BatchDone::new(inner.shards.len(), tx));

@@ -1,0 +1,344 @@
+//! An event's properties as capture decodes them: the object's text as the client sent it,
+//! with only the keys capture itself reads parsed beside it.
+//!
+//! Capture reads about a dozen property keys (normalization's, person processing's, the
+//! shard's), while an SDK sends dozens. Parsing every property into a `Value` tree, writing the
+//! tree back to text for the WAL and the segment, and freeing it was most of a `/batch/`
+//! request's work. So the text is kept as sent whenever every edit capture makes to it is an
+//! added key ([`RawProperties::Text`]). A repeated key, a key that lets person processing edit
+//! the properties, an event whose properties capture edits in place, or (at normalization) an
+//! edit other than an addition parses every property as before ([`RawProperties::Parsed`]), so
+//! what is stored means the same either way.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::normalize::NORMALIZE_READS;
+use super::persons::{PROCESSING_READS, PROPERTY_EDITING_KEYS};
+use super::shard::SHARD_READS;
+
+/// Keys decoding itself reads from the properties (the token and distinct id fallbacks).
+const DECODE_READS: [&str; 2] = ["token", "distinct_id"];
+
+/// Whether capture reads `key` from an event's properties: only these are parsed on the text
+/// path.
+fn is_read(key: &str) -> bool {
+    [
+        &DECODE_READS[..],
+        &NORMALIZE_READS[..],
+        &PROCESSING_READS[..],
+        &SHARD_READS[..],
+    ]
+    .iter()
+    .any(|keys| keys.contains(&key))
+}
+
+/// An event's properties after decoding.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawProperties {
+    /// Every property, parsed.
+    Parsed(Map<String, Value>),
+    /// The JSON object as sent (no key repeated, none of [`PROPERTY_EDITING_KEYS`]) and the
+    /// keys capture reads, parsed.
+    Text {
+        text: String,
+        read: Map<String, Value>,
+    },
+}
+
+impl Default for RawProperties {
+    fn default() -> Self {
+        RawProperties::Parsed(Map::new())
+    }
+}
+
+impl RawProperties {
+    /// Reads `text`, a JSON object. With `keep_text`, keeps it as sent when it allows (see the
+    /// module's doc); otherwise parses every property. Fails as parsing it into a map would.
+    pub fn read(text: &str, keep_text: bool) -> Result<RawProperties, serde_json::Error> {
+        if keep_text {
+            let scan: Scan<'_> = serde_json::from_str(text)?;
+            if !scan.edited && !repeats_a_key(scan.keys) {
+                return Ok(RawProperties::Text {
+                    text: text.to_string(),
+                    read: scan.read,
+                });
+            }
+        }
+        serde_json::from_str(text).map(RawProperties::Parsed)
+    }
+
+    /// The value of `key`. On the text path only the keys capture reads are answered.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            RawProperties::Parsed(map) => map.get(key),
+            RawProperties::Text { read, .. } => read.get(key),
+        }
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Every property, parsed.
+    pub fn into_map(self) -> Result<Map<String, Value>, serde_json::Error> {
+        match self {
+            RawProperties::Parsed(map) => Ok(map),
+            RawProperties::Text { text, .. } => serde_json::from_str(&text),
+        }
+    }
+}
+
+/// `text` (a JSON object) with `added` members after its own. The caller makes sure none of
+/// the keys is already there.
+pub fn with_added(text: &str, added: &[(&str, Value)]) -> Vec<u8> {
+    let body = text.trim_end();
+    let body = body.strip_suffix('}').unwrap_or(body);
+    let mut first = body.trim_end().ends_with('{');
+    let mut out = Vec::with_capacity(body.len() + 1 + added.len() * 48);
+    out.extend_from_slice(body.as_bytes());
+    for (key, value) in added {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        // Writing a `str` or a `Value` into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, value);
+    }
+    out.push(b'}');
+    out
+}
+
+/// Whether two of `keys` are equal (as unescaped text).
+fn repeats_a_key(mut keys: Vec<Cow<'_, str>>) -> bool {
+    keys.sort_unstable();
+    keys.windows(2).any(|pair| pair[0] == pair[1])
+}
+
+/// One pass over a properties object: the keys, the values of the read ones, and whether a
+/// key lets person processing edit the properties. Every other value is checked as parsing it
+/// into a `Value` would check it, and kept nowhere.
+struct Scan<'de> {
+    keys: Vec<Cow<'de, str>>,
+    read: Map<String, Value>,
+    edited: bool,
+}
+
+impl<'de> Deserialize<'de> for Scan<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScanVisitor;
+        impl<'de> Visitor<'de> for ScanVisitor {
+            type Value = Scan<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scan<'de>, A::Error> {
+                let mut scan = Scan {
+                    keys: Vec::with_capacity(map.size_hint().unwrap_or(32)),
+                    read: Map::new(),
+                    edited: false,
+                };
+                while let Some(key) = map.next_key_seed(KeySeed)? {
+                    scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
+                    if is_read(&key) {
+                        let value: Value = map.next_value()?;
+                        scan.read.insert(key.to_string(), value);
+                    } else {
+                        map.next_value::<Checked>()?;
+                    }
+                    scan.keys.push(key);
+                }
+                Ok(scan)
+            }
+        }
+        deserializer.deserialize_map(ScanVisitor)
+    }
+}
+
+/// A key, borrowed from the text unless it holds escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Any JSON value, read as `Value` reads it (numbers in range, strings unescaped) without
+/// keeping it. `IgnoredAny` would skip numbers unread and let `1e400` through.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CheckedVisitor;
+        impl<'de> Visitor<'de> for CheckedVisitor {
+            type Value = Checked;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_none<E>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Checked, D::Error> {
+                Checked::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+                // Keys are read as text too: skipping one would not check its escapes.
+                while map.next_key_seed(KeySeed)?.is_some() {
+                    map.next_value::<Checked>()?;
+                }
+                Ok(Checked)
+            }
+        }
+        deserializer.deserialize_any(CheckedVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text_of(props: &RawProperties) -> Option<&str> {
+        match props {
+            RawProperties::Text { text, .. } => Some(text),
+            RawProperties::Parsed(_) => None,
+        }
+    }
+
+    #[test]
+    fn keeps_the_text_and_parses_only_the_read_keys() {
+        let text =
+            r#"{"$browser":"Chrome","$set":{"plan":"pro"},"n":[1,{"a":null}],"$session_id":"s1"}"#;
+        let props = RawProperties::read(text, true).expect("reads");
+        assert_eq!(text_of(&props), Some(text));
+        assert_eq!(props.get("$set"), Some(&json!({"plan": "pro"})));
+        assert_eq!(props.get("$session_id"), Some(&json!("s1")));
+        assert_eq!(props.get("$browser"), None, "not read on the text path");
+        let all = props.into_map().expect("parses");
+        assert_eq!(
+            Value::Object(all),
+            serde_json::from_str::<Value>(text).expect("json")
+        );
+    }
+
+    #[test]
+    fn repeated_keys_and_editing_keys_parse_every_property() {
+        for text in [
+            r#"{"a":1,"b":2,"a":3}"#,
+            r#"{"a":1,"\u0061":3}"#,
+            r#"{"$groups":{"company":"acme"},"x":1}"#,
+            r#"{"$process_person_profile":false}"#,
+        ] {
+            let props = RawProperties::read(text, true).expect("reads");
+            let RawProperties::Parsed(map) = props else {
+                panic!("{text} kept as text");
+            };
+            assert_eq!(
+                map,
+                serde_json::from_str::<Map<String, Value>>(text).expect("json")
+            );
+        }
+        assert!(matches!(
+            RawProperties::read(r#"{"a":1}"#, false),
+            Ok(RawProperties::Parsed(_))
+        ));
+    }
+
+    #[test]
+    fn rejects_what_a_parse_into_values_rejects() {
+        for text in [
+            r#"{"a":1e400}"#,
+            r#"{"a":[1,-1e999]}"#,
+            r#"{"a":{"b":"\ud800"}}"#,
+            r#"{"a":{"\ud800":1}}"#,
+            r#"{"a":"\x"}"#,
+            r#"[1]"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Map<String, Value>>(text).is_err(),
+                "{text} parses"
+            );
+            assert!(RawProperties::read(text, true).is_err(), "{text} kept");
+        }
+    }
+
+    #[test]
+    fn added_members_join_the_object() {
+        let added = [("$ip", json!("203.0.113.1")), ("$sent_at", json!("t\"1"))];
+        for (text, expected) in [
+            ("{}", json!({"$ip": "203.0.113.1", "$sent_at": "t\"1"})),
+            (
+                " { \n } ",
+                json!({"$ip": "203.0.113.1", "$sent_at": "t\"1"}),
+            ),
+            (
+                r#"{"a":{"b":{}}} "#,
+                json!({"a": {"b": {}}, "$ip": "203.0.113.1", "$sent_at": "t\"1"}),
+            ),
+        ] {
+            let out = with_added(text, &added);
+            let back: Value = serde_json::from_slice(&out).expect("valid JSON");
+            assert_eq!(back, expected, "{text}");
+        }
+        assert_eq!(with_added(r#"{"a":1}"#, &[]), br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn the_read_keys_include_every_reader() {
+        for key in PROCESSING_READS
+            .iter()
+            .chain(&SHARD_READS)
+            .chain(&NORMALIZE_READS)
+            .chain(&DECODE_READS)
+        {
+            assert!(is_read(key), "{key}");
+        }
+        assert!(!is_read("$browser"));
+    }
+}
