@@ -13,9 +13,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use corvid_kernel::json::BorrowedKey;
 
 use super::normalize::NORMALIZE_READS;
 use super::persons::{PROCESSING_READS, PROPERTY_EDITING_KEYS};
@@ -144,7 +146,7 @@ impl<'de> Deserialize<'de> for Scan<'de> {
                     read: Map::new(),
                     edited: false,
                 };
-                while let Some(key) = map.next_key_seed(KeySeed)? {
+                while let Some(key) = map.next_key_seed(BorrowedKey)? {
                     scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
                     if is_read(&key) {
                         let value: Value = map.next_value()?;
@@ -161,35 +163,9 @@ impl<'de> Deserialize<'de> for Scan<'de> {
     }
 }
 
-/// A key, borrowed from the text unless it holds escapes.
-struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Cow<'de, str>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Cow::Borrowed(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Cow::Owned(v.to_string()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Cow::Owned(v))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
 /// Any JSON value, read as `Value` reads it (numbers in range, strings unescaped) without
 /// keeping it. `IgnoredAny` would skip numbers unread and let `1e400` through.
-struct Checked;
+pub(crate) struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -229,7 +205,7 @@ impl<'de> Deserialize<'de> for Checked {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
                 // Keys are read as text too: skipping one would not check its escapes.
-                while map.next_key_seed(KeySeed)?.is_some() {
+                while map.next_key_seed(BorrowedKey)?.is_some() {
                     map.next_value::<Checked>()?;
                 }
                 Ok(Checked)

@@ -4,8 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserializer as _;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// One step of a JSON path: an object key or an array index (ClickHouse indexes from 1;
@@ -28,6 +27,50 @@ pub fn json_path<'j>(json: &'j str, path: &[PathStep<'_>]) -> Option<&'j str> {
         current = found?.get();
     }
     Some(current)
+}
+
+/// Reads an object key (or any string) borrowed from the JSON text unless it holds escapes.
+/// `Cow<str>`'s own `Deserialize` always allocates a `String`.
+pub struct BorrowedKey;
+
+impl<'de> DeserializeSeed<'de> for BorrowedKey {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The text of a JSON string literal that holds no escape, without its quotes; `None` for any
+/// other text (which then needs a real parse).
+fn plain_string(raw: &str) -> Option<&str> {
+    raw.strip_prefix('"')?
+        .strip_suffix('"')
+        .filter(|s| s.bytes().all(|b| b != b'\\' && b != b'"' && b >= 0x20))
+}
+
+/// A JSON string literal's text, borrowed when it holds no escape.
+fn string_literal(raw: &str) -> Option<Cow<'_, str>> {
+    match plain_string(raw) {
+        Some(plain) => Some(Cow::Borrowed(plain)),
+        None => serde_json::from_str::<Cow<'_, str>>(raw).ok(),
+    }
 }
 
 /// A path step into a scalar finds nothing.
@@ -67,7 +110,7 @@ impl<'de> Visitor<'de> for FindKey<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
             if found.is_none() && key == self.key {
                 found = Some(map.next_value::<&'de RawValue>()?);
             } else {
@@ -111,7 +154,7 @@ impl<'de> Visitor<'de> for FindKeys<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = vec![None; self.keys.len()];
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key_seed(BorrowedKey)? {
             match self.keys.iter().position(|k| *k == key) {
                 Some(i) if found[i].is_none() => {
                     found[i] = Some(map.next_value::<&'de RawValue>()?);
@@ -168,7 +211,7 @@ impl<'de> Visitor<'de> for FindIndex {
 /// The value of a property as HogQL shows it (see [`JsonKind::Property`]).
 pub fn property_text(raw: &str) -> Option<Cow<'_, str>> {
     match raw.as_bytes().first()? {
-        b'"' => serde_json::from_str::<Cow<'_, str>>(raw).ok(),
+        b'"' => string_literal(raw),
         b'n' => None,
         _ => Some(Cow::Borrowed(raw)),
     }
@@ -177,8 +220,7 @@ pub fn property_text(raw: &str) -> Option<Cow<'_, str>> {
 /// A property read as a number (see [`JsonKind::PropertyNumber`]).
 pub fn property_number(raw: &str) -> Option<f64> {
     match raw.as_bytes().first()? {
-        b'"' => serde_json::from_str::<Cow<'_, str>>(raw)
-            .ok()?
+        b'"' => string_literal(raw)?
             .trim()
             .parse::<f64>()
             .ok()
@@ -253,6 +295,15 @@ mod tests {
     #[test]
     fn property_text_and_numbers_follow_hogql() {
         assert_eq!(property_text(r#""a\"b""#).as_deref(), Some("a\"b"));
+        assert!(matches!(
+            property_text(r#""plain é""#),
+            Some(Cow::Borrowed("plain é"))
+        ));
+        assert_eq!(property_text(r#""\u00e9\t""#).as_deref(), Some("é\t"));
+        assert_eq!(property_text(r#""""#).as_deref(), Some(""));
+        // Not a string literal: no text, however it starts.
+        assert_eq!(property_text(r#""a"b""#), None);
+        assert_eq!(property_text("\"tab\there\""), None);
         assert_eq!(property_text("12.5").as_deref(), Some("12.5"));
         assert_eq!(property_text("true").as_deref(), Some("true"));
         assert_eq!(property_text("null"), None);
