@@ -14,7 +14,9 @@ use uuid::Uuid;
 
 use super::normalize::NORMALIZE_EDITING_EVENTS;
 use super::persons::PROPERTY_EDITING_EVENTS;
+use super::raw_properties::Checked;
 pub use super::raw_properties::RawProperties;
+use corvid_kernel::json::BorrowedKey;
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -373,7 +375,22 @@ fn string_token(v: Option<&Value>) -> Option<String> {
     }
 }
 
-/// An event object: its properties' text apart, every other field parsed.
+/// The fields of an event object [`parse_event`] reads, besides `properties`.
+const EVENT_FIELDS: [&str; 11] = [
+    "event",
+    "distinct_id",
+    "$distinct_id",
+    "uuid",
+    "timestamp",
+    "offset",
+    "$set",
+    "$set_once",
+    "token",
+    "api_key",
+    "$token",
+];
+
+/// An event object: its properties' text apart, the fields read parsed.
 struct EventFields<'a> {
     fields: Map<String, Value>,
     properties: Option<&'a RawValue>,
@@ -395,12 +412,15 @@ impl<'de> serde::Deserialize<'de> for EventFields<'de> {
                     fields: Map::new(),
                     properties: None,
                 };
-                // A repeated field counts once, the last, as in a parsed map.
-                while let Some(key) = map.next_key::<String>()? {
+                // A repeated field counts once, the last, as in a parsed map. Fields nobody
+                // reads are checked as a parse into values would check them, and dropped.
+                while let Some(key) = map.next_key_seed(BorrowedKey)? {
                     if key == "properties" {
                         event.properties = Some(map.next_value()?);
+                    } else if EVENT_FIELDS.contains(&key.as_ref()) {
+                        event.fields.insert(key.into_owned(), map.next_value()?);
                     } else {
-                        event.fields.insert(key, map.next_value()?);
+                        map.next_value::<Checked>()?;
                     }
                 }
                 Ok(event)

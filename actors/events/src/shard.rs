@@ -106,8 +106,7 @@ pub struct IngestShard {
     oldest: Option<Instant>,
     next_frozen_id: u64,
     recent: RecentUuids,
-    /// The JSON text of each person's properties, by the person version it was made from
-    /// (the store's shared copy: pointer-equal means unchanged).
+    /// The JSON text of each person's properties, with the person it was made from.
     person_texts: HashMap<Uuid, (Arc<Person>, String)>,
     stats: ShardStats,
 }
@@ -159,7 +158,9 @@ impl IngestShard {
             return "{}".to_string();
         };
         if let Some((seen, text)) = self.person_texts.get(&person.id) {
-            if Arc::ptr_eq(seen, &person) {
+            // Persons read from memory are decoded afresh each time, so a person that did not
+            // change is a new copy: comparing the properties costs less than writing them.
+            if Arc::ptr_eq(seen, &person) || seen.properties == person.properties {
                 return text.clone();
             }
         }
