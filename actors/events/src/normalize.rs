@@ -155,8 +155,8 @@ fn normalize_with(
         }
         other => other.into_map().map_err(unreadable)?,
     };
-    merge_top_level("$set", raw.set, &mut properties);
-    merge_top_level("$set_once", raw.set_once, &mut properties);
+    merge_top_level("$set", raw.set.take(), &mut properties);
+    merge_top_level("$set_once", raw.set_once.take(), &mut properties);
     if raw.event == ENROLLMENT_EVENT {
         set_enrollment(&mut properties);
     }
@@ -185,6 +185,17 @@ fn normalize_with(
             *session = session.to_ascii_lowercase();
         }
     }
+    Ok(accepted(raw, properties, None, ctx))
+}
+
+/// The accepted event: its ids, name and resolved timestamp, with its properties (every one,
+/// or on the text path the read ones beside the text).
+fn accepted(
+    raw: RawEvent,
+    properties: Map<String, Value>,
+    properties_json: Option<PropertiesJson>,
+    ctx: &Context,
+) -> CapturedEvent {
     let ignore_sent_at = matches!(properties.get("$ignore_sent_at"), Some(Value::Bool(true)));
     let timestamp = resolve_timestamp(
         ctx.now,
@@ -193,15 +204,15 @@ fn normalize_with(
         ctx.sent_at,
         ignore_sent_at,
     );
-    Ok(CapturedEvent {
+    CapturedEvent {
         uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
         event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
         distinct_id: raw.distinct_id,
         properties,
-        properties_json: None,
+        properties_json,
         timestamp,
         created_at: ctx.now,
-    })
+    }
 }
 
 /// Property keys normalization reads (see [`RawProperties`]).
@@ -237,14 +248,14 @@ fn edits_only_add(read: &Map<String, Value>, raw: &RawEvent, ctx: &Context) -> b
 /// [`normalize_with`] on the text path: the same result, with the added keys written after
 /// the client's text instead of into a parsed map.
 fn normalize_text(
-    raw: RawEvent,
+    mut raw: RawEvent,
     text: String,
     mut read: Map<String, Value>,
     ctx: &Context,
     sent_at: Option<&Value>,
 ) -> Result<CapturedEvent, NormalizeError> {
     let mut added: Vec<(&str, Value)> = Vec::new();
-    for (key, top) in [("$set", raw.set), ("$set_once", raw.set_once)] {
+    for (key, top) in [("$set", raw.set.take()), ("$set_once", raw.set_once.take())] {
         if let Some(top) = top {
             let top = Value::Object(top);
             read.insert(key.to_string(), top.clone());
@@ -270,23 +281,7 @@ fn normalize_text(
     };
     let json = RawValue::from_string(json)
         .map_err(|_| NormalizeError::UnreadableProperties { index: raw.index })?;
-    let ignore_sent_at = matches!(read.get("$ignore_sent_at"), Some(Value::Bool(true)));
-    let timestamp = resolve_timestamp(
-        ctx.now,
-        raw.timestamp.as_deref(),
-        raw.offset,
-        ctx.sent_at,
-        ignore_sent_at,
-    );
-    Ok(CapturedEvent {
-        uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
-        event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
-        distinct_id: raw.distinct_id,
-        properties: read,
-        properties_json: Some(PropertiesJson(json)),
-        timestamp,
-        created_at: ctx.now,
-    })
+    Ok(accepted(raw, read, Some(PropertiesJson(json)), ctx))
 }
 
 /// An enrollment event sets `$feature_enrollment/<flag>` on the person, as its `$set` says,
