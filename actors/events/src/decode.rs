@@ -12,8 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::normalize::NORMALIZE_EDITING_EVENTS;
-use super::persons::PROPERTY_EDITING_EVENTS;
+use super::property_keys::{NORMALIZE_EDITING_EVENTS, PROPERTY_EDITING_EVENTS};
 use super::raw_properties::Checked;
 pub use super::raw_properties::RawProperties;
 use corvid_kernel::json::BorrowedKey;

@@ -25,6 +25,7 @@ mod messages;
 mod normalize;
 mod persons;
 mod pipeline;
+mod property_keys;
 mod raw_properties;
 mod read;
 mod segment;

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::decode::RawEvent;
+use super::property_keys::ENROLLMENT_EVENT;
 use super::raw_properties::{with_added, RawProperties};
 use super::time::wal_time::{self, WalTime};
 use super::time::{parse_iso8601, resolve_timestamp};
@@ -214,22 +215,6 @@ fn accepted(
         created_at: ctx.now,
     }
 }
-
-/// Property keys normalization reads (see [`RawProperties`]).
-pub(crate) const NORMALIZE_READS: [&str; 7] = [
-    "$set",
-    "$set_once",
-    "$ip",
-    "capture_internal",
-    "$sent_at",
-    "$session_id",
-    "$ignore_sent_at",
-];
-
-/// The event posthog-js sends when a person opts in or out of an early-access feature.
-const ENROLLMENT_EVENT: &str = "$feature_enrollment_update";
-/// Events whose properties normalization edits in place ([`set_enrollment`]).
-pub(crate) const NORMALIZE_EDITING_EVENTS: [&str; 1] = [ENROLLMENT_EVENT];
 
 /// Whether every edit [`normalize_with`] would make to properties that hold `read` adds a key:
 /// no top-level `$set`/`$set_once` merged into the properties' own, no `$ip` removed, no
@@ -445,8 +430,7 @@ mod tests {
     /// read the same values from either.
     #[test]
     fn text_and_parsed_properties_normalize_alike() {
-        use crate::persons::PROCESSING_READS;
-        use crate::shard::SHARD_READS;
+        use crate::property_keys::{PROCESSING_READS, SHARD_READS};
         let texts = [
             "{}",
             r#"{"$browser":"Chrome","$session_id":"0193A8A0-47C1-7B8E-9C4E-6B2F6C1D2E3F"}"#,

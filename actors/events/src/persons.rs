@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::normalize::CapturedEvent;
+use super::property_keys::{PROPERTY_EDITING_EVENTS, PROPERTY_EDITING_KEYS};
 use corvid_kernel::StoreError;
 use corvid_persons::{Group, Person, PersonStore, Touched};
 
@@ -21,13 +22,6 @@ const PERSON_ONLY_EVENTS: [&str; 4] = [
     "$merge_dangerously",
     "$groupidentify",
 ];
-
-/// Property keys [`process_event`] reads from an event for which [`may_change_properties`] is
-/// false. The ingest pipeline keeps only these (and the shard's own) once the properties are
-/// serialized, so the rest is freed on the thread that allocated it. Keep in step with the
-/// reads below.
-pub const PROCESSING_READS: [&str; 5] =
-    ["$set", "$set_once", "$unset", "$anon_distinct_id", "alias"];
 
 /// What to store with the event.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,12 +89,6 @@ pub fn may_change_properties(event: &CapturedEvent) -> bool {
             .iter()
             .any(|key| event.properties.contains_key(*key))
 }
-
-/// Events whose properties [`process_event`] may edit (see [`may_change_properties`]).
-pub const PROPERTY_EDITING_EVENTS: [&str; 1] = ["$groupidentify"];
-/// Property keys whose presence lets [`process_event`] edit the properties (see
-/// [`may_change_properties`]).
-pub const PROPERTY_EDITING_KEYS: [&str; 2] = ["$process_person_profile", "$groups"];
 
 /// Applies person and group processing to `event` (mutating its properties as ingestion does)
 /// and says what to store.
@@ -487,6 +475,7 @@ fn resolve_groups(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::property_keys::PROCESSING_READS;
     use serde_json::json;
 
     fn store() -> (tempfile::TempDir, PersonStore) {

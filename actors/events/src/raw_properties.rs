@@ -19,12 +19,9 @@ use serde_json::{Map, Value};
 
 use corvid_kernel::json::BorrowedKey;
 
-use super::normalize::NORMALIZE_READS;
-use super::persons::{PROCESSING_READS, PROPERTY_EDITING_KEYS};
-use super::shard::SHARD_READS;
-
-/// Keys decoding itself reads from the properties (the token and distinct id fallbacks).
-const DECODE_READS: [&str; 2] = ["token", "distinct_id"];
+use super::property_keys::{
+    DECODE_READS, NORMALIZE_READS, PROCESSING_READS, PROPERTY_EDITING_KEYS, SHARD_READS,
+};
 
 /// Whether capture reads `key` from an event's properties: only these are parsed on the text
 /// path.

@@ -21,18 +21,14 @@ use super::columns::PropertyColumns;
 use super::dedup::RecentUuids;
 use super::error::IngestError;
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats};
-use super::persons::{
-    may_change_properties, person_uuid, process_event, Outcome, PROCESSING_READS,
-};
+use super::persons::{may_change_properties, person_uuid, process_event, Outcome};
+use super::property_keys::{PROCESSING_READS, SHARD_READS};
 use super::read::{FrozenRows, Tail};
 use super::segment::{write_segment, StoredEvent};
 use super::CapturedEvent;
 use corvid_kernel::start_over::drop_in_background;
 use corvid_kernel::StoreError;
 use corvid_persons::{Person, PersonStore, UsageKind};
-
-/// Property keys the shard reads itself (besides person processing's).
-pub(crate) const SHARD_READS: [&str; 2] = ["$session_id", "$window_id"];
 
 /// Person-property texts a shard remembers at most; past it the memo starts over.
 const PERSON_TEXT_MEMO_ENTRIES: usize = 100_000;
