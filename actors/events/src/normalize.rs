@@ -37,50 +37,72 @@ pub struct CapturedEvent {
     pub created_at: DateTime<Utc>,
 }
 
-/// Serialized properties (see [`CapturedEvent::properties_json`]).
-#[derive(Debug, Clone)]
-pub struct PropertiesJson(Box<RawValue>);
+/// Serialized properties (see [`CapturedEvent::properties_json`]): the text of a JSON object,
+/// made only in this module (written from a map, or a client's object checked by
+/// [`RawProperties`] with members appended).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PropertiesJson(String);
 
 impl PropertiesJson {
     pub fn into_string(self) -> String {
-        String::from(Box::<str>::from(self.0))
+        self.0
     }
 
     /// Length of the JSON text in bytes.
     pub fn len(&self) -> usize {
-        self.0.get().len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.get().is_empty()
-    }
-}
-
-impl PartialEq for PropertiesJson {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
+        self.0.is_empty()
     }
 }
 
 impl CapturedEvent {
     /// Serializes `properties` once (see [`CapturedEvent::properties_json`]).
     pub fn freeze_properties(&mut self) {
-        self.properties_json = serde_json::value::to_raw_value(&self.properties)
+        self.properties_json = serde_json::to_string(&self.properties)
             .ok()
             .map(PropertiesJson);
+    }
+
+    /// Appends the WAL form of this event to `out`: what [`Serialize`] writes, with the frozen
+    /// properties text copied as it is rather than read again.
+    pub(crate) fn write_wal_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"uuid\":");
+        serde_json::to_writer(&mut *out, &self.uuid)?;
+        out.extend_from_slice(b",\"event\":");
+        serde_json::to_writer(&mut *out, &self.event)?;
+        out.extend_from_slice(b",\"distinct_id\":");
+        serde_json::to_writer(&mut *out, &self.distinct_id)?;
+        out.extend_from_slice(b",\"properties\":");
+        match &self.properties_json {
+            Some(text) => out.extend_from_slice(text.0.as_bytes()),
+            None => serde_json::to_writer(&mut *out, &self.properties)?,
+        }
+        out.extend_from_slice(b",\"timestamp\":");
+        serde_json::to_writer(&mut *out, &WalTime(&self.timestamp))?;
+        out.extend_from_slice(b",\"created_at\":");
+        serde_json::to_writer(&mut *out, &WalTime(&self.created_at))?;
+        out.push(b'}');
+        Ok(())
     }
 }
 
 /// The WAL form: `properties` is the frozen text when there is one (same JSON either way).
+/// The ingest pipeline writes it with [`CapturedEvent::write_wal_json`].
 impl Serialize for CapturedEvent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
+        use serde::ser::{Error, SerializeStruct};
         let mut s = serializer.serialize_struct("CapturedEvent", 6)?;
         s.serialize_field("uuid", &self.uuid)?;
         s.serialize_field("event", &self.event)?;
         s.serialize_field("distinct_id", &self.distinct_id)?;
         match &self.properties_json {
-            Some(text) => s.serialize_field("properties", &text.0)?,
+            Some(text) => {
+                let raw: &RawValue = serde_json::from_str(&text.0).map_err(S::Error::custom)?;
+                s.serialize_field("properties", raw)?
+            }
             None => s.serialize_field("properties", &self.properties)?,
         }
         s.serialize_field("timestamp", &WalTime(&self.timestamp))?;
@@ -152,7 +174,7 @@ fn normalize_with(
     let unreadable = |_| NormalizeError::UnreadableProperties { index };
     let mut properties = match std::mem::take(&mut raw.properties) {
         RawProperties::Text { text, read } if edits_only_add(&read, &raw, ctx) => {
-            return normalize_text(raw, text, read, ctx, sent_at);
+            return Ok(normalize_text(raw, text, read, ctx, sent_at));
         }
         other => other.into_map().map_err(unreadable)?,
     };
@@ -207,7 +229,7 @@ fn accepted(
     );
     CapturedEvent {
         uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
-        event: raw.event.chars().take(MAX_EVENT_NAME_CHARS).collect(),
+        event: truncated(raw.event, MAX_EVENT_NAME_CHARS),
         distinct_id: raw.distinct_id,
         properties,
         properties_json,
@@ -238,7 +260,7 @@ fn normalize_text(
     mut read: Map<String, Value>,
     ctx: &Context,
     sent_at: Option<&Value>,
-) -> Result<CapturedEvent, NormalizeError> {
+) -> CapturedEvent {
     let mut added: Vec<(&str, Value)> = Vec::new();
     for (key, top) in [("$set", raw.set.take()), ("$set_once", raw.set_once.take())] {
         if let Some(top) = top {
@@ -261,12 +283,9 @@ fn normalize_text(
     let json = if added.is_empty() {
         text
     } else {
-        String::from_utf8(with_added(&text, &added))
-            .map_err(|_| NormalizeError::UnreadableProperties { index: raw.index })?
+        with_added(text, &added)
     };
-    let json = RawValue::from_string(json)
-        .map_err(|_| NormalizeError::UnreadableProperties { index: raw.index })?;
-    Ok(accepted(raw, read, Some(PropertiesJson(json)), ctx))
+    accepted(raw, read, Some(PropertiesJson(json)), ctx)
 }
 
 /// An enrollment event sets `$feature_enrollment/<flag>` on the person, as its `$set` says,
@@ -289,6 +308,16 @@ fn set_enrollment(properties: &mut Map<String, Value>) {
         _ => {
             properties.insert("$set".into(), Value::Object(set));
         }
+    }
+}
+
+/// `text` cut to its first `max` characters; as it is when no longer (in bytes, so without
+/// counting characters).
+fn truncated(text: String, max: usize) -> String {
+    if text.len() <= max {
+        text
+    } else {
+        text.chars().take(max).collect()
     }
 }
 

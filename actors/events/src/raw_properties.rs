@@ -62,8 +62,10 @@ impl RawProperties {
         if keep_text {
             let scan: Scan<'_> = serde_json::from_str(text)?;
             if !scan.edited && !repeats_a_key(scan.keys) {
+                let mut kept = String::with_capacity(text.len() + APPEND_ROOM);
+                kept.push_str(text);
                 return Ok(RawProperties::Text {
-                    text: text.to_string(),
+                    text: kept,
                     read: scan.read,
                 });
             }
@@ -92,14 +94,21 @@ impl RawProperties {
     }
 }
 
-/// `text` (a JSON object) with `added` members after its own. The caller makes sure none of
-/// the keys is already there.
-pub fn with_added(text: &str, added: &[(&str, Value)]) -> Vec<u8> {
-    let body = text.trim_end();
-    let body = body.strip_suffix('}').unwrap_or(body);
-    let mut first = body.trim_end().ends_with('{');
-    let mut out = Vec::with_capacity(body.len() + 1 + added.len() * 48);
-    out.extend_from_slice(body.as_bytes());
+/// Room left after a kept properties text for the members normalization appends (`$ip`,
+/// `$sent_at`), so appending them does not copy the text.
+const APPEND_ROOM: usize = 96;
+
+/// `text` (a JSON object) with `added` members after its own, appended in place. The caller
+/// makes sure none of the keys is already there.
+pub fn with_added(text: String, added: &[(&str, Value)]) -> String {
+    let mut out = text.into_bytes();
+    while out.last().is_some_and(u8::is_ascii_whitespace) {
+        out.pop();
+    }
+    if out.last() == Some(&b'}') {
+        out.pop();
+    }
+    let mut first = out.iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     for (key, value) in added {
         if !first {
             out.push(b',');
@@ -111,7 +120,8 @@ pub fn with_added(text: &str, added: &[(&str, Value)]) -> Vec<u8> {
         let _ = serde_json::to_writer(&mut out, value);
     }
     out.push(b'}');
-    out
+    // Only ASCII was removed and JSON text appended, so this is still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Whether two of `keys` are equal (as unescaped text).
@@ -295,11 +305,11 @@ mod tests {
                 json!({"a": {"b": {}}, "$ip": "203.0.113.1", "$sent_at": "t\"1"}),
             ),
         ] {
-            let out = with_added(text, &added);
-            let back: Value = serde_json::from_slice(&out).expect("valid JSON");
+            let out = with_added(text.to_string(), &added);
+            let back: Value = serde_json::from_str(&out).expect("valid JSON");
             assert_eq!(back, expected, "{text}");
         }
-        assert_eq!(with_added(r#"{"a":1}"#, &[]), br#"{"a":1}"#);
+        assert_eq!(with_added(r#"{"a":1}"#.to_string(), &[]), r#"{"a":1}"#);
     }
 
     #[test]

@@ -60,6 +60,26 @@ pub struct WalBatch {
     pub events: Vec<CapturedEvent>,
 }
 
+impl WalBatch {
+    /// Appends this batch's WAL record to `out`: the JSON its `Serialize` writes, with each
+    /// event's frozen properties text copied as it is ([`CapturedEvent::write_wal_json`]).
+    fn write_wal_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"project_id\":");
+        serde_json::to_writer(&mut *out, &self.project_id)?;
+        out.extend_from_slice(b",\"historical\":");
+        serde_json::to_writer(&mut *out, &self.historical)?;
+        out.extend_from_slice(b",\"events\":[");
+        for (i, event) in self.events.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            event.write_wal_json(out)?;
+        }
+        out.extend_from_slice(b"]}");
+        Ok(())
+    }
+}
+
 enum WalCommand {
     Append {
         payload: Vec<u8>,
@@ -272,7 +292,7 @@ impl Ingest {
             .map(|e| e.properties_json.as_ref().map_or(512, |p| p.len()) + 256)
             .sum();
         let mut payload = Vec::with_capacity(estimate);
-        if let Err(err) = serde_json::to_writer(&mut payload, &batch) {
+        if let Err(err) = batch.write_wal_json(&mut payload) {
             inner.pending.fetch_sub(n, Ordering::SeqCst);
             tracing::error!(error = %err, "a batch could not be encoded for the WAL; refused");
             return Err(IngestError::Encode(Arc::new(err)));

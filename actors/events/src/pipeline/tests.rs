@@ -196,3 +196,38 @@ fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
         ingest.shutdown().await.expect("shutdown");
     });
 }
+
+/// The WAL record written by hand is the JSON `Serialize` writes, and replays to the same
+/// events, whether an event's properties are frozen text or a map.
+#[test]
+fn the_wal_record_is_what_serialize_writes() {
+    let mut batch = identify(Uuid::now_v7());
+    batch.historical = true;
+    let mut text = batch.events[0].clone();
+    text.uuid = Uuid::now_v7();
+    text.event = "quote \" and \u{e9}".into();
+    text.distinct_id = "line\nbreak".into();
+    text.properties
+        .insert("n".into(), json!([1.5, {"a": null}, "\u{1F600}"]));
+    text.freeze_properties();
+    batch.events.push(text);
+    let mut written = Vec::new();
+    batch.write_wal_json(&mut written).expect("writes");
+    assert_eq!(
+        String::from_utf8(written.clone()).expect("utf-8"),
+        serde_json::to_string(&batch).expect("serializes")
+    );
+    let back: WalBatch = serde_json::from_slice(&written).expect("replays");
+    assert!(back.historical);
+    assert_eq!(back.events.len(), 2);
+    for (read, sent) in back.events.iter().zip(&batch.events) {
+        assert_eq!(
+            (&read.uuid, &read.event, &read.distinct_id, &read.properties),
+            (&sent.uuid, &sent.event, &sent.distinct_id, &sent.properties)
+        );
+        assert_eq!(
+            (read.timestamp, read.created_at),
+            (sent.timestamp, sent.created_at)
+        );
+    }
+}
