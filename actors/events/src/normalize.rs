@@ -185,15 +185,8 @@ fn normalize_with(
     }
 
     if ctx.capture_ip {
-        if !properties.contains_key("$ip") {
-            let ip = if properties.contains_key("capture_internal") {
-                Some("127.0.0.1".to_string())
-            } else {
-                ctx.ip.clone()
-            };
-            if let Some(ip) = ip {
-                properties.insert("$ip".into(), Value::String(ip));
-            }
+        if let Some(ip) = ip_to_add(&properties, ctx) {
+            properties.insert("$ip".into(), Value::String(ip));
         }
     } else {
         properties.remove("$ip");
@@ -269,13 +262,8 @@ fn normalize_text(
             added.push((key, top));
         }
     }
-    if ctx.capture_ip && !read.contains_key("$ip") {
-        let ip = if read.contains_key("capture_internal") {
-            Some("127.0.0.1".to_string())
-        } else {
-            ctx.ip.clone()
-        };
-        added.extend(ip.map(|ip| ("$ip", Value::String(ip))));
+    if ctx.capture_ip {
+        added.extend(ip_to_add(&read, ctx).map(|ip| ("$ip", Value::String(ip))));
     }
     if let Some(sent_at) = sent_at.filter(|_| !read.contains_key("$sent_at")) {
         added.push(("$sent_at", sent_at.clone()));
@@ -308,6 +296,18 @@ fn set_enrollment(properties: &mut Map<String, Value>) {
         _ => {
             properties.insert("$set".into(), Value::Object(set));
         }
+    }
+}
+
+/// The `$ip` a project that captures IPs adds to properties without one: loopback for
+/// PostHog's own internal events (`capture_internal`), else the client's address.
+fn ip_to_add(properties: &Map<String, Value>, ctx: &Context) -> Option<String> {
+    if properties.contains_key("$ip") {
+        None
+    } else if properties.contains_key("capture_internal") {
+        Some("127.0.0.1".to_string())
+    } else {
+        ctx.ip.clone()
     }
 }
 
