@@ -175,6 +175,224 @@ impl<'de> Visitor<'de> for FindKeys<'_> {
     scalars_find_nothing!();
 }
 
+/// [`top_level_values`] for text that is already known to be JSON: the properties text that
+/// capture checked, or that a segment holds. The segment writer reads each row's materialized
+/// columns with it. A byte walk finds the ends of strings and brackets without checking
+/// escapes, numbers or UTF-8 again, and it fills `found` in place, so a caller can reuse one
+/// buffer for every row.
+///
+/// On text that is valid JSON it finds exactly what [`top_level_values`] finds. It returns
+/// `None` for every key when the walk does not find a well-formed object. It never panics or
+/// loops, on any input.
+pub fn top_level_values_of_checked<'j>(
+    json: &'j str,
+    keys: &[&str],
+    found: &mut [Option<&'j str>],
+) {
+    found.iter_mut().for_each(|f| *f = None);
+    // Most members' keys are not wanted: their length alone tells, without comparing text.
+    let lengths = keys.iter().fold(0u64, |mask, k| mask | length_bit(k.len()));
+    let walked = members_of_checked(json, |key, value| {
+        if lengths & length_bit(key.len()) != 0 {
+            if let Some(i) = keys.iter().position(|k| *k == key) {
+                found[i].get_or_insert(value);
+            }
+        }
+        Some(())
+    });
+    if walked.is_none() {
+        found.iter_mut().for_each(|f| *f = None);
+    }
+}
+
+/// A bit for a key length: lengths from 63 on share the last one.
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
+}
+
+/// Calls `member` with each member of the JSON object `json` in order: the key's text
+/// (unescaped) and the value's text. Like [`top_level_values_of_checked`] it walks text that
+/// is already known to be JSON without checking it again: capture reads each event's fields
+/// with it after the batch was parsed. `None` when the walk does not find a well-formed
+/// object, when a key's escapes do not decode, or when `member` returns `None` (which stops
+/// the walk); it never panics or loops, on any input.
+///
+/// On success it returns the index just past the object's closing brace.
+pub fn members_of_checked<'j>(
+    json: &'j str,
+    mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<()>,
+) -> Option<usize> {
+    let mut walk = Walk { text: json, at: 0 };
+    walk.expect(b'{')?;
+    if walk.peek()? == b'}' {
+        return Some(walk.at + 1);
+    }
+    loop {
+        let (literal, escaped) = walk.string()?;
+        let key = if escaped {
+            Cow::Owned(serde_json::from_str::<String>(literal).ok()?)
+        } else {
+            Cow::Borrowed(literal.get(1..literal.len() - 1)?)
+        };
+        walk.expect(b':')?;
+        member(key, walk.value()?)?;
+        match walk.next()? {
+            b',' => {}
+            b'}' => return Some(walk.at),
+            _ => return None,
+        }
+    }
+}
+
+/// Whether `value`, one value's text, is a JSON string literal, number or literal name
+/// that a parse would take as it is: a string without escapes or control characters, an
+/// integer or a decimal fraction of at most 15 characters (always in range), `true`, `false`
+/// or `null`. Anything else (escapes, exponents, long numbers, objects, arrays, invalid text)
+/// needs a real parse to tell.
+pub fn is_plain_scalar(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    match bytes.first() {
+        Some(b'"') => plain_string(value).is_some(),
+        Some(b'-' | b'0'..=b'9') => is_short_decimal(bytes),
+        _ => matches!(value, "true" | "false" | "null"),
+    }
+}
+
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, at most 15 characters.
+fn is_short_decimal(bytes: &[u8]) -> bool {
+    if bytes.len() > 15 {
+        return false;
+    }
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let (whole, fraction) = match digits.iter().position(|&b| b == b'.') {
+        Some(dot) => (&digits[..dot], Some(&digits[dot + 1..])),
+        None => (digits, None),
+    };
+    let whole_ok = match whole {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    whole_ok && fraction.is_none_or(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit))
+}
+
+/// A position in JSON text that is walked, not checked.
+struct Walk<'j> {
+    text: &'j str,
+    at: usize,
+}
+
+impl<'j> Walk<'j> {
+    fn skip_space(&mut self) {
+        let bytes = self.text.as_bytes();
+        while matches!(bytes.get(self.at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte that is not white space, left in place.
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_space();
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    /// The next byte that is not white space, consumed.
+    fn next(&mut self) -> Option<u8> {
+        let byte = self.peek()?;
+        self.at += 1;
+        Some(byte)
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.next()? == byte).then_some(())
+    }
+
+    /// The string literal starting at the next byte, quotes included, and whether it holds
+    /// an escape.
+    fn string(&mut self) -> Option<(&'j str, bool)> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.at;
+        let (end, escaped) = string_end(self.text.as_bytes(), start)?;
+        self.at = end;
+        Some((self.text.get(start..end)?, escaped))
+    }
+
+    /// The value starting at the next byte: a string, an object or array with everything in
+    /// it, or a number or literal (up to the next delimiter).
+    fn value(&mut self) -> Option<&'j str> {
+        let bytes = self.text.as_bytes();
+        let start = match self.peek()? {
+            b'"' => return self.string().map(|(literal, _)| literal),
+            b'{' | b'[' => self.at,
+            _ => {
+                let start = self.at;
+                while !matches!(
+                    bytes.get(self.at),
+                    None | Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+                ) {
+                    self.at += 1;
+                }
+                return (self.at > start).then(|| self.text.get(start..self.at))?;
+            }
+        };
+        let mut depth = 0usize;
+        loop {
+            match *bytes.get(self.at)? {
+                b'"' => {
+                    self.at = string_end(bytes, self.at)?.0;
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        self.at += 1;
+                        return self.text.get(start..self.at);
+                    }
+                }
+                _ => {}
+            }
+            self.at += 1;
+        }
+    }
+}
+
+/// The index just past the closing quote of the string literal whose opening quote is at
+/// `start`, and whether the literal holds an escape. Eight bytes are looked at a time while
+/// they hold neither a quote nor a backslash (most property strings are short, so a word at a
+/// time does better than a byte at a time).
+fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut at = start + 1;
+    let mut escaped = false;
+    loop {
+        while let Some(word) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(word.try_into().ok()?);
+            if has_byte(word, b'"') || has_byte(word, b'\\') {
+                break;
+            }
+            at += 8;
+        }
+        match *bytes.get(at)? {
+            b'"' => return Some((at + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                at += 2;
+            }
+            _ => at += 1,
+        }
+    }
+}
+
+/// Whether one of the eight bytes of `word` is `byte`.
+fn has_byte(word: u64, byte: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_where_equal = word ^ (ONES * u64::from(byte));
+    zero_where_equal.wrapping_sub(ONES) & !zero_where_equal & HIGHS != 0
+}
+
 struct FindIndex {
     index: i64,
 }
@@ -290,6 +508,90 @@ mod tests {
             top_level_values(r#"{"dup":1,"dup":2}"#, &["dup"]),
             vec![Some("1")]
         );
+    }
+
+    #[test]
+    fn the_walk_over_checked_text_finds_what_the_checked_scan_finds() {
+        let keys = [
+            "$browser", "a", "nested", "n", "missing", "dup", "we\"ird", "é",
+        ];
+        let mut texts: Vec<String> = [
+            r#"{"$browser":"Chrome","a":1,"nested":{"a":2},"n":null,"dup":1,"dup":2}"#,
+            r#"{"a":"x\"y\\","$browser":["Safari",{"a":"]}"}],"esc\u0061pe":true}"#,
+            r#"{"\u0061":"escaped key","a":"plain","we\"ird":-1.5e3,"caf\u00e9":0}"#,
+            r#" { "a" : [ ] , "nested" : { } , "n" : false , "\u00e9" : "\ud83d\ude00" } "#,
+            "{\n\t\"a\":\r\n1\n}",
+            r#"{}"#,
+            r#"{"a":"\\"}"#,
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        // Objects made of every kind of value, nested and escaped, in many orders.
+        let values = [
+            r#""s""#,
+            r#""q\"\\\/\b""#,
+            "12",
+            "-0.5e-7",
+            "true",
+            "null",
+            "[]",
+            r#"[1,"]",{}]"#,
+            r#"{"a":{"b":[{"c":"}"}]}}"#,
+            r#""\u00e9\u0000""#,
+            // Longer than the byte loop's reach, with escapes before and after it.
+            r#""https://shop.example.com/products/12?ref=\"news\"&q=\\x\u00e9""#,
+            r#""0123456789012345678901234567890\"{}[]""#,
+        ];
+        for i in 0..200usize {
+            let members: Vec<String> = (0..(i % 7))
+                .map(|j| {
+                    let key = keys[(i * 3 + j * 5) % keys.len()];
+                    let key = serde_json::to_string(key).expect("a key is text");
+                    format!("{key}:{}", values[(i + j * 7) % values.len()])
+                })
+                .collect();
+            texts.push(format!(
+                "{{{}}}",
+                members.join(if i % 2 == 0 { "," } else { " , " })
+            ));
+        }
+        let mut found = vec![Some("stale"); keys.len()];
+        for text in &texts {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(text).is_ok(),
+                "{text}"
+            );
+            top_level_values_of_checked(text, &keys, &mut found);
+            assert_eq!(found, top_level_values(text, &keys), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_walk_over_checked_text_finds_nothing_in_what_is_not_an_object() {
+        let keys = ["a"];
+        let mut found = vec![None; 1];
+        for text in [
+            "",
+            "[1]",
+            r#""a""#,
+            "12",
+            "{",
+            r#"{"a""#,
+            r#"{"a":"#,
+            r#"{"a":1"#,
+            r#"{"a":1,"#,
+            r#"{"a":"unterminated}"#,
+            r#"{"a":1 "b":2}"#,
+            r#"{a:1}"#,
+            r#"{"a":{"b":1}"#,
+            r#"{"a":"x\"#,
+            "{\"a\":[[[[",
+            r#"{"\ud800":1}"#,
+        ] {
+            top_level_values_of_checked(text, &keys, &mut found);
+            assert_eq!(found, vec![None], "{text}");
+        }
     }
 
     #[test]
