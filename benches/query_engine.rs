@@ -97,7 +97,9 @@ fn generate_day(rng: &mut StdRng, day: NaiveDate, count: usize) -> Vec<StoredEve
                 person_id: Uuid::new_v5(&Uuid::NAMESPACE_OID, distinct_id.as_bytes()),
                 distinct_id,
                 properties,
-                person_properties: json!({"email": format!("user{user}@example.com")}).to_string(),
+                person_properties: json!({"email": format!("user{user}@example.com")})
+                    .to_string()
+                    .into(),
                 timestamp: ts,
                 created_at: ts,
                 project_id: 1,

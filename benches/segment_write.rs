@@ -42,7 +42,8 @@ fn rows() -> Vec<StoredEvent> {
                 ),
                 properties: support::event_properties(i).to_string(),
                 person_properties: json!({"email": format!("user-{}@example.com", i % 37)})
-                    .to_string(),
+                    .to_string()
+                    .into(),
                 timestamp: at,
                 created_at: at,
                 project_id: 1,

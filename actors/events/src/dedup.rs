@@ -1,6 +1,6 @@
 //! The event uuids a shard has seen recently, so a retried event is stored once.
 
-use std::collections::HashSet;
+use ahash::HashSet;
 
 use uuid::Uuid;
 
@@ -21,8 +21,8 @@ impl RecentUuids {
     pub fn new(window: usize) -> RecentUuids {
         let generation = (window / 2).max(1);
         RecentUuids {
-            current: HashSet::with_capacity(generation),
-            previous: HashSet::new(),
+            current: HashSet::with_capacity_and_hasher(generation, Default::default()),
+            previous: HashSet::default(),
             generation,
         }
     }
@@ -33,7 +33,7 @@ impl RecentUuids {
             return false;
         }
         if self.current.len() >= self.generation {
-            let fresh = HashSet::with_capacity(self.generation);
+            let fresh = HashSet::with_capacity_and_hasher(self.generation, Default::default());
             self.previous = std::mem::replace(&mut self.current, fresh);
         }
         self.current.insert(uuid);

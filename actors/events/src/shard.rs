@@ -5,7 +5,7 @@
 //! Flushing runs on a second thread so that acknowledgements (which wait for the actor to have
 //! processed a batch) never wait behind Parquet encoding.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,7 +103,7 @@ pub struct IngestShard {
     next_frozen_id: u64,
     recent: RecentUuids,
     /// The JSON text of each person's properties, with the person it was made from.
-    person_texts: HashMap<Uuid, (Arc<Person>, String)>,
+    person_texts: ahash::HashMap<Uuid, (Arc<Person>, Arc<str>)>,
     stats: ShardStats,
 }
 
@@ -144,28 +144,30 @@ impl IngestShard {
             buffered_bytes: 0,
             oldest: None,
             next_frozen_id: 0,
-            person_texts: HashMap::new(),
+            person_texts: Default::default(),
         }
     }
 
     /// `person`'s properties as JSON text, reused while the person is unchanged.
-    fn person_text(&mut self, person: Option<Arc<Person>>) -> String {
+    fn person_text(&mut self, person: Option<Arc<Person>>) -> Arc<str> {
         let Some(person) = person else {
-            return "{}".to_string();
+            return Arc::from("{}");
         };
         if let Some((seen, text)) = self.person_texts.get(&person.id) {
             // Persons read from memory are decoded afresh each time, so a person that did not
             // change is a new copy: comparing the properties costs less than writing them.
             if Arc::ptr_eq(seen, &person) || seen.properties == person.properties {
-                return text.clone();
+                return Arc::clone(text);
             }
         }
-        let text = serde_json::to_string(&person.properties).unwrap_or_default();
+        let text: Arc<str> = serde_json::to_string(&person.properties)
+            .unwrap_or_default()
+            .into();
         if self.person_texts.len() >= PERSON_TEXT_MEMO_ENTRIES {
             drop_in_background(std::mem::take(&mut self.person_texts));
         }
         self.person_texts
-            .insert(person.id, (Arc::clone(&person), text.clone()));
+            .insert(person.id, (Arc::clone(&person), Arc::clone(&text)));
         text
     }
 

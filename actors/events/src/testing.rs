@@ -29,7 +29,9 @@ pub fn event(
         distinct_id: distinct_id.into(),
         person_id: Uuid::new_v5(&Uuid::NAMESPACE_OID, distinct_id.as_bytes()),
         properties: props.to_string(),
-        person_properties: json!({"email": format!("{distinct_id}@example.com")}).to_string(),
+        person_properties: json!({"email": format!("{distinct_id}@example.com")})
+            .to_string()
+            .into(),
         timestamp: at(ts),
         created_at: at(ts),
         project_id,

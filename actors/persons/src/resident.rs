@@ -19,7 +19,9 @@
 //! goes through it. Until then an id without an entry is [`Lookup::Unknown`].
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
+
+use ahash::RandomState;
 
 use corvid_kernel::prehashed::PreHashed;
 use std::sync::atomic::{AtomicBool, Ordering};
