@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::property_keys::{NORMALIZE_EDITING_EVENTS, PROPERTY_EDITING_EVENTS};
 use super::raw_properties::Checked;
 pub use super::raw_properties::RawProperties;
-use corvid_kernel::json::BorrowedKey;
+use corvid_kernel::json::{is_plain_scalar, members_of_checked};
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -392,41 +392,32 @@ const EVENT_FIELDS: [&str; 11] = [
 /// An event object: its properties' text apart, the fields read parsed.
 struct EventFields<'a> {
     fields: Map<String, Value>,
-    properties: Option<&'a RawValue>,
+    properties: Option<&'a str>,
 }
 
-impl<'de> serde::Deserialize<'de> for EventFields<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldsVisitor;
-        impl<'de> serde::de::Visitor<'de> for FieldsVisitor {
-            type Value = EventFields<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an event object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<EventFields<'de>, A::Error> {
-                let mut event = EventFields {
-                    fields: Map::new(),
-                    properties: None,
-                };
-                // A repeated field counts once, the last, as in a parsed map. Fields nobody
-                // reads are checked as a parse into values would check them, and dropped.
-                while let Some(key) = map.next_key_seed(BorrowedKey)? {
-                    if key == "properties" {
-                        event.properties = Some(map.next_value()?);
-                    } else if EVENT_FIELDS.contains(&key.as_ref()) {
-                        event.fields.insert(key.into_owned(), map.next_value()?);
-                    } else {
-                        map.next_value::<Checked>()?;
-                    }
-                }
-                Ok(event)
-            }
+/// Reads an event object's fields from its text. The whole body was parsed once already (into
+/// each event's text), so a walk finds the members without checking the JSON again. A
+/// repeated field counts once, the last, as in a parsed map. The fields read are parsed; the
+/// ones nobody reads are checked as a parse into values would check them, and dropped.
+/// `None` when the event is not an object or a field does not parse.
+fn event_fields(text: &str) -> Option<EventFields<'_>> {
+    let mut event = EventFields {
+        fields: Map::new(),
+        properties: None,
+    };
+    members_of_checked(text, |key, value| {
+        if key == "properties" {
+            event.properties = Some(value);
+        } else if EVENT_FIELDS.contains(&key.as_ref()) {
+            event
+                .fields
+                .insert(key.into_owned(), serde_json::from_str(value).ok()?);
+        } else if !is_plain_scalar(value) {
+            serde_json::from_str::<Checked>(value).ok()?;
         }
-        deserializer.deserialize_map(FieldsVisitor)
-    }
+        Some(())
+    })?;
+    Some(event)
 }
 
 fn parse_event(
@@ -434,14 +425,14 @@ fn parse_event(
     raw: &RawValue,
     route: RouteKind,
 ) -> Result<(RawEvent, Option<String>), DecodeError> {
-    let Ok(EventFields {
+    let Some(EventFields {
         fields: mut obj,
         properties,
-    }) = serde_json::from_str::<EventFields<'_>>(raw.get())
+    }) = event_fields(raw.get())
     else {
         return Err(DecodeError::EventNotObject { index });
     };
-    let properties = properties.map(RawValue::get).filter(|text| *text != "null");
+    let properties = properties.filter(|text| *text != "null");
     if properties.is_some_and(|text| !text.starts_with('{')) {
         return Err(DecodeError::InvalidField {
             index,
