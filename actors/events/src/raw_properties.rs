@@ -17,7 +17,7 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use corvid_kernel::json::{is_plain_scalar, members_of_checked, BorrowedKey};
+use corvid_kernel::json::BorrowedKey;
 
 use super::property_keys::{
     DECODE_READS, NORMALIZE_READS, PROCESSING_READS, PROPERTY_EDITING_KEYS, SHARD_READS,
@@ -60,7 +60,7 @@ impl RawProperties {
     /// module's doc); otherwise parses every property. Fails as parsing it into a map would.
     pub fn read(text: &str, keep_text: bool) -> Result<RawProperties, serde_json::Error> {
         if keep_text {
-            let scan = Scan::walk(text).map_or_else(|| serde_json::from_str(text), Ok)?;
+            let scan: Scan<'_> = serde_json::from_str(text)?;
             if !scan.edited && !repeats_a_key(scan.keys) {
                 let mut kept = String::with_capacity(text.len() + APPEND_ROOM);
                 kept.push_str(text);
@@ -137,40 +137,6 @@ struct Scan<'de> {
     keys: Vec<Cow<'de, str>>,
     read: Map<String, Value>,
     edited: bool,
-}
-
-impl<'j> Scan<'j> {
-    /// The scan by walking the text: each member's value is parsed when read, taken as it is
-    /// when [`is_plain_scalar`] (most properties: short strings, numbers, booleans), and
-    /// checked by a parse otherwise. `None` when the walk cannot tell (a key with a control
-    /// character, a value a parse refuses, text after the object, text that is not an
-    /// object): the caller then scans with a parse, which accepts and refuses exactly what
-    /// parsing into a map does. A walk that succeeds accepts only what that parse accepts.
-    fn walk(text: &'j str) -> Option<Scan<'j>> {
-        let mut scan = Scan {
-            keys: Vec::with_capacity(32),
-            read: Map::new(),
-            edited: false,
-        };
-        let end = members_of_checked(text, |key, value| {
-            if key.bytes().any(|b| b < 0x20) {
-                return None;
-            }
-            scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
-            if is_read(&key) {
-                scan.read
-                    .insert(key.to_string(), serde_json::from_str(value).ok()?);
-            } else if !is_plain_scalar(value) {
-                serde_json::from_str::<Checked>(value).ok()?;
-            }
-            scan.keys.push(key);
-            Some(())
-        })?;
-        text.get(end..)?
-            .bytes()
-            .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
-            .then_some(scan)
-    }
 }
 
 impl<'de> Deserialize<'de> for Scan<'de> {
@@ -322,97 +288,6 @@ mod tests {
                 "{text} parses"
             );
             assert!(RawProperties::read(text, true).is_err(), "{text} kept");
-        }
-    }
-
-    /// Texts a parse into a map accepts and refuses: the walk must agree with the parse on
-    /// each, or leave it to the parse.
-    const WALKED: [&str; 32] = [
-        r#"{"$browser":"Chrome","amount":129.5,"items":3,"ok":true,"n":null,"f":false}"#,
-        r#" {"a" : -0 , "b":0.25,"c":-12.5 } "#,
-        "{\n\t\"a\":\r\n\"x\"\n}",
-        r#"{"big":123456789012345678,"e":1e3,"E":-2.5E-3,"long":1234567890.123456}"#,
-        r#"{"esc":"a\"b","uni":"\u00e9","pair":"\ud83d\ude00"}"#,
-        r#"{"nested":{"a":[1,{"b":"]"}]},"list":[],"obj":{}}"#,
-        r#"{"$session_id":"s1","$set":{"plan":"pro"},"token":"t"}"#,
-        r#"{"k\u0065y":1,"\"":2}"#,
-        r#"{}"#,
-        r#"{"a":1e400}"#,
-        r#"{"a":[1,-1e999]}"#,
-        r#"{"a":{"b":"\ud800"}}"#,
-        r#"{"\ud800":1}"#,
-        r#"{"a":"\x"}"#,
-        r#"{"a":01}"#,
-        r#"{"a":1.}"#,
-        r#"{"a":.5}"#,
-        r#"{"a":-}"#,
-        r#"{"a":+1}"#,
-        r#"{"a":tru}"#,
-        r#"{"a":nulll}"#,
-        "{\"a\":\"tab\there\"}",
-        "{\"k\tey\":1}",
-        r#"{"a":1} x"#,
-        r#"{"a":1}}"#,
-        r#"{"a":1,}"#,
-        r#"{"a" 1}"#,
-        r#"{"a":1 "b":2}"#,
-        r#"{"a":[1,}"#,
-        r#"{"a":{"b":1]}"#,
-        r#"[1]"#,
-        r#""a""#,
-    ];
-
-    #[test]
-    fn the_walk_accepts_and_reads_what_the_parse_does() {
-        let mut walked = 0;
-        for text in WALKED {
-            let parsed = serde_json::from_str::<Scan<'_>>(text);
-            if let Some(scan) = Scan::walk(text) {
-                walked += 1;
-                let parsed = parsed.unwrap_or_else(|e| panic!("{text} walked, parse: {e}"));
-                assert_eq!(scan.keys, parsed.keys, "{text}");
-                assert_eq!(scan.read, parsed.read, "{text}");
-                assert_eq!(scan.edited, parsed.edited, "{text}");
-            }
-            assert_eq!(
-                RawProperties::read(text, true).is_ok(),
-                serde_json::from_str::<Map<String, Value>>(text).is_ok(),
-                "{text}"
-            );
-        }
-        assert!(walked >= 8, "the walk took only {walked} texts");
-    }
-
-    #[test]
-    fn plain_scalars_are_taken_as_they_are() {
-        for plain in [
-            r#""x""#,
-            r#""""#,
-            "0",
-            "-0",
-            "12",
-            "-3.25",
-            "123456789012345",
-            "true",
-            "false",
-            "null",
-        ] {
-            assert!(is_plain_scalar(plain), "{plain}");
-            assert!(serde_json::from_str::<Checked>(plain).is_ok(), "{plain}");
-        }
-        for other in [
-            r#""a\"b""#,
-            "1e3",
-            "1234567890123456",
-            "01",
-            "1.",
-            "-",
-            "tru",
-            "[]",
-            "{}",
-            "\"\t\"",
-        ] {
-            assert!(!is_plain_scalar(other), "{other}");
         }
     }
 

@@ -595,6 +595,42 @@ mod tests {
     }
 
     #[test]
+    fn plain_scalars_are_taken_as_they_are() {
+        for plain in [
+            r#""x""#,
+            r#""""#,
+            "0",
+            "-0",
+            "12",
+            "-3.25",
+            "123456789012345",
+            "true",
+            "false",
+            "null",
+        ] {
+            assert!(is_plain_scalar(plain), "{plain}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(plain).is_ok(),
+                "{plain}"
+            );
+        }
+        for other in [
+            r#""a\"b""#,
+            "1e3",
+            "1234567890123456",
+            "01",
+            "1.",
+            "-",
+            "tru",
+            "[]",
+            "{}",
+            "\"\t\"",
+        ] {
+            assert!(!is_plain_scalar(other), "{other}");
+        }
+    }
+
+    #[test]
     fn property_text_and_numbers_follow_hogql() {
         assert_eq!(property_text(r#""a\"b""#).as_deref(), Some("a\"b"));
         assert!(matches!(
