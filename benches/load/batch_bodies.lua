@@ -1,6 +1,8 @@
 -- wrk script: POSTs gzipped /batch/ bodies in turn from the files make_batch_bodies.py writes.
 -- Script arguments: the bodies file (batches.bin) and its index (batches.idx). Each wrk thread
--- starts at a random body, so threads do not send the same body at once.
+-- starts at a random body, so threads do not send the same body at once. Run from the
+-- repository root.
+dofile("benches/load/users.lua")
 local bodies = {}
 local next_body = 1
 
@@ -26,7 +28,5 @@ function request()
 end
 
 function response(status, headers, body)
-  if status ~= 200 then
-    io.stderr:write("unexpected status " .. status .. ": " .. body .. "\n")
-  end
+  report_errors(status, body)
 end
