@@ -232,7 +232,7 @@ pub fn members_of_checked<'j>(
         let key = if escaped {
             Cow::Owned(serde_json::from_str::<String>(literal).ok()?)
         } else {
-            Cow::Borrowed(literal.get(1..literal.len() - 1)?)
+            Cow::Borrowed(literal.get(1..literal.len().saturating_sub(1))?)
         };
         walk.expect(b':')?;
         member(key, walk.value()?)?;
