@@ -2,6 +2,10 @@
 //!
 //! The payload mirrors the HTTP load test: `/batch/` bodies of 100 events of ~500 bytes each,
 //! gzipped, as posthog-node sends them. Reported as events/s on one core.
+//!
+//! With `CAPTURE_BODIES=DIR` it also decodes the varied `/batch/` bodies of the HTTP benchmark
+//! of record (`benches/load/make_batch_bodies.py TOKEN DIR` writes `batches.bin` and
+//! `batches.idx`), cycling through them.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -38,6 +42,44 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     enc.finish().expect("gzip")
 }
 
+/// The varied gzip bodies in `dir` (see the module's doc): bodies back to back in
+/// `batches.bin`, their sizes in `batches.idx` (one a line).
+fn varied_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
+    let all = std::fs::read(dir.join("batches.bin")).expect("batches.bin");
+    let idx = std::fs::read_to_string(dir.join("batches.idx")).expect("batches.idx");
+    let mut at = 0;
+    idx.lines()
+        .map(|size| {
+            let len: usize = size.trim().parse().expect("a size");
+            at += len;
+            all[at - len..at].to_vec()
+        })
+        .collect()
+}
+
+/// Decodes and normalizes one body as capture does.
+fn decode_normalize(body: &[u8], encoding: Option<&str>, query: &CaptureQuery) -> usize {
+    let decoded = decode(
+        Payload {
+            route: RouteKind::Analytics,
+            body: black_box(body),
+            query,
+            content_type: Some("application/json"),
+            content_encoding: encoding,
+        },
+        Limits::default(),
+    )
+    .expect("decodes");
+    let ctx = Context {
+        now: Utc::now(),
+        sent_at: decoded.sent_at,
+        ip: Some("203.0.113.1".into()),
+        capture_ip: true,
+        historical_migration: false,
+    };
+    black_box(normalize_all(decoded.events, &ctx).expect("normalizes")).len()
+}
+
 fn bench(c: &mut Criterion) {
     let plain = batch_body();
     let gz = gzip(plain.as_bytes());
@@ -49,27 +91,14 @@ fn bench(c: &mut Criterion) {
         ("gzip", gz, Some("gzip")),
     ] {
         group.bench_function(format!("decode_normalize_batch100_{name}"), |b| {
-            b.iter(|| {
-                let decoded = decode(
-                    Payload {
-                        route: RouteKind::Analytics,
-                        body: black_box(&body),
-                        query: &query,
-                        content_type: Some("application/json"),
-                        content_encoding: encoding,
-                    },
-                    Limits::default(),
-                )
-                .expect("decodes");
-                let ctx = Context {
-                    now: Utc::now(),
-                    sent_at: decoded.sent_at,
-                    ip: Some("203.0.113.1".into()),
-                    capture_ip: true,
-                    historical_migration: false,
-                };
-                black_box(normalize_all(decoded.events, &ctx).expect("normalizes"))
-            })
+            b.iter(|| decode_normalize(&body, encoding, &query))
+        });
+    }
+    if let Some(dir) = std::env::var_os("CAPTURE_BODIES") {
+        let bodies = varied_bodies(std::path::Path::new(&dir));
+        let mut next = bodies.iter().cycle();
+        group.bench_function("decode_normalize_varied_gzip", |b| {
+            b.iter(|| decode_normalize(next.next().expect("cycles"), Some("gzip"), &query))
         });
     }
     group.finish();

@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::property_keys::{NORMALIZE_EDITING_EVENTS, PROPERTY_EDITING_EVENTS};
-use super::raw_properties::Checked;
 pub use super::raw_properties::RawProperties;
-use corvid_kernel::json::{is_plain_scalar, members_of_checked};
+use super::raw_properties::{Checked, ScannedProperties};
+use corvid_kernel::json::{is_plain_scalar, members_read_by, value_len_checked};
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -389,33 +389,64 @@ const EVENT_FIELDS: [&str; 11] = [
     "$token",
 ];
 
-/// An event object: its properties' text apart, the fields read parsed.
+/// An event object: its properties apart, the fields read parsed.
 struct EventFields<'a> {
-    fields: Map<String, Value>,
-    properties: Option<&'a str>,
+    fields: Fields,
+    properties: Option<EventProperties<'a>>,
+}
+
+/// The values of [`EVENT_FIELDS`] in an event, by the field's place in that list: read
+/// without a map (no key copied, no node allocated) as most events have six of them.
+#[derive(Default)]
+struct Fields([Option<Value>; EVENT_FIELDS.len()]);
+
+impl Fields {
+    fn slot(name: &str) -> Option<usize> {
+        EVENT_FIELDS.iter().position(|field| *field == name)
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0[Self::slot(name)?].as_ref()
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Value> {
+        self.0[Self::slot(name)?].take()
+    }
+}
+
+/// An event's `properties` member: an object already read, or any other value's text.
+enum EventProperties<'a> {
+    Object(ScannedProperties<'a>),
+    Other(&'a str),
 }
 
 /// Reads an event object's fields from its text. The whole body was parsed once already (into
 /// each event's text), so a walk finds the members without checking the JSON again. A
 /// repeated field counts once, the last, as in a parsed map. The fields read are parsed; the
-/// ones nobody reads are checked as a parse into values would check them, and dropped.
-/// `None` when the event is not an object or a field does not parse.
+/// properties object is read by its own parse where the walk finds it (so its text is gone
+/// over once); the fields nobody reads are checked as a parse into values would check them,
+/// and dropped. `None` when the event is not an object or a field does not parse.
 fn event_fields(text: &str) -> Option<EventFields<'_>> {
     let mut event = EventFields {
-        fields: Map::new(),
+        fields: Fields::default(),
         properties: None,
     };
-    members_of_checked(text, |key, value| {
+    members_read_by(text, |key, rest| {
+        if key == "properties" && rest.starts_with('{') {
+            let scanned = ScannedProperties::read_prefix(rest).ok()?;
+            let len = scanned.text().len();
+            event.properties = Some(EventProperties::Object(scanned));
+            return Some(len);
+        }
+        let value = rest.get(..value_len_checked(rest)?)?;
         if key == "properties" {
-            event.properties = Some(value);
-        } else if EVENT_FIELDS.contains(&key.as_ref()) {
-            event
-                .fields
-                .insert(key.into_owned(), serde_json::from_str(value).ok()?);
+            event.properties = Some(EventProperties::Other(value));
+        } else if let Some(slot) = Fields::slot(&key) {
+            event.fields.0[slot] = Some(serde_json::from_str(value).ok()?);
         } else if !is_plain_scalar(value) {
             serde_json::from_str::<Checked>(value).ok()?;
         }
-        Some(())
+        Some(value.len())
     })?;
     Some(event)
 }
@@ -432,14 +463,17 @@ fn parse_event(
     else {
         return Err(DecodeError::EventNotObject { index });
     };
-    let properties = properties.filter(|text| *text != "null");
-    if properties.is_some_and(|text| !text.starts_with('{')) {
-        return Err(DecodeError::InvalidField {
-            index,
-            field: "properties",
-            expected: "an object",
-        });
-    }
+    let properties = match properties {
+        None | Some(EventProperties::Other("null")) => None,
+        Some(EventProperties::Object(scanned)) => Some(scanned),
+        Some(EventProperties::Other(_)) => {
+            return Err(DecodeError::InvalidField {
+                index,
+                field: "properties",
+                expected: "an object",
+            })
+        }
+    };
     let event = match obj.remove("event") {
         Some(Value::String(name)) if name.is_empty() => {
             return Err(DecodeError::EmptyEventName { index })
@@ -463,7 +497,8 @@ fn parse_event(
         && !NORMALIZE_EDITING_EVENTS.contains(&event.as_str());
     let mut properties = match properties {
         None => RawProperties::default(),
-        Some(text) => RawProperties::read(text, keep_text)
+        Some(scanned) => scanned
+            .into_raw(keep_text)
             .map_err(|_| DecodeError::EventNotObject { index })?,
     };
     let token = string_token(obj.get("token"))
@@ -550,9 +585,19 @@ fn stringify_distinct_id(value: Value) -> Option<String> {
         Value::String(s) => s,
         other => other.to_string(),
     };
-    let text = text.replace('\0', "\u{FFFD}");
+    let mut text = if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    };
     if text.trim().is_empty() {
         return None;
     }
-    Some(text.chars().take(MAX_DISTINCT_ID_CHARS).collect())
+    // Fewer bytes than the limit are fewer characters too: only longer text is counted.
+    if text.len() > MAX_DISTINCT_ID_CHARS {
+        if let Some((cut, _)) = text.char_indices().nth(MAX_DISTINCT_ID_CHARS) {
+            text.truncate(cut);
+        }
+    }
+    Some(text)
 }

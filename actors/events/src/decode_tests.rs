@@ -503,6 +503,14 @@ fn distinct_ids_are_truncated_and_nul_replaced_and_perf_events_dropped() {
     assert_eq!(d.events.len(), 1, "$performance_event is dropped silently");
     assert_eq!(d.events[0].distinct_id.chars().count(), 200);
     assert!(d.events[0].distinct_id.starts_with("a\u{FFFD}"));
+    // The limit counts characters, not bytes.
+    for (sent, kept) in [(150, 150), (200, 200), (250, 200)] {
+        let d = json_ok(
+            RouteKind::Analytics,
+            &json!({"api_key": TOKEN, "batch": [{"event": "x", "distinct_id": "é".repeat(sent)}]}),
+        );
+        assert_eq!(d.events[0].distinct_id, "é".repeat(kept), "{sent}");
+    }
     let d = json_ok(
         RouteKind::Analytics,
         &json!({"api_key": TOKEN, "batch": [{"event": "x", "distinct_id": {"id": 1}}]}),
@@ -625,4 +633,27 @@ fn variant(err: &DecodeError) -> String {
         .unwrap_or_default()
         .trim()
         .to_string()
+}
+
+/// The properties object is read where the event's walk finds it: members after it, white
+/// space around it and brackets inside its strings change nothing.
+#[test]
+fn properties_anywhere_in_the_event_keep_their_text() {
+    let props = r#"{"s":"}{][\"\\","n":{"a":[{}]},"distinct_id":"p"}"#;
+    for event in [
+        format!(r#"{{"properties":{props},"event":"e","distinct_id":"d"}}"#),
+        format!(r#"{{ "event" : "e", "properties" :  {props}  , "distinct_id":"d" }}"#),
+        format!(r#"{{"properties":{{"x":1}},"event":"e","properties":{props},"distinct_id":"d"}}"#),
+    ] {
+        let body = format!(r#"{{"api_key":"{TOKEN}","batch":[{event}]}}"#);
+        let mut decoded =
+            decode_body(RouteKind::Analytics, body.as_bytes(), &q(), None, None).expect(&event);
+        let decoded = decoded.events.remove(0);
+        assert_eq!(decoded.distinct_id, "d", "{event}");
+        assert!(
+            matches!(&decoded.properties, RawProperties::Text { text, .. } if text == props),
+            "{event}: {:?}",
+            decoded.properties
+        );
+    }
 }

@@ -22,6 +22,11 @@ pub const HISTORICAL_MIN_AGE: Duration = Duration::hours(48);
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct CapturedEvent {
     pub uuid: Uuid,
+    /// Whether this server made `uuid` (the client sent none). Such an event cannot be a
+    /// client's retry of one already stored, so the shard's dedup window does not hold it.
+    /// `false` after a WAL replay, which then checks every event as before.
+    #[serde(skip)]
+    pub uuid_made_here: bool,
     pub event: String,
     pub distinct_id: String,
     pub properties: Map<String, Value>,
@@ -222,6 +227,7 @@ fn accepted(
     );
     CapturedEvent {
         uuid: raw.uuid.unwrap_or_else(Uuid::now_v7),
+        uuid_made_here: raw.uuid.is_none(),
         event: truncated(raw.event, MAX_EVENT_NAME_CHARS),
         distinct_id: raw.distinct_id,
         properties,

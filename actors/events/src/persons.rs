@@ -493,6 +493,7 @@ mod tests {
             event: name.into(),
             distinct_id: did.into(),
             properties: props.as_object().cloned().expect("object"),
+            uuid_made_here: false,
             properties_json: None,
             timestamp: Utc::now(),
             created_at: Utc::now(),

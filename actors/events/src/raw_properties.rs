@@ -61,14 +61,7 @@ impl RawProperties {
     pub fn read(text: &str, keep_text: bool) -> Result<RawProperties, serde_json::Error> {
         if keep_text {
             let scan: Scan<'_> = serde_json::from_str(text)?;
-            if !scan.edited && !repeats_a_key(scan.keys) {
-                let mut kept = String::with_capacity(text.len() + APPEND_ROOM);
-                kept.push_str(text);
-                return Ok(RawProperties::Text {
-                    text: kept,
-                    read: scan.read,
-                });
-            }
+            return ScannedProperties { text, scan }.into_raw(true);
         }
         serde_json::from_str(text).map(RawProperties::Parsed)
     }
@@ -91,6 +84,48 @@ impl RawProperties {
             RawProperties::Parsed(map) => Ok(map),
             RawProperties::Text { text, .. } => serde_json::from_str(&text),
         }
+    }
+}
+
+/// A properties object read from the start of a longer text (the rest of an event's text),
+/// so the event's walk does not go over it a second time.
+pub struct ScannedProperties<'t> {
+    text: &'t str,
+    scan: Scan<'t>,
+}
+
+impl<'t> ScannedProperties<'t> {
+    /// Reads the JSON object that starts `text`, checking it as [`RawProperties::read`] does.
+    /// Whatever follows the object is left unread.
+    pub fn read_prefix(text: &'t str) -> Result<ScannedProperties<'t>, serde_json::Error> {
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Scan<'t>>();
+        let scan = match stream.next() {
+            Some(scan) => scan?,
+            None => return Err(serde::de::Error::custom("no properties object")),
+        };
+        let text = text
+            .get(..stream.byte_offset())
+            .ok_or_else(|| serde::de::Error::custom("properties end inside a character"))?;
+        Ok(ScannedProperties { text, scan })
+    }
+
+    /// The object's text.
+    pub fn text(&self) -> &'t str {
+        self.text
+    }
+
+    /// What [`RawProperties::read`] makes of the text with `keep_text`.
+    pub fn into_raw(self, keep_text: bool) -> Result<RawProperties, serde_json::Error> {
+        let ScannedProperties { text, scan } = self;
+        if keep_text && !scan.edited && !repeats_a_key(scan.keys) {
+            let mut kept = String::with_capacity(text.len() + APPEND_ROOM);
+            kept.push_str(text);
+            return Ok(RawProperties::Text {
+                text: kept,
+                read: scan.read,
+            });
+        }
+        serde_json::from_str(text).map(RawProperties::Parsed)
     }
 }
 
@@ -124,10 +159,53 @@ pub fn with_added(text: String, added: &[(&str, Value)]) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Whether two of `keys` are equal (as unescaped text).
-fn repeats_a_key(mut keys: Vec<Cow<'_, str>>) -> bool {
+/// Whether two of `keys` are equal (as unescaped text). Up to 64 keys go into a small table by
+/// a cheap hash of their ends and length, and only keys landing on each other's way are
+/// compared: sorting an event's keys (most sharing a `$` prefix) cost more than parsing
+/// their values.
+fn repeats_a_key(keys: Vec<Cow<'_, str>>) -> bool {
+    const SLOTS: usize = 128;
+    const EMPTY: u8 = u8::MAX;
+    if keys.len() > SLOTS / 2 {
+        return repeats_by_sorting(keys);
+    }
+    let mut table = [EMPTY; SLOTS];
+    for (i, key) in keys.iter().enumerate() {
+        let mut slot = key_bucket(key) % SLOTS;
+        loop {
+            match table[slot] {
+                // At most 64 keys: every index fits below `EMPTY`.
+                EMPTY => {
+                    table[slot] = i as u8;
+                    break;
+                }
+                j if keys[usize::from(j)] == *key => return true,
+                _ => slot = (slot + 1) % SLOTS,
+            }
+        }
+    }
+    false
+}
+
+/// [`repeats_a_key`] for many keys.
+fn repeats_by_sorting(mut keys: Vec<Cow<'_, str>>) -> bool {
     keys.sort_unstable();
     keys.windows(2).any(|pair| pair[0] == pair[1])
+}
+
+/// A hash of a key's first and last eight bytes and its length: equal keys land together.
+fn key_bucket(key: &str) -> usize {
+    let bytes = key.as_bytes();
+    let word = |part: &[u8]| {
+        let mut word = [0u8; 8];
+        word[..part.len()].copy_from_slice(part);
+        u64::from_le_bytes(word)
+    };
+    let head = word(&bytes[..bytes.len().min(8)]);
+    let tail = word(&bytes[bytes.len().saturating_sub(8)..]);
+    let mixed =
+        (head ^ tail.rotate_left(29) ^ bytes.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> 57) as usize
 }
 
 /// One pass over a properties object: the keys, the values of the read ones, and whether a
@@ -310,6 +388,31 @@ mod tests {
             assert_eq!(back, expected, "{text}");
         }
         assert_eq!(with_added(r#"{"a":1}"#.to_string(), &[]), r#"{"a":1}"#);
+    }
+
+    #[test]
+    fn a_repeated_key_is_found_among_few_or_many() {
+        let names: Vec<String> = (0..100)
+            .map(|i| match i % 4 {
+                0 => format!("${i}"),
+                1 => format!("$screen_{i}"),
+                2 => format!("a_long_common_prefix_{i}_and_suffix"),
+                _ => "x".repeat(i),
+            })
+            .collect();
+        for count in [0, 1, 2, 17, 64, 65, 100] {
+            let keys: Vec<Cow<'_, str>> =
+                names[..count].iter().map(|k| k.as_str().into()).collect();
+            assert!(!repeats_a_key(keys.clone()), "{count} distinct keys");
+            for (a, b) in [(0, count.saturating_sub(1)), (count / 2, count / 3)] {
+                if count < 2 || a == b {
+                    continue;
+                }
+                let mut repeated = keys.clone();
+                repeated[b] = repeated[a].clone();
+                assert!(repeats_a_key(repeated), "{count} keys, {a} at {b}");
+            }
+        }
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl IngestShard {
         let mut failure = None;
         for mut event in msg.events {
             let known = msg.skip.as_ref().is_some_and(|s| s.contains(&event.uuid));
-            if known || !self.recent.insert(event.uuid) {
+            if known || (!event.uuid_made_here && !self.recent.insert(event.uuid)) {
                 self.stats.duplicates_skipped += 1;
                 released += 1;
                 continue;
@@ -225,18 +225,20 @@ impl IngestShard {
                 released += 1;
                 continue;
             };
-            let text = |key: &str| match event.properties.get(key) {
-                Some(Value::String(s)) => Some(s.clone()),
+            let properties = match frozen {
+                Some(text) => text.into_string(),
+                None => serde_json::to_string(&event.properties).unwrap_or_default(),
+            };
+            // The properties are written out above, so their values can be moved out.
+            let mut text = |key: &str| match event.properties.remove(key) {
+                Some(Value::String(s)) => Some(s),
                 _ => None,
             };
             rows.push(StoredEvent {
                 uuid: event.uuid,
                 session_id: text("$session_id"),
                 window_id: text("$window_id"),
-                properties: match frozen {
-                    Some(text) => text.into_string(),
-                    None => serde_json::to_string(&event.properties).unwrap_or_default(),
-                },
+                properties,
                 person_properties: self.person_text(person),
                 event: event.event,
                 distinct_id: event.distinct_id,

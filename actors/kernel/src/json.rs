@@ -212,15 +212,30 @@ fn length_bit(len: usize) -> u64 {
 
 /// Calls `member` with each member of the JSON object `json` in order: the key's text
 /// (unescaped) and the value's text. Like [`top_level_values_of_checked`] it walks text that
-/// is already known to be JSON without checking it again: capture reads each event's fields
-/// with it after the batch was parsed. `None` when the walk does not find a well-formed
-/// object, when a key's escapes do not decode, or when `member` returns `None` (which stops
-/// the walk); it never panics or loops, on any input.
+/// is already known to be JSON without checking it again. `None` when the walk does not find
+/// a well-formed object, when a key's escapes do not decode, or when `member` returns `None`
+/// (which stops the walk); it never panics or loops, on any input.
 ///
 /// On success it returns the index just past the object's closing brace.
 pub fn members_of_checked<'j>(
     json: &'j str,
     mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<()>,
+) -> Option<usize> {
+    members_read_by(json, |key, rest| {
+        let len = value_len_checked(rest)?;
+        member(key, rest.get(..len)?)?;
+        Some(len)
+    })
+}
+
+/// [`members_of_checked`] where `member` reads each value itself: it is given the key and the
+/// text from the value's first byte to the end of `json`, and returns how many bytes the value
+/// takes (or `None`, which stops the walk). Capture reads an event's properties with its own
+/// parse this way, so the largest member is gone over once, not twice. A length past the end
+/// of the text ends the walk with `None`.
+pub fn members_read_by<'j>(
+    json: &'j str,
+    mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<usize>,
 ) -> Option<usize> {
     let mut walk = Walk { text: json, at: 0 };
     walk.expect(b'{')?;
@@ -235,13 +250,24 @@ pub fn members_of_checked<'j>(
             Cow::Borrowed(literal.get(1..literal.len().saturating_sub(1))?)
         };
         walk.expect(b':')?;
-        member(key, walk.value()?)?;
+        walk.peek()?;
+        let len = member(key, json.get(walk.at..)?)?;
+        walk.at = walk.at.checked_add(len).filter(|end| *end <= json.len())?;
         match walk.next()? {
             b',' => {}
             b'}' => return Some(walk.at),
             _ => return None,
         }
     }
+}
+
+/// The length of the JSON value at the start of `text` (already known to be JSON): a string,
+/// an object or array with everything in it, or a number or literal up to the next delimiter.
+/// `None` when no well-formed value starts there.
+pub fn value_len_checked(text: &str) -> Option<usize> {
+    let mut walk = Walk { text, at: 0 };
+    walk.value()?;
+    Some(walk.at)
 }
 
 /// Whether `value`, one value's text, is a JSON string literal, number or literal name
@@ -591,6 +617,28 @@ mod tests {
         ] {
             top_level_values_of_checked(text, &keys, &mut found);
             assert_eq!(found, vec![None], "{text}");
+        }
+    }
+
+    #[test]
+    fn a_member_reader_takes_its_value_and_the_walk_goes_on_after_it() {
+        let text = r#"{"a": {"x":"}"} ,"b":[1,"]"],"c":3}"#;
+        let mut seen = Vec::new();
+        let end = members_read_by(text, |key, rest| {
+            let len = value_len_checked(rest)?;
+            seen.push((key.into_owned(), &rest[..len]));
+            Some(len)
+        });
+        assert_eq!(end, Some(text.len()));
+        let expected = [("a", r#"{"x":"}"}"#), ("b", r#"[1,"]"]"#), ("c", "3")];
+        assert_eq!(
+            seen,
+            expected.map(|(k, v)| (k.to_string(), v)).to_vec(),
+            "{text}"
+        );
+        // A length that leaves the walk between members, or past the end, stops it.
+        for len in [1, 10, 1000, usize::MAX] {
+            assert_eq!(members_read_by(text, |_, _| Some(len)), None, "{len}");
         }
     }
 

@@ -114,6 +114,7 @@ fn identify(uuid: Uuid) -> WalBatch {
             event: "$identify".into(),
             distinct_id: "ann".into(),
             properties,
+            uuid_made_here: false,
             properties_json: None,
             timestamp: Utc::now(),
             created_at: Utc::now(),
@@ -182,6 +183,14 @@ fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
         let stats = ingest.stats().await.expect("stats");
         assert_eq!(stats[0].events_stored, 1);
         assert_eq!(stats[0].duplicates_skipped, 0);
+
+        // Sent again after it was stored, the client's uuid marks it a duplicate.
+        ingest.submit(identify(uuid)).await.expect("acknowledged");
+        let stats = ingest.stats().await.expect("stats");
+        assert_eq!(
+            (stats[0].events_stored, stats[0].duplicates_skipped),
+            (1, 1)
+        );
         let ann = persons
             .person_by_distinct_id(1, "ann")
             .expect("read")
