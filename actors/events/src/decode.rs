@@ -242,6 +242,11 @@ struct BatchProbe<'a> {
 }
 
 /// Step 7: the JSON shapes, token resolution and per-event validation.
+///
+/// A body of events (an array, or a batch object with its `batch` array) is first read in one
+/// pass ([`parse_walked`]). Any body that pass does not take whole (bad JSON, an event that is
+/// rejected, another shape) is read again by parsing it first and each event after, which
+/// says exactly what is wrong, so both ways accept the same bodies and give the same events.
 fn parse_events(
     text: &str,
     route: RouteKind,
@@ -249,40 +254,32 @@ fn parse_events(
     limits: Limits,
 ) -> Result<DecodedRequest, DecodeError> {
     let trimmed = text.trim_start();
-    let mut batch_token = None;
-    let mut historical_migration = false;
-    let mut sent_at = None;
+    match parse_walked(trimmed, route, query, limits) {
+        Some(decoded) => Ok(decoded),
+        None => parse_parsed(trimmed, route, query, limits),
+    }
+}
+
+/// [`parse_events`] the long way: the body parsed first, then each event.
+pub(crate) fn parse_parsed(
+    trimmed: &str,
+    route: RouteKind,
+    query: &CaptureQuery,
+    limits: Limits,
+) -> Result<DecodedRequest, DecodeError> {
+    let mut batch = BatchFields::default();
     let raw_events: Vec<&RawValue> = match trimmed.as_bytes().first() {
         Some(b'[') => serde_json::from_str(trimmed).map_err(json_error)?,
         Some(b'{') => {
             let probe: BatchProbe<'_> = serde_json::from_str(trimmed).map_err(json_error)?;
             match probe.batch {
-                Some(batch) => {
-                    batch_token = match probe.api_key.or(probe.token) {
-                        None | Some(Value::Null) => None,
-                        Some(Value::String(s)) => Some(s),
-                        Some(_) => {
-                            return Err(DecodeError::InvalidBatchField {
-                                field: "api_key",
-                                expected: "a string",
-                            })
-                        }
-                    };
-                    historical_migration = match probe.historical_migration {
-                        None | Some(Value::Null) => false,
-                        Some(Value::Bool(b)) => b,
-                        Some(_) => {
-                            return Err(DecodeError::InvalidBatchField {
-                                field: "historical_migration",
-                                expected: "a boolean",
-                            })
-                        }
-                    };
-                    sent_at = match probe.sent_at {
-                        Some(Value::String(s)) => crate::time::parse_timestamp(&s),
-                        _ => None,
-                    };
-                    batch
+                Some(events) => {
+                    batch = BatchFields::read(
+                        probe.api_key.or(probe.token),
+                        probe.historical_migration,
+                        probe.sent_at,
+                    )?;
+                    events
                 }
                 None => vec![serde_json::from_str::<&RawValue>(trimmed).map_err(json_error)?],
             }
@@ -297,23 +294,88 @@ fn parse_events(
             })
         }
     };
-    if raw_events.is_empty() {
-        return Err(DecodeError::NoEvents);
-    }
-    let sent_at = sent_at.or_else(|| query.sent_at_ms.and_then(sent_at_from_millis));
-
-    let mut events = Vec::with_capacity(raw_events.len());
-    let mut event_tokens: Vec<String> = Vec::new();
-    for (index, raw) in raw_events.into_iter().enumerate() {
-        if raw.get().len() > limits.max_event_bytes {
+    let parsed = raw_events.into_iter().enumerate().map(|(index, raw)| {
+        let text = raw.get();
+        if text.len() > limits.max_event_bytes {
             return Err(DecodeError::EventTooLarge {
                 limit: limits.max_event_bytes,
                 index,
             });
         }
-        let (event, token) = parse_event(index, raw, route)?;
+        let (fields, _) = event_fields(text).ok_or(DecodeError::EventNotObject { index })?;
+        parse_event(index, fields, route)
+    });
+    collect_events(parsed, batch, query)
+}
+
+/// An event read from its object, with the token it names (if any).
+type ParsedEvent = (RawEvent, Option<String>);
+
+/// A batch object's own fields, read.
+#[derive(Default)]
+struct BatchFields {
+    token: Option<String>,
+    historical_migration: bool,
+    sent_at: Option<DateTime<Utc>>,
+}
+
+impl BatchFields {
+    fn read(
+        token: Option<Value>,
+        historical_migration: Option<Value>,
+        sent_at: Option<Value>,
+    ) -> Result<BatchFields, DecodeError> {
+        let token = match token {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => {
+                return Err(DecodeError::InvalidBatchField {
+                    field: "api_key",
+                    expected: "a string",
+                })
+            }
+        };
+        let historical_migration = match historical_migration {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(DecodeError::InvalidBatchField {
+                    field: "historical_migration",
+                    expected: "a boolean",
+                })
+            }
+        };
+        let sent_at = match sent_at {
+            Some(Value::String(s)) => crate::time::parse_timestamp(&s),
+            _ => None,
+        };
+        Ok(BatchFields {
+            token,
+            historical_migration,
+            sent_at,
+        })
+    }
+}
+
+/// The request from its events in order (the first error wins) and its batch's fields:
+/// the token, and the events kept.
+fn collect_events(
+    parsed: impl ExactSizeIterator<Item = Result<ParsedEvent, DecodeError>>,
+    batch: BatchFields,
+    query: &CaptureQuery,
+) -> Result<DecodedRequest, DecodeError> {
+    if parsed.len() == 0 {
+        return Err(DecodeError::NoEvents);
+    }
+    let sent_at = batch
+        .sent_at
+        .or_else(|| query.sent_at_ms.and_then(sent_at_from_millis));
+    let mut events = Vec::with_capacity(parsed.len());
+    let mut event_tokens: Vec<String> = Vec::new();
+    for item in parsed {
+        let (event, token) = item?;
         if let Some(token) = token {
-            if batch_token.is_none() && !event_tokens.contains(&token) {
+            if batch.token.is_none() && !event_tokens.contains(&token) {
                 event_tokens.push(token);
             }
         }
@@ -321,7 +383,7 @@ fn parse_events(
             events.push(event);
         }
     }
-    let token = match batch_token {
+    let token = match batch.token {
         Some(token) => token,
         None => match event_tokens.len() {
             0 => return Err(DecodeError::NoToken),
@@ -333,9 +395,116 @@ fn parse_events(
     Ok(DecodedRequest {
         token,
         events,
-        historical_migration,
+        historical_migration: batch.historical_migration,
         sent_at,
     })
+}
+
+/// Reads an array of events or a batch object in one pass, each event where the walk finds
+/// it, without parsing the body first. Every value is still checked by a parse (the fields
+/// read, the properties, any value that is not a plain scalar) and every key and bracket by
+/// the walk, so nothing is taken that a parse would refuse. `None` for anything else (another
+/// shape, a repeated batch field, an event that is rejected, text a parse may take but the
+/// walk does not): [`parse_events`] then reads the body the long way.
+pub(crate) fn parse_walked(
+    trimmed: &str,
+    route: RouteKind,
+    query: &CaptureQuery,
+    limits: Limits,
+) -> Option<DecodedRequest> {
+    let (events, batch, end) = match trimmed.as_bytes().first()? {
+        b'[' => {
+            let (events, end) = walk_events(trimmed, route, limits)?;
+            (events, BatchFields::default(), end)
+        }
+        // A single event object is read the long way: its batch fields and its own fields
+        // overlap, and a parse of the batch fields refuses some events a walk would take.
+        b'{' if !trimmed.contains("\"batch\"") => return None,
+        b'{' => {
+            let mut events = None;
+            let mut fields: [Option<Option<Value>>; 4] = Default::default();
+            let end = members_read_by(trimmed, |key, rest| {
+                let slot = ["api_key", "token", "historical_migration", "sent_at"]
+                    .iter()
+                    .position(|name| *name == key);
+                if key == "batch" {
+                    if events.is_some() {
+                        return None;
+                    }
+                    let (walked, len) = walk_events(rest, route, limits)?;
+                    events = Some(walked);
+                    return Some(len);
+                }
+                let value = rest.get(..value_len_checked(rest)?)?;
+                match slot {
+                    // A parse into the batch's fields refuses a repeated one.
+                    Some(i) if fields[i].is_some() => return None,
+                    Some(i) => fields[i] = Some(serde_json::from_str(value).ok()?),
+                    None if is_plain_scalar(value) => {}
+                    None => {
+                        serde_json::from_str::<Checked>(value).ok()?;
+                    }
+                }
+                Some(value.len())
+            })?;
+            let [api_key, token, historical_migration, sent_at] = fields.map(Option::flatten);
+            let batch = BatchFields::read(api_key.or(token), historical_migration, sent_at).ok()?;
+            (events?, batch, end)
+        }
+        _ => return None,
+    };
+    if !trimmed
+        .as_bytes()
+        .get(end..)?
+        .iter()
+        .all(|b| is_json_space(*b))
+    {
+        return None;
+    }
+    collect_events(events.into_iter().map(Ok), batch, query).ok()
+}
+
+/// Whether `byte` is white space between JSON tokens (not form feed, unlike ASCII's).
+fn is_json_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+/// The events of the JSON array at the start of `text`, each read where the walk finds it,
+/// and the array's length in bytes. `None` when an element is not an accepted event object
+/// or the array is not well formed.
+fn walk_events(text: &str, route: RouteKind, limits: Limits) -> Option<(Vec<ParsedEvent>, usize)> {
+    let bytes = text.as_bytes();
+    let space = |mut at: usize| {
+        while bytes.get(at).copied().is_some_and(is_json_space) {
+            at += 1;
+        }
+        at
+    };
+    if bytes.first() != Some(&b'[') {
+        return None;
+    }
+    let mut events = Vec::new();
+    let mut at = space(1);
+    if bytes.get(at) == Some(&b']') {
+        return Some((events, at + 1));
+    }
+    loop {
+        let rest = text.get(at..)?;
+        if !rest.starts_with('{') {
+            return None;
+        }
+        let (fields, len) = event_fields(rest)?;
+        if len > limits.max_event_bytes {
+            return None;
+        }
+        events.push(parse_event(events.len(), fields, route).ok()?);
+        at = space(at + len);
+        match bytes.get(at)? {
+            b',' => at = space(at + 1),
+            b']' => return Some((events, at + 1)),
+            _ => return None,
+        }
+    }
 }
 
 fn json_error(err: serde_json::Error) -> DecodeError {
@@ -426,12 +595,12 @@ enum EventProperties<'a> {
 /// properties object is read by its own parse where the walk finds it (so its text is gone
 /// over once); the fields nobody reads are checked as a parse into values would check them,
 /// and dropped. `None` when the event is not an object or a field does not parse.
-fn event_fields(text: &str) -> Option<EventFields<'_>> {
+fn event_fields(text: &str) -> Option<(EventFields<'_>, usize)> {
     let mut event = EventFields {
         fields: Fields::default(),
         properties: None,
     };
-    members_read_by(text, |key, rest| {
+    let end = members_read_by(text, |key, rest| {
         if key == "properties" && rest.starts_with('{') {
             let scanned = ScannedProperties::read_prefix(rest).ok()?;
             let len = scanned.text().len();
@@ -448,21 +617,18 @@ fn event_fields(text: &str) -> Option<EventFields<'_>> {
         }
         Some(value.len())
     })?;
-    Some(event)
+    Some((event, end))
 }
 
 fn parse_event(
     index: usize,
-    raw: &RawValue,
+    event: EventFields<'_>,
     route: RouteKind,
-) -> Result<(RawEvent, Option<String>), DecodeError> {
-    let Some(EventFields {
+) -> Result<ParsedEvent, DecodeError> {
+    let EventFields {
         fields: mut obj,
         properties,
-    }) = event_fields(raw.get())
-    else {
-        return Err(DecodeError::EventNotObject { index });
-    };
+    } = event;
     let properties = match properties {
         None | Some(EventProperties::Other("null")) => None,
         Some(EventProperties::Object(scanned)) => Some(scanned),

@@ -657,3 +657,69 @@ fn properties_anywhere_in_the_event_keep_their_text() {
         );
     }
 }
+
+/// The one-pass reading of a body takes exactly what parsing it first takes, and gives the
+/// same events; whatever it leaves is read the long way. Each body below is a valid batch
+/// changed in one place.
+#[test]
+fn the_one_pass_reading_takes_only_what_a_parse_takes() {
+    let event = |i: usize| {
+        format!(
+            r#"{{"event":"e{i}","distinct_id":"d{i}","uuid":"0193a8a0-47c1-7b8e-9c4e-6b2f6c1d2e3{i}","properties":{{"$browser":"Chrome","n":[1,{{"a":null}}],"$set":{{"plan":"pro"}},"s":"x\"y"}},"timestamp":"2026-11-20T12:00:00Z","extra":{{"k":[true,false]}}}}"#
+        )
+    };
+    let events = (0..3).map(event).collect::<Vec<_>>().join(",");
+    let batch = format!(
+        r#"{{"api_key":"{TOKEN}","sent_at":"2026-11-20T12:00:01Z","batch":[{events}],"other":[1,2]}}"#
+    );
+    let array = format!(
+        r#"[{}]"#,
+        event(0).replacen('{', &format!(r#"{{"token":"{TOKEN}","#), 1)
+    );
+    let mut bodies = vec![
+        batch.clone(),
+        array.clone(),
+        format!(" \n{batch}\t\r\n"),
+        batch.replace(",", " , "),
+        batch.replace(":", " :\n"),
+        // Not JSON, or not taken by a parse into the request.
+        batch.replace(r#","other""#, "\u{c},\"other\""),
+        batch.replace(r#""other""#, "\"ot\u{1}her\""),
+        batch.replace(r#""extra""#, "\"ex\ttra\""),
+        batch.replace(r#""s":"x"#, "\"s\":\"\u{1}x"),
+        batch.replace("[1,2]", "1e400"),
+        batch.replace("[1,2]", "[1,2,]"),
+        batch.replace("[1,2]", "[1,2"),
+        batch.replace("[true,false]", "[tru,false]"),
+        batch.replace(r#""a":null"#, r#""a":nul"#),
+        batch.replace(r#""a":null"#, r#""a":"\ud800""#),
+        batch.replace(r#""n":"#, r#""\ud800":"#),
+        batch.replace(r#""sent_at""#, r#""api_key":"x","sent_at""#),
+        batch.replace(r#""batch":["#, r#""batch":[],"batch":["#),
+        batch.replace(r#""batch":["#, r#""batch":[7,"#),
+        batch.replace(r#""batch":["#, r#""batch":null,"x":["#),
+        format!("{batch}x"),
+        format!("{batch},"),
+        format!("{array}]"),
+        batch.replacen("}", "}}", 1),
+        batch.replace(r#""distinct_id":"d1","#, ""),
+        batch.replace(r#""other""#, r#""historical_migration":1,"other""#),
+        array.replace(r#""token""#, r#""token":"phc_other","token""#),
+    ];
+    for i in 0..batch.len() {
+        if batch.is_char_boundary(i) && i % 7 == 0 {
+            bodies.push(batch[..i].to_string());
+        }
+    }
+    let mut walked = 0;
+    for body in &bodies {
+        let trimmed = body.trim_start();
+        let long = parse_parsed(trimmed, RouteKind::Analytics, &q(), Limits::default());
+        if let Some(one_pass) = parse_walked(trimmed, RouteKind::Analytics, &q(), Limits::default())
+        {
+            walked += 1;
+            assert_eq!(Ok(one_pass), long, "{body}");
+        }
+    }
+    assert_eq!(walked, 5, "the valid bodies are read in one pass");
+}

@@ -232,7 +232,9 @@ pub fn members_of_checked<'j>(
 /// text from the value's first byte to the end of `json`, and returns how many bytes the value
 /// takes (or `None`, which stops the walk). Capture reads an event's properties with its own
 /// parse this way, so the largest member is gone over once, not twice. A length past the end
-/// of the text ends the walk with `None`.
+/// of the text ends the walk with `None`. Keys are checked as a parse checks them (escapes
+/// decoded, no control character), so on text nobody checked before, the walk and readers
+/// that check every value take only JSON.
 pub fn members_read_by<'j>(
     json: &'j str,
     mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<usize>,
@@ -247,7 +249,12 @@ pub fn members_read_by<'j>(
         let key = if escaped {
             Cow::Owned(serde_json::from_str::<String>(literal).ok()?)
         } else {
-            Cow::Borrowed(literal.get(1..literal.len().saturating_sub(1))?)
+            // JSON text holds no control character in a string: text that does is not JSON.
+            let plain = literal.get(1..literal.len().saturating_sub(1))?;
+            if plain.bytes().any(|b| b < 0x20) {
+                return None;
+            }
+            Cow::Borrowed(plain)
         };
         walk.expect(b':')?;
         walk.peek()?;
