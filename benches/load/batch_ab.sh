@@ -26,7 +26,7 @@ for _ in $(seq 1 "$ROUNDS"); do
     wrk -t1 -c64 -d"${DURATION}s" --latency "${script[@]}" >"$DATA/wrk.txt" 2>/dev/null
     # Only acknowledged events count: a request refused (503 when the buffers are full) is
     # taken off the rate.
-    echo "$bin: $(awk '/requests in/ {n = $1; secs = $4; sub(/s,?$/, "", secs)} /^Non-2xx/ {bad = $NF} $1 == "50%" {m = $2} $1 == "99%" {p = $2} END {printf "%.0f events/s acknowledged, %d requests refused, p50 %s, p99 %s", (n - bad) * 100 / secs, bad, m, p}' "$DATA/wrk.txt")"
+    echo "$bin: $(awk '/requests in/ {n = $1; secs = $4; sub(/s,?$/, "", secs)} /Non-2xx/ {bad = $NF} $1 == "50%" {m = $2} $1 == "99%" {p = $2} END {printf "%.0f events/s acknowledged, %d requests refused, p50 %s, p99 %s", (n - bad) * 100 / secs, bad, m, p}' "$DATA/wrk.txt")"
     ab_stop
   done
 done
