@@ -670,4 +670,16 @@ fn full_buffers_answer_503_with_retry_after_and_store_nothing_of_that_request() 
     assert_eq!(body["code"], "overloaded");
     assert!(server.events(1, "event=third").is_empty());
     assert_eq!(server.events(1, "event=second").len(), 20);
+
+    // Filled to the last event, the buffers hold a request back before decoding it, and
+    // refuse it when no room comes within `ingest.admission_wait`: an overloaded server spends
+    // no time on what it cannot take, not even on telling what is wrong with it.
+    let last: Vec<Value> = (0..10)
+        .map(|i| json!({"event": "fourth", "distinct_id": format!("bq{i}")}))
+        .collect();
+    assert_eq!(server.capture_batch(&last).status(), 200);
+    let res = server.post_raw("/batch/", None, "{not json");
+    assert_eq!(res.status(), 503);
+    assert_eq!(error_body(res)["code"], "overloaded");
+    assert_eq!(server.events(1, "event=fourth").len(), 10);
 }

@@ -233,6 +233,7 @@ impl Config {
             flush_max_bytes: i.flush_max_bytes.get(),
             flush_interval: i.flush_interval,
             max_buffered_events: i.max_buffered_events.get(),
+            admission_wait: i.admission_wait,
             max_queued_requests: i.max_queued_requests.get(),
             wal_segment_bytes: i.wal_segment_bytes.max(1024),
             dedup_window: i.dedup_window,

@@ -180,6 +180,8 @@ pub struct IngestSection {
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
     pub max_buffered_events: NonZeroUsize,
+    #[serde(with = "humantime_serde")]
+    pub admission_wait: Duration,
     pub max_queued_requests: NonZeroUsize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,

@@ -57,6 +57,7 @@ async fn capture(
         state.config.limits.max_body_bytes,
     )
     .await?;
+    state.engine.ingest.wait_for_room().await?;
     let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .unwrap_or_default();

@@ -43,6 +43,9 @@ pub struct IngestConfig {
     pub flush_max_bytes: usize,
     pub flush_interval: Duration,
     pub max_buffered_events: usize,
+    /// How long a capture request waits for room in full buffers before it is refused
+    /// ([`Ingest::wait_for_room`]); zero refuses at once.
+    pub admission_wait: Duration,
     pub max_queued_requests: usize,
     pub wal_segment_bytes: u64,
     pub dedup_window: usize,
@@ -127,12 +130,39 @@ struct Inner {
     tails: Vec<Arc<Tail>>,
     pending: Arc<AtomicUsize>,
     max_pending: usize,
+    admission_wait: Duration,
+    /// Requests waiting for room now, at most `max_waiting`.
+    waiting: AtomicUsize,
+    max_waiting: usize,
     catalog: Arc<dyn SegmentCatalog>,
     files: Arc<SegmentFiles>,
     columns: Arc<PropertyColumns>,
     /// Person records, and the erasures readers hide events by.
     persons: Arc<PersonStore>,
     wal_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How often a request waiting for room looks again: a flush frees room by the hundred
+/// thousand events, so a few milliseconds late costs nothing.
+const ROOM_POLL: Duration = Duration::from_millis(5);
+
+/// One of the places for requests waiting for room, given back when dropped.
+struct WaitSlot<'a>(&'a AtomicUsize);
+
+impl<'a> WaitSlot<'a> {
+    fn take(waiting: &'a AtomicUsize, max: usize) -> Result<WaitSlot<'a>, IngestError> {
+        if waiting.fetch_add(1, Ordering::SeqCst) >= max {
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(IngestError::Overloaded);
+        }
+        Ok(WaitSlot(waiting))
+    }
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Ingest {
@@ -249,6 +279,9 @@ impl Ingest {
                 tails,
                 pending,
                 max_pending: config.max_buffered_events,
+                admission_wait: config.admission_wait,
+                waiting: AtomicUsize::new(0),
+                max_waiting: config.max_queued_requests,
                 catalog,
                 files,
                 columns,
@@ -362,6 +395,36 @@ impl Ingest {
     /// Events accepted but not yet in a segment.
     pub fn pending_events(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
+    }
+
+    /// Returns once the buffers have room, as [`Ingest::submit`] needs; waits for it up to
+    /// `ingest.admission_wait` while they are full, then fails with
+    /// [`IngestError::Overloaded`]. Capture waits here before decoding a request: refusing
+    /// at once, each refused request was decoded for nothing and sent again at once, so under
+    /// more load than the flushers write, the CPU they needed went to requests refused.
+    /// Waiting instead holds each client to the rate the server writes. At most
+    /// `ingest.max_queued_requests` requests wait at a time; past it a request is refused at
+    /// once, so waiting requests (each holding its body) stay bounded.
+    pub async fn wait_for_room(&self) -> Result<(), IngestError> {
+        let inner = &self.inner;
+        let has_room = || inner.pending.load(Ordering::SeqCst) < inner.max_pending;
+        if has_room() {
+            return Ok(());
+        }
+        if inner.admission_wait.is_zero() {
+            return Err(IngestError::Overloaded);
+        }
+        let _slot = WaitSlot::take(&inner.waiting, inner.max_waiting)?;
+        let deadline = tokio::time::Instant::now() + inner.admission_wait;
+        loop {
+            tokio::time::sleep(ROOM_POLL).await;
+            if has_room() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(IngestError::Overloaded);
+            }
+        }
     }
 
     /// Keeps covered WAL files from being deleted until the pin is dropped: a backup copies

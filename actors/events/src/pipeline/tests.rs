@@ -122,8 +122,20 @@ fn identify(uuid: Uuid) -> WalBatch {
     }
 }
 
-#[test]
-fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
+/// What a test pipeline starts from: its directory, records that can be made to fail, and
+/// everything [`Ingest::start`] takes.
+struct Parts {
+    _dir: tempfile::TempDir,
+    flaky: Arc<Flaky>,
+    persons: Arc<PersonStore>,
+    columns: Arc<PropertyColumns>,
+    catalog: Arc<dyn SegmentCatalog>,
+    files: Arc<SegmentFiles>,
+    config: IngestConfig,
+}
+
+/// One shard that flushes only when asked, holding at most `max_buffered_events`.
+fn parts(max_buffered_events: usize, admission_wait: std::time::Duration) -> Parts {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::Config::new()
         .path(dir.path().join("meta"))
@@ -132,7 +144,7 @@ fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
     let flaky = Arc::new(Flaky {
         inner: EmbeddedPersons::open(&db, corvid_persons::PersonFiles::temporary())
             .expect("persons"),
-        failing: AtomicBool::new(true),
+        failing: AtomicBool::new(false),
     });
     let persons = Arc::new(PersonStore::new(
         Arc::clone(&flaky) as Arc<dyn PersonRecords>
@@ -146,15 +158,77 @@ fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
         data_dir: dir.path().to_path_buf(),
         durability: Durability::Fsync,
         shards: 1,
-        flush_max_rows: 1000,
-        flush_max_bytes: 1 << 20,
-        flush_interval: std::time::Duration::from_secs(60),
-        max_buffered_events: 1000,
+        flush_max_rows: 1_000_000,
+        flush_max_bytes: 1 << 30,
+        flush_interval: std::time::Duration::from_secs(3600),
+        max_buffered_events,
+        admission_wait,
         max_queued_requests: 100,
         wal_segment_bytes: 1 << 20,
         dedup_window: 1000,
         disk: corvid_kernel::real_disk(),
     };
+    Parts {
+        _dir: dir,
+        flaky,
+        persons,
+        columns,
+        catalog,
+        files,
+        config,
+    }
+}
+
+/// Full buffers hold a request back until a flush makes room, up to `admission_wait`; with
+/// none it is refused at once.
+#[test]
+fn a_request_waits_for_room_in_full_buffers() {
+    for (wait, flushed, admitted) in [
+        (std::time::Duration::ZERO, false, false),
+        (std::time::Duration::from_millis(200), false, false),
+        (std::time::Duration::from_secs(30), true, true),
+    ] {
+        let p = parts(1, wait);
+        actix::System::new().block_on(async move {
+            let ingest = Ingest::start(p.config, p.persons, p.columns, p.catalog, p.files)
+                .await
+                .expect("ingest starts");
+            ingest.wait_for_room().await.expect("room at first");
+            ingest
+                .submit(identify(Uuid::now_v7()))
+                .await
+                .expect("stored");
+            let waiting = ingest.wait_for_room();
+            let flush = async {
+                if flushed {
+                    ingest.flush().await.expect("flush");
+                }
+            };
+            let (waited, ()) = tokio::join!(waiting, flush);
+            assert_eq!(waited.is_ok(), admitted, "{wait:?}");
+            if !admitted {
+                assert!(matches!(waited, Err(IngestError::Overloaded)), "{waited:?}");
+            }
+            ingest.shutdown().await.expect("shutdown");
+        });
+    }
+}
+
+#[test]
+fn a_failed_person_update_is_not_acknowledged_and_its_retry_is_stored_once() {
+    let Parts {
+        _dir,
+        flaky,
+        persons,
+        columns,
+        catalog,
+        files,
+        mut config,
+    } = parts(1000, std::time::Duration::ZERO);
+    config.flush_max_rows = 1000;
+    config.flush_max_bytes = 1 << 20;
+    config.flush_interval = std::time::Duration::from_secs(60);
+    flaky.failing.store(true, Ordering::SeqCst);
     actix::System::new().block_on(async move {
         let ingest = Ingest::start(config, Arc::clone(&persons), columns, catalog, files)
             .await
