@@ -272,6 +272,16 @@ fn other_files(data_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// The files of the events directory a backup copies ([`segment_files`]), listed off the
+/// event loop.
+async fn events_files(events: &Path) -> Result<Vec<PathBuf>, SnapshotError> {
+    let listed = events.to_path_buf();
+    tokio::task::spawn_blocking(move || segment_files(&listed))
+        .await
+        .map_err(io)?
+        .map_err(io)
+}
+
 fn key_of(relative: &Path) -> String {
     relative
         .components()
@@ -289,20 +299,30 @@ async fn copy_files(
     relative: Vec<PathBuf>,
     into: &mut Vec<SnapshotFile>,
 ) -> Result<(), SnapshotError> {
-    for file in relative {
-        let key = if prefix.is_empty() {
-            key_of(&file)
-        } else {
-            format!("{prefix}/{}", key_of(&file))
-        };
-        match upload_file(store, &root.join(&file), &key).await {
-            Ok(sent) => into.push(SnapshotFile {
-                path: key,
-                bytes: sent.bytes,
-                sha256: sent.sha256,
-            }),
-            Err(_) if !root.join(&file).exists() => {}
-            Err(e) => return Err(SnapshotError::Io(format!("{key}: {e}"))),
+    for listed in relative {
+        // A staged flush file published since it was listed is copied under its new name.
+        let published = listed
+            .to_str()
+            .and_then(|name| name.strip_suffix(".tmp"))
+            .map(PathBuf::from);
+        for file in std::iter::once(listed).chain(published) {
+            let key = if prefix.is_empty() {
+                key_of(&file)
+            } else {
+                format!("{prefix}/{}", key_of(&file))
+            };
+            match upload_file(store, &root.join(&file), &key).await {
+                Ok(sent) => {
+                    into.push(SnapshotFile {
+                        path: key,
+                        bytes: sent.bytes,
+                        sha256: sent.sha256,
+                    });
+                    break;
+                }
+                Err(_) if !root.join(&file).exists() => {}
+                Err(e) => return Err(SnapshotError::Io(format!("{key}: {e}"))),
+            }
         }
     }
     Ok(())
@@ -368,12 +388,27 @@ async fn take_into(
         .map_err(io)?
         .map_err(io)?;
     copy_files(store.as_ref(), data_dir, "", others, &mut files).await?;
+    // The checkpoints are copied before the segments are listed: every flush a copied
+    // checkpoint covers has its files in the directory by then. Listed together, a flush
+    // between the listing and the copy was covered by the copied checkpoint and missing from
+    // the copied segments, and its events were in neither the snapshot's segments nor the
+    // WAL it replays.
     let events = data_dir.join("events");
-    let listed = events.clone();
-    let segments = tokio::task::spawn_blocking(move || segment_files(&listed))
-        .await
-        .map_err(io)?
-        .map_err(io)?;
+    let is_checkpoint = |file: &PathBuf| file.starts_with("_checkpoints");
+    let checkpoints = events_files(&events)
+        .await?
+        .into_iter()
+        .filter(is_checkpoint);
+    copy_files(
+        store.as_ref(),
+        &events,
+        "events",
+        checkpoints.collect(),
+        &mut files,
+    )
+    .await?;
+    let segments = events_files(&events).await?.into_iter();
+    let segments = segments.filter(|file| !is_checkpoint(file)).collect();
     copy_files(store.as_ref(), &events, "events", segments, &mut files).await?;
     let wal = data_dir.join("wal");
     let listed = wal.clone();
