@@ -657,6 +657,7 @@ impl Engine {
             Arc::clone(&persons),
             ingest.tails().to_vec(),
         )
+        .holding_deletions_for(ingest.backups().clone())
         .with_retention(
             retention_policy(tenancy.clone(), settings.default_event_retention_days),
             settings.retention_interval,
@@ -818,7 +819,7 @@ impl Engine {
                     .into(),
             ));
         };
-        let pin = self.ingest.pin_wal();
+        let pin = self.ingest.backups().pin();
         let last_seq = self.ingest.wal_stats().last_seq.load(Ordering::SeqCst);
         let store = snapshot::location(to, aws)?;
         tracing::info!(to, "snapshot started");

@@ -6,8 +6,9 @@
 //! materialized results, first-run credentials) and, written last, `manifest.json` listing
 //! every file with its size and SHA-256: a snapshot without a manifest is incomplete.
 //!
-//! Taken while the node serves, it is consistent the way a crash is: WAL files are pinned
-//! (none is deleted) while the copy runs, the metadata is exported first, then the shards'
+//! Taken while the node serves, it is consistent the way a crash is: while the copy runs no
+//! file it may copy is deleted (covered WAL files, superseded segment versions and expired
+//! days wait for the next pass after it), the metadata is exported first, then the shards'
 //! checkpoints, the segments, and the WAL last. Restoring it and starting the node replays
 //! the WAL from the copied checkpoints, skipping events already in the copied segments, so
 //! the restored node holds exactly the events acknowledged before the WAL was copied.
@@ -24,7 +25,9 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use corvid_events::{segment_backup_files as segment_files, wal_backup_files as wal_files, WalPin};
+use corvid_events::{
+    segment_backup_files as segment_files, wal_backup_files as wal_files, BackupPin,
+};
 use corvid_kernel::bucket::{under, upload_file};
 use corvid_kernel::StoreError;
 use corvid_persons::PersonFiles;
@@ -290,8 +293,9 @@ fn key_of(relative: &Path) -> String {
         .join("/")
 }
 
-/// Uploads the files `relative` to `root` names under `prefix`; a file gone since it was
-/// listed is skipped (it was superseded: a compaction's old version, a WAL file covered).
+/// Uploads the files `relative` to `root` names under `prefix`. A staged flush file published
+/// since it was listed is copied under its new name; any other file gone since it was listed
+/// is skipped (a serving node deletes none while the backup's pin holds).
 async fn copy_files(
     store: &dyn ObjectStore,
     root: &Path,
@@ -329,11 +333,12 @@ async fn copy_files(
 }
 
 /// Takes a snapshot of the embedded node under `data_dir` whose metadata store is `db` into
-/// `store`. `pin` keeps the WAL's files while it runs (a serving node's; `None` offline).
+/// `store`. `pin` keeps the files it copies in place while it runs (a serving node's; `None`
+/// offline).
 pub async fn take(
     db: Stores,
     data_dir: &Path,
-    pin: Option<WalPin>,
+    pin: Option<BackupPin>,
     wal_last_seq: u64,
     store: Arc<dyn ObjectStore>,
     location: &str,

@@ -11,6 +11,7 @@
 // `get`, `strip_prefix` and friends instead (tests may slice what they built themselves).
 #![cfg_attr(not(test), warn(clippy::string_slice))]
 
+mod backups;
 mod catalog;
 mod columns;
 mod compaction;
@@ -59,11 +60,11 @@ pub use catalog::{
 pub use columns::PropertyColumns;
 
 // What a backup of an embedded node copies of the events: the segment directory's files, the
-// WAL's, and the pin that keeps WAL files in place meanwhile.
+// WAL's, and the pin that keeps them in place meanwhile.
+pub use backups::{BackupPin, Backups};
 pub use catalog::backup_files as segment_backup_files;
 pub use compaction::Compactor;
 pub use files::{ProjectBytes, SegmentFiles, SEGMENTS_URL};
-pub use pipeline::WalPin;
 pub use read::snapshot as tail_snapshot;
 pub use segment::{
     materialized_column, schema as segment_schema, schema_with as segment_schema_with,

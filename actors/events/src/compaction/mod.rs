@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use chrono::Utc;
 use serde::de::IgnoredAny;
 
+use super::backups::Backups;
 use super::catalog::{newest_versions, SegmentCatalog, SegmentRef};
 use super::columns::PropertyColumns;
 use super::files::SegmentFiles;
@@ -87,6 +88,9 @@ pub struct Compactor {
     tails: Vec<Arc<Tail>>,
     /// Each project's retention, and how often it is enforced (none: keep everything).
     retention: Option<(RetentionPolicy, Duration)>,
+    /// This node's running backups: while one runs, no superseded version or expired day is
+    /// deleted (a backup skips a file gone between its listing and its copy).
+    backups: Backups,
 }
 
 impl Compactor {
@@ -112,7 +116,14 @@ impl Compactor {
             persons,
             tails,
             retention: None,
+            backups: Backups::default(),
         }
+    }
+
+    /// Holds every deletion while one of `backups` runs.
+    pub fn holding_deletions_for(mut self, backups: Backups) -> Compactor {
+        self.backups = backups;
+        self
     }
 
     /// Enforces `policy` every `interval` besides compacting.
@@ -168,7 +179,8 @@ impl Compactor {
                     erasure_waited += step;
                     retention_waited += step;
                     if let Some((policy, every)) = &self.retention {
-                        if retention_waited >= *every {
+                        // While a backup runs the pass waits, and runs once it ends.
+                        if retention_waited >= *every && !self.backups.running() {
                             retention_waited = Duration::ZERO;
                             if let Err(err) =
                                 corvid_kernel::contain(|| self.apply_retention(policy, Utc::now()))
@@ -327,14 +339,18 @@ impl Compactor {
     }
 
     /// Deletes versions older than the current one of their segment, once that one is older
-    /// than `grace` (no query can still be reading the old file). Returns how many went and
-    /// how many superseded versions are left.
+    /// than `grace` (no query can still be reading the old file) and no backup runs. Returns
+    /// how many went and how many superseded versions are left.
     fn delete_superseded(&self, project: u64, grace: Duration) -> std::io::Result<(usize, usize)> {
         let all = self.catalog.versions(project)?;
         let current = newest_versions(all.clone());
         let mut deleted = 0;
         let mut left = 0;
         for old in all.iter().filter(|s| !current.contains(s)) {
+            if self.backups.running() {
+                left += 1;
+                continue;
+            }
             let successor = current
                 .iter()
                 .find(|c| c.day == old.day && c.name.same_segment(&old.name));
@@ -595,6 +611,7 @@ mod tests {
         assert_eq!(before, after);
         // The old version stays during the grace period, then goes; nothing else changes.
         assert!(original.exists());
+        let backups = Backups::default();
         let later = Compactor::new(
             Arc::clone(&catalog),
             files,
@@ -606,7 +623,14 @@ mod tests {
             lease("this"),
             persons(&db),
             Vec::new(),
-        );
+        )
+        .holding_deletions_for(backups.clone());
+        // While a backup runs (it may have listed the old version), nothing is deleted.
+        let backup = backups.pin();
+        let held = later.run_once().expect("test setup");
+        assert_eq!(held, CompactionReport::default());
+        assert!(original.exists());
+        drop(backup);
         let report = later.run_once().expect("test setup");
         assert_eq!(
             report,

@@ -34,6 +34,10 @@ impl Compactor {
         now: DateTime<Utc>,
     ) -> std::io::Result<Vec<DayDrop>> {
         let mut dropped = Vec::new();
+        if self.backups.running() {
+            // A backup may still copy the expired days; the next pass drops them.
+            return Ok(dropped);
+        }
         for project in self.catalog.projects()? {
             let days = match policy(project) {
                 Ok(Some(days)) => days,
@@ -104,7 +108,56 @@ impl Compactor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{erasure_config, fixture, one_segment, persons, Fixture};
+    use super::super::CompactionConfig;
     use super::*;
+    use crate::backups::Backups;
+    use corvid_kernel::JobLease;
+    use std::time::Duration;
+
+    #[test]
+    fn expired_days_wait_while_a_backup_runs() {
+        let Fixture {
+            _dir,
+            root,
+            db,
+            columns,
+            catalog,
+            files,
+        } = fixture(vec![]);
+        let (written, _) = one_segment(catalog.as_ref(), 7);
+        let backups = Backups::default();
+        let compactor = Compactor::new(
+            Arc::clone(&catalog),
+            files,
+            columns,
+            CompactionConfig {
+                auto_keys: 0,
+                min_share: 0.5,
+                sample_rows: 1_000,
+                grace: Duration::ZERO,
+                erasure: erasure_config(),
+            },
+            JobLease::local(Duration::from_secs(60)),
+            persons(&db),
+            Vec::new(),
+        )
+        .holding_deletions_for(backups.clone());
+        let policy: RetentionPolicy = Arc::new(|_| Ok(Some(30)));
+        let backup = backups.pin();
+        let held = compactor
+            .apply_retention(&policy, Utc::now())
+            .expect("the pass runs");
+        assert!(held.is_empty(), "{held:?}");
+        assert!(root.join(written.key()).exists());
+        drop(backup);
+        let dropped = compactor
+            .apply_retention(&policy, Utc::now())
+            .expect("the pass runs");
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        assert_eq!(dropped[0].rows, 50);
+        assert!(!root.join(written.key()).exists());
+    }
 
     #[test]
     fn a_project_keeps_today_and_the_days_before_it() {

@@ -11,6 +11,7 @@ use actix::{Addr, SyncArbiter};
 use crossbeam_channel::{Sender, TrySendError};
 use serde::{Deserialize, Serialize};
 
+use super::backups::Backups;
 use super::catalog::SegmentCatalog;
 use super::columns::PropertyColumns;
 use super::error::IngestError;
@@ -108,16 +109,7 @@ pub struct WalStats {
     /// Sequence number of the newest appended record (shard lag is measured against it).
     pub last_seq: AtomicU64,
     /// Backups under way: no covered WAL file is deleted while one copies them.
-    pub pins: AtomicUsize,
-}
-
-/// Keeps every WAL file in place while it lives (see [`Ingest::pin_wal`]).
-pub struct WalPin(Arc<WalStats>);
-
-impl Drop for WalPin {
-    fn drop(&mut self) {
-        self.0.pins.fetch_sub(1, Ordering::SeqCst);
-    }
+    pub backups: Backups,
 }
 
 struct Inner {
@@ -427,12 +419,12 @@ impl Ingest {
         }
     }
 
-    /// Keeps covered WAL files from being deleted until the pin is dropped: a backup copies
-    /// the checkpoints, then the segments, then the WAL, and the records between the copied
-    /// checkpoints and the end of the log must still be there when it does.
-    pub fn pin_wal(&self) -> WalPin {
-        self.inner.wal_stats.pins.fetch_add(1, Ordering::SeqCst);
-        WalPin(Arc::clone(&self.inner.wal_stats))
+    /// This node's running backups: while one runs, covered WAL files are kept (a backup
+    /// copies the checkpoints, then the segments, then the WAL, and the records between the
+    /// copied checkpoints and the end of the log must still be there when it does). The
+    /// compactor is given the same handle.
+    pub fn backups(&self) -> &Backups {
+        &self.inner.wal_stats.backups
     }
 
     /// What the WAL writer measured.

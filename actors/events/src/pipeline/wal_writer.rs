@@ -178,7 +178,7 @@ pub(super) fn wal_loop(
             .map(|c| c.load(Ordering::SeqCst))
             .min()
             .unwrap_or(0);
-        if covered > truncated_through && stats.pins.load(Ordering::SeqCst) == 0 {
+        if covered > truncated_through && !stats.backups.running() {
             match wal.roll_if_covered(covered) {
                 Ok(()) => {
                     wal.truncate_through(covered);
