@@ -221,7 +221,8 @@ pub fn members_of_checked<'j>(
     json: &'j str,
     mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<()>,
 ) -> Option<usize> {
-    members_read_by(json, |key, rest| {
+    // The text is JSON already: its keys need no second look for control characters.
+    walk_members(json, false, |key, rest| {
         let len = value_len_checked(rest)?;
         member(key, rest.get(..len)?)?;
         Some(len)
@@ -237,6 +238,16 @@ pub fn members_of_checked<'j>(
 /// that check every value take only JSON.
 pub fn members_read_by<'j>(
     json: &'j str,
+    member: impl FnMut(Cow<'j, str>, &'j str) -> Option<usize>,
+) -> Option<usize> {
+    walk_members(json, true, member)
+}
+
+/// The walk of [`members_read_by`]; `check_keys` says whether an unescaped key is looked over
+/// for control characters (text nobody checked) or taken as it is (text known to be JSON).
+fn walk_members<'j>(
+    json: &'j str,
+    check_keys: bool,
     mut member: impl FnMut(Cow<'j, str>, &'j str) -> Option<usize>,
 ) -> Option<usize> {
     let mut walk = Walk { text: json, at: 0 };
@@ -251,7 +262,7 @@ pub fn members_read_by<'j>(
         } else {
             // JSON text holds no control character in a string: text that does is not JSON.
             let plain = literal.get(1..literal.len().saturating_sub(1))?;
-            if plain.bytes().any(|b| b < 0x20) {
+            if check_keys && plain.bytes().any(|b| b < 0x20) {
                 return None;
             }
             Cow::Borrowed(plain)
