@@ -108,7 +108,7 @@ impl Compactor {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{erasure_config, fixture, one_segment, persons, Fixture};
+    use super::super::tests::{erasure_config, fixture, one_segment, persons};
     use super::super::CompactionConfig;
     use super::*;
     use crate::backups::Backups;
@@ -117,20 +117,14 @@ mod tests {
 
     #[test]
     fn expired_days_wait_while_a_backup_runs() {
-        let Fixture {
-            _dir,
-            root,
-            db,
-            columns,
-            catalog,
-            files,
-        } = fixture(vec![]);
-        let (written, _) = one_segment(catalog.as_ref(), 7);
+        let store = fixture(vec![]);
+        let (written, _) = one_segment(store.catalog.as_ref(), 7);
+        let file = store.root.join(written.key());
         let backups = Backups::default();
         let compactor = Compactor::new(
-            Arc::clone(&catalog),
-            files,
-            columns,
+            Arc::clone(&store.catalog),
+            Arc::clone(&store.files),
+            Arc::clone(&store.columns),
             CompactionConfig {
                 auto_keys: 0,
                 min_share: 0.5,
@@ -139,7 +133,7 @@ mod tests {
                 erasure: erasure_config(),
             },
             JobLease::local(Duration::from_secs(60)),
-            persons(&db),
+            persons(&store.db),
             Vec::new(),
         )
         .holding_deletions_for(backups.clone());
@@ -149,14 +143,14 @@ mod tests {
             .apply_retention(&policy, Utc::now())
             .expect("the pass runs");
         assert!(held.is_empty(), "{held:?}");
-        assert!(root.join(written.key()).exists());
+        assert!(file.exists());
         drop(backup);
         let dropped = compactor
             .apply_retention(&policy, Utc::now())
             .expect("the pass runs");
         assert_eq!(dropped.len(), 1, "{dropped:?}");
         assert_eq!(dropped[0].rows, 50);
-        assert!(!root.join(written.key()).exists());
+        assert!(!file.exists());
     }
 
     #[test]
