@@ -7,33 +7,49 @@
 //! the last backup ends.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// How many backups are running on this node; cloned into everything that deletes files a
 /// backup copies.
 #[derive(Debug, Clone, Default)]
-pub struct Backups(Arc<AtomicUsize>);
+pub struct Backups(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    running: AtomicUsize,
+    /// Held shared by a deletion from its check to its end, and exclusively by a backup
+    /// starting: a backup never lists a file a deletion that saw no backup is removing.
+    gate: RwLock<()>,
+}
 
 impl Backups {
-    /// Holds deletions until the returned pin is dropped.
+    /// Holds deletions until the returned pin is dropped. Waits for deletions under way.
     pub fn pin(&self) -> BackupPin {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        let _gate = self.0.gate.write().unwrap_or_else(|p| p.into_inner());
+        self.0.running.fetch_add(1, Ordering::SeqCst);
         BackupPin(Arc::clone(&self.0))
     }
 
     /// Whether a backup is running (deletions wait).
     pub fn running(&self) -> bool {
-        self.0.load(Ordering::SeqCst) > 0
+        self.0.running.load(Ordering::SeqCst) > 0
+    }
+
+    /// Runs `delete` unless a backup is running (`None` then); a backup starting meanwhile
+    /// waits for it to finish.
+    pub fn deleting<T>(&self, delete: impl FnOnce() -> T) -> Option<T> {
+        let _gate = self.0.gate.read().unwrap_or_else(|p| p.into_inner());
+        (!self.running()).then(delete)
     }
 }
 
 /// One running backup (see [`Backups::pin`]).
 #[derive(Debug)]
-pub struct BackupPin(Arc<AtomicUsize>);
+pub struct BackupPin(Arc<Shared>);
 
 impl Drop for BackupPin {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -49,7 +65,9 @@ mod tests {
         let second = backups.clone().pin();
         drop(first);
         assert!(backups.running(), "one backup still runs");
+        assert_eq!(backups.deleting(|| "deleted"), None);
         drop(second);
         assert!(!backups.running());
+        assert_eq!(backups.deleting(|| "deleted"), Some("deleted"));
     }
 }

@@ -347,10 +347,6 @@ impl Compactor {
         let mut deleted = 0;
         let mut left = 0;
         for old in all.iter().filter(|s| !current.contains(s)) {
-            if self.backups.running() {
-                left += 1;
-                continue;
-            }
             let successor = current
                 .iter()
                 .find(|c| c.day == old.day && c.name.same_segment(&old.name));
@@ -362,11 +358,17 @@ impl Compactor {
                     .is_some_and(|age| age >= grace),
                 None => false,
             };
-            if old_enough {
-                self.catalog.remove(old)?;
-                deleted += 1;
+            let removed = if old_enough {
+                self.backups.deleting(|| self.catalog.remove(old))
             } else {
-                left += 1;
+                None
+            };
+            match removed {
+                Some(removed) => {
+                    removed?;
+                    deleted += 1;
+                }
+                None => left += 1,
             }
         }
         Ok((deleted, left))

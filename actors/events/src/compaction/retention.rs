@@ -79,18 +79,24 @@ impl Compactor {
         }
         let mut drops = Vec::new();
         for (day, (rows, segments)) in days {
-            for segment in &segments {
-                self.catalog.remove(segment)?;
-            }
-            let drop = DayDrop {
-                project,
-                day,
-                rows,
-                files: segments.len(),
-                retention_days,
-                dropped_at: Utc::now(),
-            };
-            self.catalog.record_drop(&drop)?;
+            let dropped = self.backups.deleting(|| -> std::io::Result<DayDrop> {
+                for segment in &segments {
+                    self.catalog.remove(segment)?;
+                }
+                let drop = DayDrop {
+                    project,
+                    day,
+                    rows,
+                    files: segments.len(),
+                    retention_days,
+                    dropped_at: Utc::now(),
+                };
+                self.catalog.record_drop(&drop)?;
+                Ok(drop)
+            });
+            // A backup began: the rest waits for the pass after it.
+            let Some(drop) = dropped else { break };
+            let drop = drop?;
             tracing::info!(project, %day, rows, "retention dropped a day of events");
             drops.push(drop);
         }

@@ -178,13 +178,18 @@ pub(super) fn wal_loop(
             .map(|c| c.load(Ordering::SeqCst))
             .min()
             .unwrap_or(0);
-        if covered > truncated_through && !stats.backups.running() {
-            match wal.roll_if_covered(covered) {
-                Ok(()) => {
+        if covered > truncated_through {
+            let truncated = stats.backups.deleting(|| {
+                wal.roll_if_covered(covered).map(|()| {
                     wal.truncate_through(covered);
-                    truncated_through = covered;
+                })
+            });
+            match truncated {
+                Some(Ok(())) => truncated_through = covered,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "could not roll the WAL past covered records")
                 }
-                Err(e) => tracing::warn!(error = %e, "could not roll the WAL past covered records"),
+                None => {}
             }
         }
         if let Some(reply) = stop {
