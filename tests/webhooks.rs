@@ -169,6 +169,12 @@ fn a_failing_receiver_is_retried_on_schedule_and_a_delivery_can_be_sent_again() 
         "one delivery, three attempts"
     );
     assert_eq!(got[0].body, got[2].body, "the same body each time");
+    // The receiver has answered; the attempt is listed once the dispatcher has read it.
+    assert!(wait_until(Duration::from_secs(10), || attempts(
+        &server, &hook_id
+    )
+    .len()
+        == 3));
     let listed = attempts(&server, &hook_id);
     let statuses: Vec<&Value> = listed.iter().map(|a| &a["status_code"]).collect();
     assert_eq!(statuses, vec![&json!(200), &json!(503), &json!(500)]);
@@ -229,7 +235,11 @@ fn a_webhook_whose_deliveries_keep_failing_turns_itself_off() {
             .is_some_and(|r| r.contains("failed")),
         "{off}"
     );
-    assert_eq!(attempts(&server, &hook_id)[0]["state"], "failed");
+    // The webhook is written before the attempt that turned it off.
+    assert!(wait_until(Duration::from_secs(10), || attempts(
+        &server, &hook_id
+    )[0]["state"]
+        == "failed"));
     let log = server.admin_get(&format!(
         "/api/projects/1/activity_log/?scope=Webhook&item_id={hook_id}"
     ));

@@ -160,6 +160,9 @@ impl Inner {
     /// Records an attempt, and what it means for the webhook: a success clears its failures;
     /// a failure pauses it until the retry, and turns it off when the delivery has failed for
     /// good or the failures in a row reach the limit.
+    ///
+    /// The webhook is written before the attempt, so whoever sees the attempt listed sees the
+    /// webhook it left behind.
     pub(super) fn settle(
         &self,
         project: u64,
@@ -170,48 +173,57 @@ impl Inner {
         let now = Utc::now();
         let success = outcome.success();
         delivery.settle(outcome, now, &self.settings.retry_schedule);
+        if let Some(before) = self.stores.hooks.get(project, &hook_id.to_string())? {
+            let hook = self.after_attempt(&before, &delivery, success, now);
+            self.stores
+                .hooks
+                .put(project, &hook_id.to_string(), &hook)?;
+            if hook.enabled != before.enabled {
+                self.log(&Actor::system(), Some(&before), &hook);
+            }
+        }
         self.save(project, &delivery)?;
-        let Some(before) = self.stores.hooks.get(project, &hook_id.to_string())? else {
-            return Ok(());
-        };
+        Ok(())
+    }
+
+    /// The webhook as one settled attempt of `delivery` leaves it.
+    fn after_attempt(
+        &self,
+        before: &Webhook,
+        delivery: &Delivery,
+        success: bool,
+        now: DateTime<Utc>,
+    ) -> Webhook {
         let mut hook = before.clone();
         if success {
             hook.consecutive_failures = 0;
             hook.paused_until = None;
             hook.last_success_at = Some(now);
-        } else {
-            hook.consecutive_failures = hook.consecutive_failures.saturating_add(1);
-            hook.last_failure_at = Some(now);
-            hook.paused_until = delivery.next_attempt_at;
-            let reason = if delivery.state == DeliveryState::Failed {
-                Some(format!(
-                    "delivery {} failed {} times",
-                    delivery.id, delivery.failures
-                ))
-            } else if hook.consecutive_failures >= self.settings.max_consecutive_failures {
-                Some(format!(
-                    "{} deliveries failed in a row",
-                    hook.consecutive_failures
-                ))
-            } else {
-                None
-            };
-            if let (Some(reason), true) = (reason, hook.enabled) {
-                tracing::warn!(webhook = %hook.id, %reason, "webhook turned off");
-                hook.enabled = false;
-                hook.disabled_reason = Some(reason);
-                hook.updated_at = now;
-                self.stores
-                    .hooks
-                    .put(project, &hook_id.to_string(), &hook)?;
-                self.log(&Actor::system(), Some(&before), &hook);
-                return Ok(());
-            }
+            return hook;
         }
-        self.stores
-            .hooks
-            .put(project, &hook_id.to_string(), &hook)?;
-        Ok(())
+        hook.consecutive_failures = hook.consecutive_failures.saturating_add(1);
+        hook.last_failure_at = Some(now);
+        hook.paused_until = delivery.next_attempt_at;
+        let reason = if delivery.state == DeliveryState::Failed {
+            Some(format!(
+                "delivery {} failed {} times",
+                delivery.id, delivery.failures
+            ))
+        } else if hook.consecutive_failures >= self.settings.max_consecutive_failures {
+            Some(format!(
+                "{} deliveries failed in a row",
+                hook.consecutive_failures
+            ))
+        } else {
+            None
+        };
+        if let (Some(reason), true) = (reason, hook.enabled) {
+            tracing::warn!(webhook = %hook.id, %reason, "webhook turned off");
+            hook.enabled = false;
+            hook.disabled_reason = Some(reason);
+            hook.updated_at = now;
+        }
+        hook
     }
 
     /// Deletes finished deliveries older than `keep_deliveries`, once an hour.
