@@ -42,7 +42,7 @@ use corvid_kernel::{DefinitionRecords, JobLease, PgClaims, PgRecords, SledRecord
 use corvid_lifecycle::{BatchExports, BatchRecords, BatchSettings, Exports};
 use corvid_oauth::{GrantRecords, OAuth, OAuthSettings, PgGrants, SledGrants};
 use corvid_persons::{
-    EmbeddedPersons, PersonFiles, PersonRecords, PersonStore, Persons, PgPersons,
+    EmbeddedPersons, PersonFiles, PersonRecords, PersonStore, Persons, PgPersons, WriteBehind,
 };
 use corvid_query::{QueryEngine, QuerySettings, Sources};
 use corvid_surfaces::early_access::EarlyAccess;
@@ -418,7 +418,10 @@ impl Backing {
 
     fn persons(&self) -> Result<Arc<dyn PersonRecords>, StoreError> {
         Ok(match self {
-            Backing::Embedded(db, files) => Arc::new(EmbeddedPersons::open(db, files.clone())?),
+            // Off the ingest shard's acknowledgement: the WAL covers what is accepted.
+            Backing::Embedded(db, files) => Arc::new(WriteBehind::new(Arc::new(
+                EmbeddedPersons::open(db, files.clone())?,
+            ))?),
             Backing::Cluster(pg) => Arc::new(PgPersons::new(Arc::clone(pg))),
         })
     }
@@ -820,6 +823,8 @@ impl Engine {
             ));
         };
         let pin = self.ingest.backups().pin();
+        // The export reads the keyspaces: person writes accepted so far are made first.
+        self.persons.settle().await?;
         let last_seq = self.ingest.wal_stats().last_seq.load(Ordering::SeqCst);
         let store = snapshot::location(to, aws)?;
         tracing::info!(to, "snapshot started");

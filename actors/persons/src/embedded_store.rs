@@ -2,6 +2,9 @@
 //! ([`PersonFiles`]), groups, group types, usage and erasures in sled trees beside the
 //! metadata (erasures commit with their activity entries).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use sled::transaction::ConflictableTransactionError;
 use sled::Transactional;
@@ -10,7 +13,7 @@ use uuid::Uuid;
 use super::erasure::Erasure;
 use super::files::PersonFiles;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
-use super::records::PersonRecords;
+use super::records::{PersonRecords, PersonWrite};
 use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{decode, encode, get, scan_prefix};
 use corvid_kernel::StoreError;
@@ -98,27 +101,54 @@ impl PersonRecords for EmbeddedPersons {
     }
 
     fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
-        let mut batch = self.files.batch();
-        batch.insert(
-            &self.files.persons,
-            key(project_id, person.id.as_bytes()),
-            encode(person)?,
-        );
-        for did in &person.distinct_ids {
-            // Most writes change the properties of a person whose ids already point at it:
-            // a point read costs less than writing (and later compacting) the mapping again.
-            let k = key(project_id, did.as_bytes());
-            if self.files.distinct_ids.get(&k)?.as_deref() != Some(person.id.as_bytes().as_slice())
-            {
-                batch.insert(&self.files.distinct_ids, k, person.id.as_bytes().as_slice());
-            }
-        }
-        batch.commit()?;
-        Ok(())
+        self.write_persons(&[PersonWrite::Put {
+            project: project_id,
+            person: Arc::new(person.clone()),
+        }])
     }
 
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
         self.files.persons.remove(key(project_id, id.as_bytes()))?;
+        Ok(())
+    }
+
+    /// One batch over both keyspaces. A key the writes name twice is written once, as the
+    /// last write leaves it (a batch's entries share one sequence number, so two of one key
+    /// would leave either).
+    fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
+        let mut persons: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let mut distinct_ids: HashMap<Vec<u8>, Uuid> = HashMap::new();
+        for write in writes {
+            match write {
+                PersonWrite::Put { project, person } => {
+                    persons.insert(
+                        key(*project, person.id.as_bytes()),
+                        Some(encode(person.as_ref())?),
+                    );
+                    for did in &person.distinct_ids {
+                        distinct_ids.insert(key(*project, did.as_bytes()), person.id);
+                    }
+                }
+                PersonWrite::Delete { project, id } => {
+                    persons.insert(key(*project, id.as_bytes()), None);
+                }
+            }
+        }
+        let mut batch = self.files.batch();
+        for (k, value) in persons {
+            match value {
+                Some(v) => batch.insert(&self.files.persons, k, v),
+                None => batch.remove(&self.files.persons, k),
+            }
+        }
+        for (k, id) in distinct_ids {
+            // Most writes change the properties of a person whose ids already point at it:
+            // a point read costs less than writing (and later compacting) the mapping again.
+            if self.files.distinct_ids.get(&k)?.as_deref() != Some(id.as_bytes().as_slice()) {
+                batch.insert(&self.files.distinct_ids, k, id.as_bytes().as_slice());
+            }
+        }
+        batch.commit()?;
         Ok(())
     }
 

@@ -83,6 +83,15 @@ impl Touched {
     }
 }
 
+/// One write of [`PersonRecords::write_persons`].
+#[derive(Debug, Clone)]
+pub enum PersonWrite {
+    /// As [`PersonRecords::put_person`].
+    Put { project: u64, person: Arc<Person> },
+    /// As [`PersonRecords::delete_person`].
+    Delete { project: u64, id: Uuid },
+}
+
 /// Called with each change another node announced; `None` when changes may have been missed.
 pub type OnPersonChange = Arc<dyn Fn(Option<PersonChange>) + Send + Sync>;
 
@@ -122,6 +131,16 @@ pub trait PersonRecords: Send + Sync {
     fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError>;
     /// Deletes a person record (its distinct ids must already point elsewhere).
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError>;
+    /// Applies `writes` in order, as one commit where the store can.
+    fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
+        for write in writes {
+            match write {
+                PersonWrite::Put { project, person } => self.put_person(*project, person)?,
+                PersonWrite::Delete { project, id } => self.delete_person(*project, *id)?,
+            }
+        }
+        Ok(())
+    }
     /// All persons of a project.
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError>;
     /// Up to `limit` persons of every project, in (project, person id) order, starting
@@ -180,6 +199,13 @@ pub trait PersonRecords: Send + Sync {
     /// Stored usage by month, oldest first.
     fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError>;
 
+    /// Waits until every person write accepted so far is in the records as a completed
+    /// [`PersonRecords::put_person`] leaves it: written behind, a write is accepted before it
+    /// is made ([`super::WriteBehind`]). Others have nothing to wait for.
+    fn settle(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Makes every write so far durable.
     fn flush(&self) -> Result<(), StoreError>;
 }
@@ -210,6 +236,7 @@ pub(crate) mod contract {
     pub fn suite(records: &dyn PersonRecords) {
         persons_are_found_by_every_distinct_id(records);
         a_merge_moves_distinct_ids_and_deletes_the_loser(records);
+        a_batch_leaves_each_key_as_its_last_write_does(records);
         group_types_are_numbered_up_to_the_limit(records);
         groups_are_kept_per_type(records);
         usage_adds_up_per_month_and_kind(records);
@@ -371,6 +398,36 @@ pub(crate) mod contract {
         );
         assert_eq!(records.person(3, loser.id).expect("read"), None);
         assert_eq!(records.persons(3).expect("list"), vec![merged]);
+    }
+
+    /// The same merge as one batch: each key ends as the batch's last write of it leaves it.
+    fn a_batch_leaves_each_key_as_its_last_write_does(records: &dyn PersonRecords) {
+        let winner = person(&["bw"]);
+        let loser = person(&["bl"]);
+        let mut merged = winner.clone();
+        merged.distinct_ids.push("bl".into());
+        merged.version += 1;
+        let put = |p: &Person| PersonWrite::Put {
+            project: 5,
+            person: Arc::new(p.clone()),
+        };
+        records
+            .write_persons(&[
+                put(&winner),
+                put(&loser),
+                put(&merged),
+                PersonWrite::Delete {
+                    project: 5,
+                    id: loser.id,
+                },
+            ])
+            .expect("write");
+        assert_eq!(
+            records.person_id_by_distinct_id(5, "bl").expect("read"),
+            Some(winner.id)
+        );
+        assert_eq!(records.person(5, loser.id).expect("read"), None);
+        assert_eq!(records.persons(5).expect("list"), vec![merged]);
     }
 
     fn group_types_are_numbered_up_to_the_limit(records: &dyn PersonRecords) {

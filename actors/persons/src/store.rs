@@ -361,6 +361,12 @@ impl PersonStore {
         self.records.flush()
     }
 
+    /// Waits until every person write so far is in the records (written behind, a write is
+    /// accepted before it is made: [`crate::WriteBehind`]).
+    pub fn settle(&self) -> Result<(), StoreError> {
+        self.records.settle()
+    }
+
     pub fn person(&self, project_id: u64, id: Uuid) -> Result<Option<Person>, StoreError> {
         self.records.person(project_id, id)
     }
@@ -667,6 +673,8 @@ impl PersonStore {
             if current.properties.remove(key).is_some() {
                 current.version += 1;
                 self.put_person(project_id, current)?;
+                // No WAL holds this write: it is made before the request is answered.
+                self.settle()?;
             }
             Ok(true)
         })
