@@ -823,8 +823,6 @@ impl Engine {
             ));
         };
         let pin = self.ingest.backups().pin();
-        // The export reads the keyspaces: person writes accepted so far are made first.
-        self.persons.settle().await?;
         let last_seq = self.ingest.wal_stats().last_seq.load(Ordering::SeqCst);
         let store = snapshot::location(to, aws)?;
         tracing::info!(to, "snapshot started");

@@ -8,8 +8,8 @@
 //!
 //! Taken while the node serves, it is consistent the way a crash is: while the copy runs no
 //! file it may copy is deleted (covered WAL files, superseded segment versions and expired
-//! days wait for the next pass after it), the metadata is exported first, then the shards'
-//! checkpoints, the segments, and the WAL last. Restoring it and starting the node replays
+//! days wait for the next pass after it), the shards' checkpoints are copied first, then the
+//! metadata is exported, then the segments, and the WAL last. Restoring it and starting the node replays
 //! the WAL from the copied checkpoints, skipping events already in the copied segments, so
 //! the restored node holds exactly the events acknowledged before the WAL was copied.
 
@@ -373,31 +373,17 @@ async fn take_into(
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(io(e)),
     }
-    let export = work.join(META_EXPORT);
-    let exported = export.clone();
-    tokio::task::spawn_blocking(move || export_meta(&db, &exported))
-        .await
-        .map_err(io)??;
+    // The checkpoints are copied first. Before the metadata export: a flush writes the
+    // person changes of its events before its checkpoint covers them, so every event a
+    // copied checkpoint covers has its person changes in the export; exported first, a flush
+    // between the export and this copy covered events whose person changes the export
+    // lacked, and the restored node did not replay them (person writes accepted but not yet
+    // in the keyspaces are of events no checkpoint covers yet). Before the segments are listed:
+    // every flush a copied checkpoint covers has its files in the directory by then; listed
+    // together, a flush between the listing and the copy was covered by the copied
+    // checkpoint and missing from the copied segments. Events after the copied checkpoints
+    // are replayed from the WAL, as after a crash.
     let mut files = Vec::new();
-    copy_files(
-        store.as_ref(),
-        work,
-        "",
-        vec![PathBuf::from(META_EXPORT)],
-        &mut files,
-    )
-    .await?;
-    let dir = data_dir.to_path_buf();
-    let others = tokio::task::spawn_blocking(move || other_files(&dir))
-        .await
-        .map_err(io)?
-        .map_err(io)?;
-    copy_files(store.as_ref(), data_dir, "", others, &mut files).await?;
-    // The checkpoints are copied before the segments are listed: every flush a copied
-    // checkpoint covers has its files in the directory by then. Listed together, a flush
-    // between the listing and the copy was covered by the copied checkpoint and missing from
-    // the copied segments, and its events were in neither the snapshot's segments nor the
-    // WAL it replays.
     let events = data_dir.join("events");
     let is_checkpoint = |file: &PathBuf| file.starts_with("_checkpoints");
     let checkpoints = events_files(&events)
@@ -412,6 +398,25 @@ async fn take_into(
         &mut files,
     )
     .await?;
+    let export = work.join(META_EXPORT);
+    let exported = export.clone();
+    tokio::task::spawn_blocking(move || export_meta(&db, &exported))
+        .await
+        .map_err(io)??;
+    copy_files(
+        store.as_ref(),
+        work,
+        "",
+        vec![PathBuf::from(META_EXPORT)],
+        &mut files,
+    )
+    .await?;
+    let dir = data_dir.to_path_buf();
+    let others = tokio::task::spawn_blocking(move || other_files(&dir))
+        .await
+        .map_err(io)?
+        .map_err(io)?;
+    copy_files(store.as_ref(), data_dir, "", others, &mut files).await?;
     let segments = events_files(&events).await?.into_iter();
     let segments = segments.filter(|file| !is_checkpoint(file)).collect();
     copy_files(store.as_ref(), &events, "events", segments, &mut files).await?;

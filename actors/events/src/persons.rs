@@ -217,7 +217,13 @@ fn write_person(
     }
     let person = if changed || is_new {
         person.version += 1;
-        store.put_person(project_id, person)?
+        // An existing person was found by this id: its ids already point at it.
+        let new_ids = if is_new {
+            vec![distinct_id]
+        } else {
+            Vec::new()
+        };
+        store.put_person_adding(project_id, person, new_ids)?
     } else {
         Arc::new(person)
     };
@@ -378,17 +384,20 @@ fn merge(
                 version: 1,
                 distinct_ids: vec![target.to_string(), other.to_string()],
             };
-            store.put_person(project_id, person)?;
+            let new_ids = person.distinct_ids.clone();
+            store.put_person_adding(project_id, person, new_ids)?;
         }
         (Some(mut person), None) | (None, Some(mut person)) => {
+            let mut new_ids = Vec::new();
             for did in [target, other] {
                 if !person.distinct_ids.iter().any(|d| d == did) {
                     person.distinct_ids.push(did.to_string());
+                    new_ids.push(did.to_string());
                 }
             }
             person.is_identified = true;
             person.version += 1;
-            store.put_person(project_id, person)?;
+            store.put_person_adding(project_id, person, new_ids)?;
         }
         (Some(t), Some(o)) if t.id == o.id => {}
         (Some(mut t), Some(o)) => {
@@ -402,12 +411,14 @@ fn merge(
             t.created_at = t.created_at.min(o.created_at);
             t.is_identified = true;
             t.version = t.version.max(o.version) + 1;
+            let mut new_ids = Vec::new();
             for did in o.distinct_ids {
                 if !t.distinct_ids.contains(&did) {
-                    t.distinct_ids.push(did);
+                    t.distinct_ids.push(did.clone());
+                    new_ids.push(did);
                 }
             }
-            store.put_person(project_id, t)?;
+            store.put_person_adding(project_id, t, new_ids)?;
             store.delete_person(project_id, o.id)?;
         }
     }

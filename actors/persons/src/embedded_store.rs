@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::erasure::Erasure;
 use super::files::PersonFiles;
 use super::model::{usage_rows, Group, Person, UsageKind, UsageRow};
-use super::records::{PersonRecords, PersonWrite};
+use super::records::{NewIds, PersonRecords, PersonWrite};
 use corvid_activity::{stage, ActivityEntry};
 use corvid_kernel::codec::{decode, encode, get, scan_prefix};
 use corvid_kernel::StoreError;
@@ -104,6 +104,7 @@ impl PersonRecords for EmbeddedPersons {
         self.write_persons(&[PersonWrite::Put {
             project: project_id,
             person: Arc::new(person.clone()),
+            new_ids: NewIds::Any,
         }])
     }
 
@@ -114,19 +115,40 @@ impl PersonRecords for EmbeddedPersons {
 
     /// One batch over both keyspaces. A key the writes name twice is written once, as the
     /// last write leaves it (a batch's entries share one sequence number, so two of one key
-    /// would leave either).
+    /// would leave either). A distinct id a write may have moved ([`NewIds`]) is written only
+    /// when its stored mapping differs: most writes change the properties of a person whose
+    /// ids already point at it, and a point read costs less than writing (and later
+    /// compacting) the mapping again.
     fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
         let mut persons: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-        let mut distinct_ids: HashMap<Vec<u8>, Uuid> = HashMap::new();
+        // Key → (person, whether the mapping is known to be new: written without a read).
+        let mut distinct_ids: HashMap<Vec<u8>, (Uuid, bool)> = HashMap::new();
         for write in writes {
             match write {
-                PersonWrite::Put { project, person } => {
+                PersonWrite::Put {
+                    project,
+                    person,
+                    new_ids,
+                } => {
                     persons.insert(
                         key(*project, person.id.as_bytes()),
                         Some(encode(person.as_ref())?),
                     );
-                    for did in &person.distinct_ids {
-                        distinct_ids.insert(key(*project, did.as_bytes()), person.id);
+                    match new_ids {
+                        NewIds::Any => {
+                            for did in &person.distinct_ids {
+                                distinct_ids
+                                    .entry(key(*project, did.as_bytes()))
+                                    .and_modify(|(id, _)| *id = person.id)
+                                    .or_insert((person.id, false));
+                            }
+                        }
+                        NewIds::Only(ids) => {
+                            for did in ids {
+                                distinct_ids
+                                    .insert(key(*project, did.as_bytes()), (person.id, true));
+                            }
+                        }
                     }
                 }
                 PersonWrite::Delete { project, id } => {
@@ -141,10 +163,10 @@ impl PersonRecords for EmbeddedPersons {
                 None => batch.remove(&self.files.persons, k),
             }
         }
-        for (k, id) in distinct_ids {
-            // Most writes change the properties of a person whose ids already point at it:
-            // a point read costs less than writing (and later compacting) the mapping again.
-            if self.files.distinct_ids.get(&k)?.as_deref() != Some(id.as_bytes().as_slice()) {
+        for (k, (id, known_new)) in distinct_ids {
+            if known_new
+                || self.files.distinct_ids.get(&k)?.as_deref() != Some(id.as_bytes().as_slice())
+            {
                 batch.insert(&self.files.distinct_ids, k, id.as_bytes().as_slice());
             }
         }

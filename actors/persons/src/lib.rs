@@ -33,7 +33,7 @@ pub use erasure::{ErasedSet, Erasure, ProjectErasures, HIDE_AFTER_VERIFIED};
 pub use files::PersonFiles;
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
-pub use records::{PersonRecords, PersonWrite, Touched};
+pub use records::{NewIds, PersonRecords, PersonWrite, Touched};
 pub use store::{ErasureOptions, MemoryStats, PersonStore, DEFAULT_PERSON_BUDGET};
 pub use write_behind::WriteBehind;
 
@@ -234,12 +234,6 @@ impl Persons {
     pub async fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
         let store = Arc::clone(&self.store);
         blocking(move || store.usage(project_id)).await
-    }
-
-    /// Waits until every person write so far is in the records (see [`PersonStore::settle`]).
-    pub async fn settle(&self) -> Result<(), StoreError> {
-        let store = Arc::clone(&self.store);
-        blocking(move || store.settle()).await
     }
 
     /// Writes the flag-request counts kept in memory.

@@ -86,10 +86,26 @@ impl Touched {
 /// One write of [`PersonRecords::write_persons`].
 #[derive(Debug, Clone)]
 pub enum PersonWrite {
-    /// As [`PersonRecords::put_person`].
-    Put { project: u64, person: Arc<Person> },
+    /// As [`PersonRecords::put_person`]; `new_ids` says which distinct ids may not point at
+    /// the person yet.
+    Put {
+        project: u64,
+        person: Arc<Person>,
+        new_ids: NewIds,
+    },
     /// As [`PersonRecords::delete_person`].
     Delete { project: u64, id: Uuid },
+}
+
+/// Which distinct ids of a person written may not point at it in storage yet. A
+/// read-modify-write under the writer lock knows (the ids it added, or every id of a person
+/// it created), and a store may then skip reading the others' mappings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NewIds {
+    /// Any of them.
+    Any,
+    /// Only these; the person's other ids already point at it.
+    Only(Vec<String>),
 }
 
 /// Called with each change another node announced; `None` when changes may have been missed.
@@ -135,7 +151,9 @@ pub trait PersonRecords: Send + Sync {
     fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
         for write in writes {
             match write {
-                PersonWrite::Put { project, person } => self.put_person(*project, person)?,
+                PersonWrite::Put {
+                    project, person, ..
+                } => self.put_person(*project, person)?,
                 PersonWrite::Delete { project, id } => self.delete_person(*project, *id)?,
             }
         }
@@ -407,15 +425,16 @@ pub(crate) mod contract {
         let mut merged = winner.clone();
         merged.distinct_ids.push("bl".into());
         merged.version += 1;
-        let put = |p: &Person| PersonWrite::Put {
+        let put = |p: &Person, new_ids: NewIds| PersonWrite::Put {
             project: 5,
             person: Arc::new(p.clone()),
+            new_ids,
         };
         records
             .write_persons(&[
-                put(&winner),
-                put(&loser),
-                put(&merged),
+                put(&winner, NewIds::Any),
+                put(&loser, NewIds::Only(vec!["bl".into()])),
+                put(&merged, NewIds::Only(vec!["bl".into()])),
                 PersonWrite::Delete {
                     project: 5,
                     id: loser.id,
@@ -426,8 +445,25 @@ pub(crate) mod contract {
             records.person_id_by_distinct_id(5, "bl").expect("read"),
             Some(winner.id)
         );
+        assert_eq!(
+            records.person_id_by_distinct_id(5, "bw").expect("read"),
+            Some(winner.id)
+        );
         assert_eq!(records.person(5, loser.id).expect("read"), None);
-        assert_eq!(records.persons(5).expect("list"), vec![merged]);
+        assert_eq!(records.persons(5).expect("list"), vec![merged.clone()]);
+
+        // A change of properties alone names no new id; the mappings stay.
+        let mut updated = merged;
+        updated.properties.insert("plan".into(), "team".into());
+        updated.version += 1;
+        records
+            .write_persons(&[put(&updated, NewIds::Only(Vec::new()))])
+            .expect("write");
+        assert_eq!(
+            records.person_id_by_distinct_id(5, "bl").expect("read"),
+            Some(winner.id)
+        );
+        assert_eq!(records.persons(5).expect("list"), vec![updated]);
     }
 
     fn group_types_are_numbered_up_to_the_limit(records: &dyn PersonRecords) {

@@ -12,7 +12,7 @@ use super::embedded_store::EmbeddedPersons;
 use super::erasure::{Erasure, ProjectErasures};
 use super::files::PersonFiles;
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
-use super::records::{PersonChange, PersonRecords, Touched};
+use super::records::{NewIds, PersonChange, PersonRecords, PersonWrite, Touched};
 use super::resident::{Lookup, ResidentPersons};
 use corvid_activity::{ActivityEntry, Actor};
 use corvid_kernel::start_over::StartOverMap;
@@ -411,16 +411,43 @@ impl PersonStore {
     /// Writes a person and points all its distinct ids at it; returns the copy the read cache
     /// now holds. Caller holds the writer lock.
     pub fn put_person(&self, project_id: u64, person: Person) -> Result<Arc<Person>, StoreError> {
+        self.write_person(project_id, person, NewIds::Any)
+    }
+
+    /// [`PersonStore::put_person`] for a read-modify-write that knows which of the person's
+    /// distinct ids may not point at it yet: `new_ids` (the ids it added, or every id of a
+    /// person it created). Storage then need not read the other ids' mappings.
+    pub fn put_person_adding(
+        &self,
+        project_id: u64,
+        person: Person,
+        new_ids: Vec<String>,
+    ) -> Result<Arc<Person>, StoreError> {
+        self.write_person(project_id, person, NewIds::Only(new_ids))
+    }
+
+    fn write_person(
+        &self,
+        project_id: u64,
+        person: Person,
+        new_ids: NewIds,
+    ) -> Result<Arc<Person>, StoreError> {
+        let person = Arc::new(person);
+        let write = PersonWrite::Put {
+            project: project_id,
+            person: Arc::clone(&person),
+            new_ids,
+        };
         // Counted once written (even when the write failed partway), so a reader that did
         // not see the count may have read the older record and reads again.
-        let written = self.records.put_person(project_id, &person);
+        let written = self.records.write_persons(std::slice::from_ref(&write));
         self.cache.writes.fetch_add(1, Ordering::SeqCst);
         written?;
         self.cache.persons.put(project_id, &person);
         for did in &person.distinct_ids {
             self.cache.absent.remove(&(project_id, did.clone()));
         }
-        Ok(Arc::new(person))
+        Ok(person)
     }
 
     /// Remembers that `distinct_id` has no person.

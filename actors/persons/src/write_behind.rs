@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::erasure::Erasure;
 use super::model::{Group, Person, UsageKind, UsageRow};
-use super::records::{OnPersonChange, PersonRecords, PersonWrite, Touched};
+use super::records::{NewIds, OnPersonChange, PersonRecords, PersonWrite, Touched};
 use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
@@ -106,8 +106,8 @@ impl WriteBehind {
         })
     }
 
-    /// Accepts `write`, waiting for room while the queue is full.
-    fn accept(&self, write: PersonWrite) -> Result<(), StoreError> {
+    /// Accepts `writes`, waiting for room while the queue is full.
+    fn accept(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
         let mut state = self.shared.lock();
         while state.queue.len() >= MAX_QUEUED && state.failure.is_none() {
             state = self.shared.wait(state);
@@ -115,28 +115,37 @@ impl WriteBehind {
         if let Some(reason) = &state.failure {
             return Err(failed(reason));
         }
-        state.accepted += 1;
-        let seq = state.accepted;
-        match &write {
-            PersonWrite::Put { project, person } => {
-                state
-                    .persons
-                    .insert((*project, person.id), (seq, Some(Arc::clone(person))));
-                for did in &person.distinct_ids {
-                    state
-                        .distinct_ids
-                        .insert((*project, did.clone()), (seq, person.id));
-                }
-            }
-            PersonWrite::Delete { project, id } => {
-                state.persons.insert((*project, *id), (seq, None));
-            }
+        for write in writes {
+            accept_one(&mut state, write.clone());
         }
-        state.queue.push_back((seq, write));
         drop(state);
         self.shared.changed.notify_all();
         Ok(())
     }
+}
+
+/// Queues `write` and makes it what reads of its person and distinct ids return.
+fn accept_one(state: &mut State, write: PersonWrite) {
+    state.accepted += 1;
+    let seq = state.accepted;
+    match &write {
+        PersonWrite::Put {
+            project, person, ..
+        } => {
+            state
+                .persons
+                .insert((*project, person.id), (seq, Some(Arc::clone(person))));
+            for did in &person.distinct_ids {
+                state
+                    .distinct_ids
+                    .insert((*project, did.clone()), (seq, person.id));
+            }
+        }
+        PersonWrite::Delete { project, id } => {
+            state.persons.insert((*project, *id), (seq, None));
+        }
+    }
+    state.queue.push_back((seq, write));
 }
 
 impl Drop for WriteBehind {
@@ -207,7 +216,9 @@ fn commit_loop(inner: &dyn PersonRecords, shared: &Shared) {
 /// Drops the in-memory copy `write` (number `seq`) left, unless a newer write replaced it.
 fn forget_committed(state: &mut State, seq: u64, write: &PersonWrite) {
     match write {
-        PersonWrite::Put { project, person } => {
+        PersonWrite::Put {
+            project, person, ..
+        } => {
             let key = (*project, person.id);
             if state.persons.get(&key).is_some_and(|(s, _)| *s == seq) {
                 state.persons.remove(&key);
@@ -266,17 +277,22 @@ impl PersonRecords for WriteBehind {
     }
 
     fn put_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
-        self.accept(PersonWrite::Put {
+        self.accept(&[PersonWrite::Put {
             project: project_id,
             person: Arc::new(person.clone()),
-        })
+            new_ids: NewIds::Any,
+        }])
     }
 
     fn delete_person(&self, project_id: u64, id: Uuid) -> Result<(), StoreError> {
-        self.accept(PersonWrite::Delete {
+        self.accept(&[PersonWrite::Delete {
             project: project_id,
             id,
-        })
+        }])
+    }
+
+    fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
+        self.accept(writes)
     }
 
     fn persons(&self, project_id: u64) -> Result<Vec<Person>, StoreError> {
