@@ -33,6 +33,8 @@ use corvid_kernel::StoreError;
 const MAX_QUEUED: usize = 16_384;
 /// Writes committed together.
 const BATCH: usize = 1_024;
+/// How long the committer lets writes gather before a commit.
+const GATHER: Duration = Duration::from_millis(1);
 /// How long a failed commit waits before it is tried again.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
@@ -69,6 +71,8 @@ struct State {
     /// Why the last commit failed, until one succeeds.
     failure: Option<String>,
     stopping: bool,
+    /// Whether the committer waits for writes.
+    idle: bool,
 }
 
 impl Shared {
@@ -118,8 +122,12 @@ impl WriteBehind {
         for write in writes {
             accept_one(&mut state, write.clone());
         }
+        // Only an idle committer waits for writes (others wait for commits).
+        let wake = state.idle;
         drop(state);
-        self.shared.changed.notify_all();
+        if wake {
+            self.shared.changed.notify_all();
+        }
         Ok(())
     }
 }
@@ -173,16 +181,22 @@ fn commit_loop(inner: &dyn PersonRecords, shared: &Shared) {
     }
     let _ended = Ended(shared);
     loop {
-        let batch: Vec<(u64, PersonWrite)> = {
+        {
             let mut state = shared.lock();
             while state.queue.is_empty() {
                 if state.stopping {
                     return;
                 }
+                state.idle = true;
                 state = shared.wait(state);
+                state.idle = false;
             }
-            state.queue.iter().take(BATCH).cloned().collect()
-        };
+        }
+        // The writes of the next moment join this commit: one wake-up and one journal write
+        // for them all, instead of one per write.
+        std::thread::sleep(GATHER);
+        let batch: Vec<(u64, PersonWrite)> =
+            shared.lock().queue.iter().take(BATCH).cloned().collect();
         let writes: Vec<PersonWrite> = batch.iter().map(|(_, w)| w.clone()).collect();
         let outcome = inner.write_persons(&writes);
         let mut state = shared.lock();
