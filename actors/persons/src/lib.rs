@@ -37,6 +37,14 @@ pub use records::{NewIds, PersonRecords, PersonWrite, Touched};
 pub use store::{ErasureOptions, MemoryStats, PersonStore, DEFAULT_PERSON_BUDGET};
 pub use write_behind::WriteBehind;
 
+/// What [`delegate_other_person_records`]'s methods name, for crates that use it.
+#[doc(hidden)]
+pub mod delegated {
+    pub use chrono::{DateTime, Utc};
+    pub use corvid_activity::ActivityEntry;
+    pub use corvid_kernel::StoreError;
+}
+
 use chrono::Utc;
 use corvid_activity::Actor;
 use corvid_kernel::{blocking, StoreError};

@@ -228,6 +228,86 @@ pub trait PersonRecords: Send + Sync {
     fn flush(&self) -> Result<(), StoreError>;
 }
 
+/// Implements the [`PersonRecords`] methods that are not about persons (erasure records,
+/// group types, groups, usage) and `flush` by calling the same methods of `self.$inner`: for
+/// wrappers that change how persons are written or read and nothing else.
+#[macro_export]
+macro_rules! delegate_other_person_records {
+    ($inner:ident) => {
+        fn put_erasures(
+            &self,
+            project_id: u64,
+            erasures: &[$crate::Erasure],
+            log: &[$crate::delegated::ActivityEntry],
+        ) -> Result<(), $crate::delegated::StoreError> {
+            self.$inner.put_erasures(project_id, erasures, log)
+        }
+        fn erasures(
+            &self,
+            project_id: Option<u64>,
+        ) -> Result<Vec<$crate::Erasure>, $crate::delegated::StoreError> {
+            self.$inner.erasures(project_id)
+        }
+        fn expire_erasures(
+            &self,
+            before: $crate::delegated::DateTime<$crate::delegated::Utc>,
+        ) -> Result<usize, $crate::delegated::StoreError> {
+            self.$inner.expire_erasures(before)
+        }
+        fn group_types(
+            &self,
+            project_id: u64,
+        ) -> Result<Vec<(String, u8)>, $crate::delegated::StoreError> {
+            self.$inner.group_types(project_id)
+        }
+        fn ensure_group_type(
+            &self,
+            project_id: u64,
+            group_type: &str,
+            max: u8,
+        ) -> Result<Option<u8>, $crate::delegated::StoreError> {
+            self.$inner.ensure_group_type(project_id, group_type, max)
+        }
+        fn group(
+            &self,
+            project_id: u64,
+            index: u8,
+            group_key: &str,
+        ) -> Result<Option<$crate::Group>, $crate::delegated::StoreError> {
+            self.$inner.group(project_id, index, group_key)
+        }
+        fn groups(
+            &self,
+            project_id: u64,
+            index: Option<u8>,
+        ) -> Result<Vec<$crate::Group>, $crate::delegated::StoreError> {
+            self.$inner.groups(project_id, index)
+        }
+        fn put_group(
+            &self,
+            project_id: u64,
+            group: &$crate::Group,
+        ) -> Result<(), $crate::delegated::StoreError> {
+            self.$inner.put_group(project_id, group)
+        }
+        fn add_usage(
+            &self,
+            project_id: u64,
+            at: $crate::delegated::DateTime<$crate::delegated::Utc>,
+            kind: $crate::UsageKind,
+            n: u64,
+        ) -> Result<(), $crate::delegated::StoreError> {
+            self.$inner.add_usage(project_id, at, kind, n)
+        }
+        fn usage(
+            &self,
+            project_id: u64,
+        ) -> Result<Vec<$crate::UsageRow>, $crate::delegated::StoreError> {
+            self.$inner.usage(project_id)
+        }
+    };
+}
+
 /// The behaviour every [`PersonRecords`] must show, written against the trait.
 #[cfg(test)]
 pub(crate) mod contract {

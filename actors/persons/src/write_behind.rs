@@ -20,13 +20,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::erasure::Erasure;
-use super::model::{Group, Person, UsageKind, UsageRow};
+use super::model::Person;
 use super::records::{NewIds, OnPersonChange, PersonRecords, PersonWrite, Touched};
-use corvid_activity::ActivityEntry;
 use corvid_kernel::StoreError;
 
 /// Accepted writes not yet committed before a writer waits for room (about 500 bytes each).
@@ -328,66 +325,7 @@ impl PersonRecords for WriteBehind {
         self.inner.remove_person(project_id, person)
     }
 
-    fn put_erasures(
-        &self,
-        project_id: u64,
-        erasures: &[Erasure],
-        log: &[ActivityEntry],
-    ) -> Result<(), StoreError> {
-        self.inner.put_erasures(project_id, erasures, log)
-    }
-
-    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
-        self.inner.erasures(project_id)
-    }
-
-    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
-        self.inner.expire_erasures(before)
-    }
-
-    fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
-        self.inner.group_types(project_id)
-    }
-
-    fn ensure_group_type(
-        &self,
-        project_id: u64,
-        group_type: &str,
-        max: u8,
-    ) -> Result<Option<u8>, StoreError> {
-        self.inner.ensure_group_type(project_id, group_type, max)
-    }
-
-    fn group(
-        &self,
-        project_id: u64,
-        index: u8,
-        group_key: &str,
-    ) -> Result<Option<Group>, StoreError> {
-        self.inner.group(project_id, index, group_key)
-    }
-
-    fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
-        self.inner.groups(project_id, index)
-    }
-
-    fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
-        self.inner.put_group(project_id, group)
-    }
-
-    fn add_usage(
-        &self,
-        project_id: u64,
-        at: DateTime<Utc>,
-        kind: UsageKind,
-        n: u64,
-    ) -> Result<(), StoreError> {
-        self.inner.add_usage(project_id, at, kind, n)
-    }
-
-    fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
-        self.inner.usage(project_id)
-    }
+    crate::delegate_other_person_records!(inner);
 
     /// Waits until every write accepted so far is committed; an error while commits fail.
     fn settle(&self) -> Result<(), StoreError> {
@@ -477,57 +415,7 @@ mod tests {
         fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
             self.inner.remove_person(project_id, person)
         }
-        fn put_erasures(
-            &self,
-            project_id: u64,
-            erasures: &[Erasure],
-            log: &[ActivityEntry],
-        ) -> Result<(), StoreError> {
-            self.inner.put_erasures(project_id, erasures, log)
-        }
-        fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
-            self.inner.erasures(project_id)
-        }
-        fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
-            self.inner.expire_erasures(before)
-        }
-        fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
-            self.inner.group_types(project_id)
-        }
-        fn ensure_group_type(
-            &self,
-            project_id: u64,
-            group_type: &str,
-            max: u8,
-        ) -> Result<Option<u8>, StoreError> {
-            self.inner.ensure_group_type(project_id, group_type, max)
-        }
-        fn group(
-            &self,
-            project_id: u64,
-            index: u8,
-            key: &str,
-        ) -> Result<Option<Group>, StoreError> {
-            self.inner.group(project_id, index, key)
-        }
-        fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
-            self.inner.groups(project_id, index)
-        }
-        fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
-            self.inner.put_group(project_id, group)
-        }
-        fn add_usage(
-            &self,
-            project_id: u64,
-            at: DateTime<Utc>,
-            kind: UsageKind,
-            n: u64,
-        ) -> Result<(), StoreError> {
-            self.inner.add_usage(project_id, at, kind, n)
-        }
-        fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
-            self.inner.usage(project_id)
-        }
+        crate::delegate_other_person_records!(inner);
         fn flush(&self) -> Result<(), StoreError> {
             self.inner.flush()
         }

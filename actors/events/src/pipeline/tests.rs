@@ -4,14 +4,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::*;
 use crate::catalog::DirCatalog;
 use corvid_kernel::StoreError;
-use corvid_persons::{EmbeddedPersons, Erasure, Group, Person, PersonRecords, UsageKind, UsageRow};
+use corvid_persons::{EmbeddedPersons, Person, PersonRecords};
 
 /// Sled's records, whose person writes fail while `failing` is set.
 struct Flaky {
@@ -52,52 +52,7 @@ impl PersonRecords for Flaky {
     fn remove_person(&self, project_id: u64, person: &Person) -> Result<(), StoreError> {
         self.inner.remove_person(project_id, person)
     }
-    fn put_erasures(
-        &self,
-        project_id: u64,
-        erasures: &[Erasure],
-        log: &[corvid_activity::ActivityEntry],
-    ) -> Result<(), StoreError> {
-        self.inner.put_erasures(project_id, erasures, log)
-    }
-    fn erasures(&self, project_id: Option<u64>) -> Result<Vec<Erasure>, StoreError> {
-        self.inner.erasures(project_id)
-    }
-    fn expire_erasures(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
-        self.inner.expire_erasures(before)
-    }
-    fn group_types(&self, project_id: u64) -> Result<Vec<(String, u8)>, StoreError> {
-        self.inner.group_types(project_id)
-    }
-    fn ensure_group_type(
-        &self,
-        project_id: u64,
-        group_type: &str,
-        max: u8,
-    ) -> Result<Option<u8>, StoreError> {
-        self.inner.ensure_group_type(project_id, group_type, max)
-    }
-    fn group(&self, project_id: u64, index: u8, key: &str) -> Result<Option<Group>, StoreError> {
-        self.inner.group(project_id, index, key)
-    }
-    fn groups(&self, project_id: u64, index: Option<u8>) -> Result<Vec<Group>, StoreError> {
-        self.inner.groups(project_id, index)
-    }
-    fn put_group(&self, project_id: u64, group: &Group) -> Result<(), StoreError> {
-        self.inner.put_group(project_id, group)
-    }
-    fn add_usage(
-        &self,
-        project_id: u64,
-        at: DateTime<Utc>,
-        kind: UsageKind,
-        n: u64,
-    ) -> Result<(), StoreError> {
-        self.inner.add_usage(project_id, at, kind, n)
-    }
-    fn usage(&self, project_id: u64) -> Result<Vec<UsageRow>, StoreError> {
-        self.inner.usage(project_id)
-    }
+    corvid_persons::delegate_other_person_records!(inner);
     fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush()
     }
