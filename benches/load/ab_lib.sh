@@ -2,7 +2,9 @@
 # on a fresh data dir and stops it again.
 #   ab_start BIN  starts BIN on a new temp data dir at $PORT; sets DATA, SERVER, TOKEN, KEY and
 #                 writes the load bodies (make_bodies.py) into DATA
-#   ab_stop       stops the server and removes its data dir
+#   ab_stop       stops the server and removes its data dir, then waits for the removal to
+#                 reach the disk (on a disk mounted with `discard` it delays the next run's
+#                 fsyncs otherwise)
 BASE="http://127.0.0.1:$PORT"
 SERVER=""
 DATA=""
@@ -20,4 +22,6 @@ ab_stop() {
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   rm -rf "$DATA"
   DATA=""
+  sync
+  sleep "${AB_SETTLE_SECONDS:-5}"
 }
