@@ -45,7 +45,8 @@ pub struct WriteBehind {
 
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when a write is accepted, committed or failed, and when stopping.
+    /// Signalled when writes are committed or fail, when stopping, and when a write is
+    /// accepted while the committer is idle.
     changed: Condvar,
 }
 
