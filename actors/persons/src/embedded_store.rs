@@ -120,6 +120,8 @@ impl PersonRecords for EmbeddedPersons {
     /// ids already point at it, and a point read costs less than writing (and later
     /// compacting) the mapping again.
     fn write_persons(&self, writes: &[PersonWrite]) -> Result<(), StoreError> {
+        // Both maps hold at most an entry per person and distinct id `writes` names (the
+        // write-behind commits at most 1,024 writes at a time).
         let mut persons: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
         // Key → (person, whether the mapping is known to be new: written without a read).
         let mut distinct_ids: HashMap<Vec<u8>, (Uuid, bool)> = HashMap::new();
