@@ -202,10 +202,16 @@ impl PowerCutDisk {
         Ok(Some(inode))
     }
 
-    fn file(&self, real: Box<dyn DiskFile>, inode: Option<Inode>) -> Box<dyn DiskFile> {
+    fn file(
+        &self,
+        real: Box<dyn DiskFile>,
+        inode: Option<Inode>,
+        position: Option<usize>,
+    ) -> Box<dyn DiskFile> {
         Box::new(ModelFile {
             real,
             inode,
+            position,
             model: Arc::clone(&self.model),
         })
     }
@@ -243,19 +249,19 @@ impl Disk for PowerCutDisk {
     fn create(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
         let real = RealDisk.create(path)?;
         let inode = self.open(path, true, true)?;
-        Ok(self.file(real, inode))
+        Ok(self.file(real, inode, Some(0)))
     }
 
     fn append(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
         let real = RealDisk.append(path)?;
         let inode = self.open(path, false, true)?;
-        Ok(self.file(real, inode))
+        Ok(self.file(real, inode, None))
     }
 
     fn open_existing(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
         let real = RealDisk.open_existing(path)?;
         let inode = self.open(path, false, false)?;
-        Ok(self.file(real, inode))
+        Ok(self.file(real, inode, Some(0)))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -306,6 +312,8 @@ impl Disk for PowerCutDisk {
 struct ModelFile {
     real: Box<dyn DiskFile>,
     inode: Option<Inode>,
+    /// Where the next write lands; `None` for a file opened to append (always at its end).
+    position: Option<usize>,
     model: Arc<Mutex<Model>>,
 }
 
@@ -327,13 +335,27 @@ impl ModelFile {
 impl Write for ModelFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.real.write(buf)?;
+        let written = buf.get(..n).unwrap_or_default();
         if let Some(inode) = self.inode {
+            let position = self.position;
             let mut m = self.model();
             m.ops += 1;
-            m.contents
-                .entry(inode)
-                .or_default()
-                .extend_from_slice(buf.get(..n).unwrap_or_default());
+            let contents = m.contents.entry(inode).or_default();
+            match position {
+                None => contents.extend_from_slice(written),
+                Some(at) => {
+                    let end = at + n;
+                    if contents.len() < end {
+                        contents.resize(end, 0);
+                    }
+                    if let Some(range) = contents.get_mut(at..end) {
+                        range.copy_from_slice(written);
+                    }
+                }
+            }
+        }
+        if let Some(at) = &mut self.position {
+            *at += n;
         }
         Ok(n)
     }
@@ -435,5 +457,36 @@ mod tests {
             b"42"
         );
         assert!(out.path().join("a/c").is_dir());
+    }
+
+    #[test]
+    fn a_file_opened_to_overwrite_is_written_from_its_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = PowerCutDisk::new(dir.path());
+        let path = dir.path().join("log");
+        let mut f = disk.create(&path).expect("file");
+        f.write_all(&[0; 8]).expect("zeros");
+        f.sync_all().expect("sync");
+        disk.sync_dir(dir.path()).expect("sync dir");
+        drop(f);
+        let mut f = disk.open_existing(&path).expect("open");
+        f.write_all(b"abc").expect("write");
+        f.write_all(b"de").expect("write");
+        f.sync_data().expect("sync");
+        let (out, _) = read_back(&disk.snapshots().pop().expect("snapshot"));
+        assert_eq!(
+            std::fs::read(out.path().join("log")).expect("read"),
+            b"abcde\0\0\0",
+            "written over the zeros, its length kept"
+        );
+        assert_eq!(std::fs::read(&path).expect("real file"), b"abcde\0\0\0");
+        let mut f = disk.append(&path).expect("append");
+        f.write_all(b"!").expect("write");
+        f.sync_data().expect("sync");
+        let (out, _) = read_back(&disk.snapshots().pop().expect("snapshot"));
+        assert_eq!(
+            std::fs::read(out.path().join("log")).expect("read"),
+            b"abcde\0\0\0!"
+        );
     }
 }

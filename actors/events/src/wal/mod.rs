@@ -1,24 +1,32 @@
 //! The write-ahead log: what makes an acknowledged event durable before it reaches a segment.
 //!
 //! Files `wal-<first seq>.log` hold records `[len u32][crc32 u32][seq u64][payload]` (little
-//! endian; the CRC covers seq and payload). A torn or corrupt record ends replay of its file,
-//! and the tail of the newest file is truncated there; a length longer than what is left of the
-//! file is a torn record too, found before anything is allocated for it. Files roll at
-//! `segment_bytes`; a file is deleted once every ingest shard has flushed past its last record.
-//! Every write goes through a [`Disk`]; new files and deletions are made durable by syncing
-//! the directory.
+//! endian; the CRC covers seq and payload), numbered one after another from the file's first
+//! seq. Replay of a file ends at the first record that is torn, corrupt or out of sequence;
+//! the tail of the newest file is truncated there. A length longer than what is left of the
+//! file is a torn record too, found before anything is allocated for it. Zeros after the last
+//! record are the unwritten rest of a prepared file (see [`housekeeping`]), not a torn record.
+//!
+//! Files roll at `segment_bytes`; a file is deleted once every ingest shard has flushed past
+//! its last record. An older file whose records stop before the next file's first seq has lost
+//! records, and says so. Every write goes through a [`Disk`]; new files, renames and deletions
+//! are made durable by syncing the directory.
+
+mod housekeeping;
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-
-use crossbeam_channel::Sender;
 
 use corvid_kernel::disk::{create_dirs, Disk, DiskFile};
 
+use housekeeping::{Housekeeper, DELETING};
+
 const HEADER: usize = 16;
+
+/// How much of a file the log writes before it asks for the next one to be prepared.
+const SPARE_AFTER_FRACTION: u64 = 8;
 
 struct SegmentFile {
     first_seq: u64,
@@ -40,69 +48,16 @@ pub struct Wal {
     current: SegmentFile,
     file: io::BufWriter<Box<dyn DiskFile>>,
     current_len: u64,
+    /// Whether the current file is a prepared one (its syncs do not change its length).
+    prepared: bool,
     next_seq: u64,
-    remover: Remover,
-}
-
-/// Deletes covered files on a thread of its own. Unlinking a 64 MiB log file (dropping its
-/// cached pages and, on a `discard` mount, trimming its blocks) took 20–35 ms; on the WAL
-/// thread every acknowledgement waiting for the next group commit waited for it too.
-struct Remover {
-    tx: Option<Sender<Vec<PathBuf>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Remover {
-    fn start(disk: &Arc<dyn Disk>, dir: &Path) -> Remover {
-        let (tx, rx) = crossbeam_channel::unbounded::<Vec<PathBuf>>();
-        let dir = dir.to_path_buf();
-        let disk = Arc::clone(disk);
-        let spawned = std::thread::Builder::new()
-            .name("corvid-wal-gc".into())
-            .spawn(move || {
-                for paths in rx {
-                    remove_files(disk.as_ref(), &dir, &paths);
-                }
-            });
-        match spawned {
-            Ok(thread) => Remover {
-                tx: Some(tx),
-                thread: Some(thread),
-            },
-            Err(err) => {
-                tracing::warn!(error = %err, "no WAL remover thread; covered files are deleted inline");
-                Remover {
-                    tx: None,
-                    thread: None,
-                }
-            }
-        }
-    }
-
-    fn remove(&self, disk: &dyn Disk, dir: &Path, paths: Vec<PathBuf>) {
-        let unsent = match &self.tx {
-            Some(tx) => tx.send(paths).err().map(|e| e.into_inner()),
-            None => Some(paths),
-        };
-        if let Some(paths) = unsent {
-            remove_files(disk, dir, &paths);
-        }
-    }
-}
-
-impl Drop for Remover {
-    /// Finishes the deletions already handed over, so a closed log's directory is settled.
-    fn drop(&mut self) {
-        self.tx = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    housekeeper: Housekeeper,
 }
 
 /// The log files a backup copies, oldest first (a file being deleted is covered by the
-/// checkpoints and left out). The newest may still grow while it is copied: replay ends at
-/// the first torn record, so a copy holds every record written before the copy began.
+/// checkpoints and left out). The newest may still be written while it is copied: replay
+/// ends at the first torn record or at the zeros of a prepared file, so a copy holds every
+/// record written before the copy began.
 pub fn backup_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -123,53 +78,6 @@ pub fn backup_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files.into_iter().map(|(_, name)| name).collect())
-}
-
-/// Extension a covered file gets while it is being deleted; [`Wal::open`] finishes the job.
-const DELETING: &str = "deleting";
-
-/// Bytes freed per step while a covered file is deleted.
-const DELETE_STEP: u64 = 4 << 20;
-
-/// Deletes covered log files; a file that stays behind is only replayed and skipped again.
-/// Each is first renamed (durably), so a crash part way never leaves a shortened log file
-/// under a name replay reads.
-fn remove_files(disk: &dyn Disk, dir: &Path, paths: &[PathBuf]) {
-    let mut doomed = Vec::with_capacity(paths.len());
-    for path in paths {
-        let to = path.with_extension(DELETING);
-        match disk.rename(path, &to) {
-            Ok(()) => doomed.push(to),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => {
-                tracing::warn!(error = %err, path = %path.display(), "could not delete a covered WAL file")
-            }
-        }
-    }
-    if let Err(err) = disk.sync_dir(dir) {
-        tracing::warn!(error = %err, "could not sync the WAL directory after deletions");
-        return;
-    }
-    for path in doomed {
-        if let Err(err) = shrink_and_remove(disk, &path) {
-            tracing::warn!(error = %err, path = %path.display(), "could not delete a covered WAL file");
-        }
-    }
-}
-
-/// Frees a file's blocks a step at a time, then unlinks it. Unlinking a 64 MiB file in one
-/// call kept the disk busy for 20–35 ms (a `discard` mount trims every freed block at once),
-/// and a WAL fsync issued meanwhile waited as long; between steps it gets the disk.
-fn shrink_and_remove(disk: &dyn Disk, path: &Path) -> io::Result<()> {
-    let mut len = fs::metadata(path)?.len();
-    let mut file = disk.open_existing(path)?;
-    while len > DELETE_STEP {
-        len -= DELETE_STEP;
-        file.set_len(len)?;
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    drop(file);
-    disk.remove_file(path)
 }
 
 impl Wal {
@@ -210,27 +118,37 @@ impl Wal {
                 }
             }
         }
+        let mut housekeeper = Housekeeper::start(&disk, dir);
         let mut replayed = Vec::new();
         let mut next_seq = 1;
-        let count = files.len();
         for (i, file) in files.iter().enumerate() {
-            let (records, valid_len) = read_records(&file.path)?;
-            if let Some(last) = records.last() {
-                next_seq = next_seq.max(last.seq + 1);
-            }
+            let read = read_records(&file.path, file.first_seq)?;
+            let last_seq = read.records.last().map(|r| r.seq);
             next_seq = next_seq.max(file.first_seq);
-            let file_len = fs::metadata(&file.path)?.len();
-            if valid_len < file_len {
-                if i + 1 == count {
-                    tracing::warn!(path = %file.path.display(), valid_len, file_len, "truncating torn WAL tail");
-                    let mut f = disk.open_existing(&file.path)?;
-                    f.set_len(valid_len)?;
-                    f.sync_all()?;
-                } else {
-                    tracing::error!(path = %file.path.display(), valid_len, "corrupt record inside an older WAL file; later records of that file are skipped");
+            if let Some(last) = last_seq {
+                next_seq = next_seq.max(last + 1);
+            }
+            match files.get(i + 1) {
+                // A closed file holds every seq up to the next file's first.
+                Some(next) => {
+                    let through = last_seq.unwrap_or(file.first_seq.saturating_sub(1));
+                    if through + 1 < next.first_seq {
+                        tracing::error!(path = %file.path.display(), through, next_first = next.first_seq, "records missing from an older WAL file: it is corrupt after the last one replayed");
+                    }
+                }
+                None => {
+                    let file_len = fs::metadata(&file.path)?.len();
+                    if read.valid_len < file_len {
+                        if read.torn {
+                            tracing::warn!(path = %file.path.display(), valid_len = read.valid_len, file_len, "truncating torn WAL tail");
+                        }
+                        let mut f = disk.open_existing(&file.path)?;
+                        f.set_len(read.valid_len)?;
+                        f.sync_all()?;
+                    }
                 }
             }
-            replayed.extend(records);
+            replayed.extend(read.records);
         }
         // Always start a fresh file: appending after a truncated tail is safe too, but a new
         // file keeps "one writer session per file" simple to reason about.
@@ -238,7 +156,7 @@ impl Wal {
             first_seq: next_seq,
             path: dir.join(format!("wal-{next_seq:020}.log")),
         };
-        let file = disk.append(&current.path)?;
+        let (file, prepared) = next_file(disk.as_ref(), &mut housekeeper, &current.path)?;
         disk.sync_dir(dir)?;
         let closed = files
             .into_iter()
@@ -247,13 +165,14 @@ impl Wal {
         Ok((
             Wal {
                 dir: dir.to_path_buf(),
-                remover: Remover::start(&disk, dir),
+                housekeeper,
                 disk,
                 segment_bytes,
                 closed,
                 current,
                 file: io::BufWriter::with_capacity(1 << 20, file),
                 current_len: 0,
+                prepared,
                 next_seq,
             },
             replayed,
@@ -262,7 +181,11 @@ impl Wal {
 
     /// Appends a record (buffered; call [`Wal::sync`] to make it durable). Returns its seq.
     pub fn append(&mut self, payload: &[u8]) -> io::Result<u64> {
-        if self.current_len >= self.segment_bytes {
+        if self.current_len >= self.segment_bytes
+            || (!self.prepared && self.current_len > 0 && self.housekeeper.spare_ready())
+        {
+            // (A file that grows is left as soon as a prepared one is ready: see
+            // `housekeeping`.)
             self.roll()?;
         }
         let seq = self.next_seq;
@@ -277,6 +200,9 @@ impl Wal {
         self.file.write_all(&seq.to_le_bytes())?;
         self.file.write_all(payload)?;
         self.current_len += (HEADER + payload.len()) as u64;
+        if self.current_len >= self.segment_bytes / SPARE_AFTER_FRACTION {
+            self.housekeeper.want_spare(self.segment_bytes);
+        }
         Ok(seq)
     }
 
@@ -292,7 +218,7 @@ impl Wal {
     fn roll(&mut self) -> io::Result<()> {
         self.sync(true)?;
         let path = self.dir.join(format!("wal-{:020}.log", self.next_seq));
-        let file = self.disk.append(&path)?;
+        let (file, prepared) = next_file(self.disk.as_ref(), &mut self.housekeeper, &path)?;
         self.disk.sync_dir(&self.dir)?;
         let old = std::mem::replace(
             &mut self.current,
@@ -304,6 +230,7 @@ impl Wal {
         self.closed.push(old);
         self.file = io::BufWriter::with_capacity(1 << 20, file);
         self.current_len = 0;
+        self.prepared = prepared;
         Ok(())
     }
 
@@ -324,7 +251,7 @@ impl Wal {
         }
         let count = removed.len();
         if count > 0 {
-            self.remover.remove(self.disk.as_ref(), &self.dir, removed);
+            self.housekeeper.remove(removed);
         }
         count
     }
@@ -343,24 +270,57 @@ impl Wal {
     }
 }
 
-/// Reads intact records; returns them and the byte length they span.
-fn read_records(path: &Path) -> io::Result<(Vec<Replayed>, u64)> {
+/// Opens the log's next file at `path`: the prepared spare when one is ready (written over
+/// from its start), else a new file that grows. Returns it and whether it was prepared.
+fn next_file(
+    disk: &dyn Disk,
+    housekeeper: &mut Housekeeper,
+    path: &Path,
+) -> io::Result<(Box<dyn DiskFile>, bool)> {
+    if housekeeper.take_spare(path)? {
+        return Ok((disk.open_existing(path)?, true));
+    }
+    Ok((disk.append(path)?, false))
+}
+
+/// What one file holds.
+struct FileRecords {
+    records: Vec<Replayed>,
+    /// Bytes the records span from the file's start.
+    valid_len: u64,
+    /// Whether the records end at something other than the end of the file or the zeros of
+    /// a prepared file's unwritten rest: a torn or corrupt record.
+    torn: bool,
+}
+
+/// Reads the intact records of the file whose first seq is `first_seq`.
+fn read_records(path: &Path, first_seq: u64) -> io::Result<FileRecords> {
     let file = File::open(path)?;
     let file_len = file.metadata()?.len();
     let mut reader = BufReader::new(file);
     let mut records = Vec::new();
     let mut offset = 0u64;
+    let mut torn = false;
     loop {
         let mut header = [0u8; HEADER];
-        match read_full(&mut reader, &mut header)? {
-            0 => break,
-            n if n < HEADER => break,
-            _ => {}
+        let got = read_full(&mut reader, &mut header)?;
+        if got == 0 {
+            break;
+        }
+        if header.iter().all(|b| *b == 0) {
+            break;
+        }
+        torn = true;
+        if got < HEADER {
+            break;
         }
         let field = |at: usize, width: usize| header.get(at..at + width).unwrap_or_default();
         let len = u32::from_le_bytes(field(0, 4).try_into().unwrap_or_default());
         let crc = u32::from_le_bytes(field(4, 4).try_into().unwrap_or_default());
         let seq = u64::from_le_bytes(field(8, 8).try_into().unwrap_or_default());
+        if seq != first_seq + records.len() as u64 {
+            break;
+        }
         // The length is the file's word, not ours: one longer than what is left of the file
         // is a torn record, ended here before anything is allocated for it.
         let left = file_len.saturating_sub(offset + HEADER as u64);
@@ -378,11 +338,15 @@ fn read_records(path: &Path) -> io::Result<(Vec<Replayed>, u64)> {
         if hasher.finalize() != crc {
             break;
         }
+        torn = false;
         offset += (HEADER + len) as u64;
         records.push(Replayed { seq, payload });
     }
-    let _ = reader.seek(SeekFrom::Start(offset));
-    Ok((records, offset))
+    Ok(FileRecords {
+        records,
+        valid_len: offset,
+        torn,
+    })
 }
 
 fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -398,15 +362,25 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::housekeeping::SPARE;
     use super::*;
 
-    /// The log file that holds records.
+    /// Waits (up to 10 s) for the housekeeper to have a spare ready.
+    fn wait_for_spare(wal: &Wal) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !wal.housekeeper.spare_ready() {
+            assert!(std::time::Instant::now() < deadline, "no spare prepared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Appends `bytes` to the log file that holds records (a crash mid-write) and returns it.
     fn append_to_log(dir: &Path, bytes: &[u8]) -> PathBuf {
         let file = fs::read_dir(dir)
             .expect("dir")
             .filter_map(|e| e.ok())
             .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
             .find(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
             .expect("non-empty wal file");
         let mut f = fs::OpenOptions::new()
@@ -459,7 +433,10 @@ mod tests {
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(names.iter().all(|n| n.ends_with(".log")), "{names:?}");
+        assert!(
+            names.iter().all(|n| n.ends_with(".log") || n == SPARE),
+            "{names:?}"
+        );
     }
 
     #[test]
@@ -477,9 +454,10 @@ mod tests {
         header.extend_from_slice(&2u64.to_le_bytes());
         header.extend_from_slice(b"short");
         let file = append_to_log(dir.path(), &header);
-        let (records, valid) = read_records(&file).expect("read");
-        assert_eq!(records.len(), 1);
-        assert_eq!(valid, (HEADER + 4) as u64);
+        let read = read_records(&file, 1).expect("read");
+        assert_eq!(read.records.len(), 1);
+        assert_eq!(read.valid_len, (HEADER + 4) as u64);
+        assert!(read.torn);
         let (_, replayed) = Wal::open(dir.path(), 1 << 20).expect("reopen");
         assert_eq!(replayed.len(), 1, "the torn tail is cut");
     }
@@ -501,5 +479,72 @@ mod tests {
             !half_deleted.exists(),
             "the interrupted deletion is finished"
         );
+    }
+
+    #[test]
+    fn the_log_rolls_to_a_prepared_file_and_writes_over_its_zeros() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segment = 4096u64;
+        {
+            let (mut wal, _) = Wal::open(dir.path(), segment).expect("open");
+            // An eighth of a file written asks for a spare; a growing file is left for it.
+            wal.append(&[1; 600]).expect("append");
+            wal.append(&[2; 10]).expect("append");
+            wait_for_spare(&wal);
+            assert!(dir.path().join(SPARE).is_file());
+            assert_eq!(wal.append(&[3; 10]).expect("append"), 3);
+            assert!(wal.prepared, "rolled to the prepared file");
+            assert!(!dir.path().join(SPARE).exists(), "the spare was taken");
+            wal.append(&[4; 10]).expect("append");
+            wal.sync(true).expect("sync");
+            let current = fs::metadata(&wal.current.path).expect("current");
+            assert_eq!(current.len(), segment, "written over, its length kept");
+            let read = read_records(&wal.current.path, 3).expect("read");
+            assert_eq!(read.records.len(), 2);
+            assert!(!read.torn, "zeros after the records are no torn record");
+        }
+        let (mut wal, replayed) = Wal::open(dir.path(), segment).expect("reopen");
+        let seqs: Vec<u64> = replayed.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4]);
+        assert_eq!(replayed[3].payload, vec![4; 10]);
+        assert_eq!(wal.append(b"five").expect("append"), 5, "seq continues");
+        wal.sync(true).expect("sync");
+        drop(wal);
+        let (_, replayed) = Wal::open(dir.path(), segment).expect("reopen again");
+        assert_eq!(replayed.len(), 5);
+    }
+
+    #[test]
+    fn a_record_out_of_sequence_ends_its_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = {
+            let (mut wal, _) = Wal::open(dir.path(), 1 << 20).expect("open");
+            wal.append(b"one").expect("append");
+            wal.append(b"two").expect("append");
+            wal.sync(true).expect("sync");
+            wal.current.path.clone()
+        };
+        // A well-formed record whose seq does not follow (left over from an earlier use of
+        // the file's bytes, say).
+        let mut stale = Vec::new();
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&9u64.to_le_bytes());
+        hasher.update(b"old");
+        stale.extend_from_slice(&3u32.to_le_bytes());
+        stale.extend_from_slice(&hasher.finalize().to_le_bytes());
+        stale.extend_from_slice(&9u64.to_le_bytes());
+        stale.extend_from_slice(b"old");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open")
+            .write_all(&stale)
+            .expect("write");
+        let read = read_records(&path, 1).expect("read");
+        assert_eq!(read.records.len(), 2);
+        assert!(read.torn);
+        let (_, replayed) = Wal::open(dir.path(), 1 << 20).expect("reopen");
+        let payloads: Vec<&[u8]> = replayed.iter().map(|r| r.payload.as_slice()).collect();
+        assert_eq!(payloads, vec![&b"one"[..], &b"two"[..]]);
     }
 }
