@@ -14,6 +14,9 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
+use fjall::compaction::Leveled;
 use fjall::config::{PartitioningPolicy, PinningPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
@@ -29,6 +32,12 @@ const JOURNAL_BYTES: u64 = 64 << 20;
 /// `$set`); a smaller one waits proportionally less, for a few more small tables to compact.
 const MEMTABLE_BYTES: u64 = 8 << 20;
 
+/// The size a compaction cuts its output tables at (fjall's default is 64 MiB). Each table is
+/// synced when it is written, and a sync of 64 MiB kept the disk busy for 30-90 ms, which a
+/// WAL sync issued meanwhile waited for (capture requests stalled with it); 8 MiB tables keep
+/// each such wait to a few milliseconds, for more (smaller) tables in the levels.
+const TABLE_BYTES: u64 = 8 << 20;
+
 /// How both keyspaces are made (kept with them: a keyspace keeps the options it was created
 /// with). Every table's whole block index and bloom filter stay in memory, unpartitioned: a
 /// person read for `/flags` then costs one data block from the block cache or the page cache
@@ -36,11 +45,14 @@ const MEMTABLE_BYTES: u64 = 8 << 20;
 /// which pin only the upper levels', those were most of a read at 10 M persons). They take
 /// about 5 bytes per person.
 ///
-/// Memtables are [`MEMTABLE_BYTES`]: a full one is freed while fjall holds its version lock,
+/// Compactions write tables of [`TABLE_BYTES`]. Memtables are [`MEMTABLE_BYTES`]: a full one is freed while fjall holds its version lock,
 /// which every write and read of the keyspace waits for, so its size bounds that wait.
 fn keyspace_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default()
         .max_memtable_size(MEMTABLE_BYTES)
+        .compaction_strategy(Arc::new(
+            Leveled::default().with_table_target_size(TABLE_BYTES),
+        ))
         .index_block_pinning_policy(PinningPolicy::all(true))
         .filter_block_pinning_policy(PinningPolicy::all(true))
         .index_block_partitioning_policy(PartitioningPolicy::all(false))
