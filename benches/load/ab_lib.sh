@@ -5,6 +5,9 @@
 #   ab_stop       stops the server and removes its data dir, then waits for the removal to
 #                 reach the disk (on a disk mounted with `discard` it delays the next run's
 #                 fsyncs otherwise)
+#   ab_wal_mark   remembers the server's WAL sync histogram (/metrics)
+#   ab_wal_since  prints the WAL syncs since the mark: how many, their mean, and how many took
+#                 over 10 ms and over 50 ms (a request waits for the sync under way, then its own)
 BASE="http://127.0.0.1:$PORT"
 SERVER=""
 DATA=""
@@ -24,4 +27,20 @@ ab_stop() {
   DATA=""
   sync
   sleep "${AB_SETTLE_SECONDS:-5}"
+}
+ab_wal_metrics() {
+  curl -s -H "Authorization: Bearer $KEY" "$BASE/metrics" | grep '^corvid_wal_fsync_duration_seconds'
+}
+ab_wal_mark() {
+  ab_wal_metrics >"$DATA/wal_syncs.before"
+}
+ab_wal_since() {
+  ab_wal_metrics >"$DATA/wal_syncs.after"
+  paste "$DATA/wal_syncs.before" "$DATA/wal_syncs.after" | awk '
+    { d = $4 - $2 }
+    /_count/ { n = d }
+    /_sum/ { s = d }
+    /le="0.01"/ { u10 = d }
+    /le="0.05"/ { u50 = d }
+    END { printf "WAL syncs %d, mean %.0f us, over 10 ms %d, over 50 ms %d", n, (n ? s / n * 1e6 : 0), n - u10, n - u50 }'
 }
