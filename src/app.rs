@@ -42,6 +42,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
     let public_url: Arc<str> = config.public_url_for(addr).into();
     let settings = config.engine_settings(&public_url)?;
+    // Before the engine starts the threads that read it.
+    corvid_kernel::sched::set_enabled(config.server.batch_scheduling);
     let engine = if config.cluster.mode == ClusterMode::Distributed {
         // A cluster node may start before its metastore: until the engine is up, the port
         // answers `/_readiness` with 503 (and `/_health` with 200), so orchestrators wait.
@@ -90,6 +92,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 
     let app_state = state.clone();
     let mut server = HttpServer::new(move || {
+        // Called on each worker thread as it starts.
+        corvid_kernel::sched::join_batch();
         // Outermost last: the request log sees every answer, including the JSON 500 of a
         // panicking handler and the re-shaped framework errors.
         App::new()

@@ -22,6 +22,10 @@ pub struct ServerConfig {
     /// Peers (addresses or CIDR ranges) whose `X-Forwarded-For` / `Forwarded` headers are
     /// believed; any other peer is taken at its own address.
     pub trusted_proxies: Vec<ipnetwork::IpNetwork>,
+    /// Whether the HTTP workers and the background writers run under Linux's `SCHED_BATCH`
+    /// (`corvid_kernel::sched`), so that waking one does not take the core from the WAL
+    /// writer or an ingest shard.
+    pub batch_scheduling: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -124,7 +124,10 @@ impl IngestShard {
         };
         let spawned = std::thread::Builder::new()
             .name(format!("corvid-flush-{}", cfg.shard))
-            .spawn(move || flusher.run(rx));
+            .spawn(move || {
+                corvid_kernel::sched::join_batch();
+                flusher.run(rx)
+            });
         if let Err(err) = spawned {
             tracing::error!(error = %err, "cannot start a flusher thread; segments will not be written");
         }

@@ -1,7 +1,7 @@
 //! The storage kernel, at the bottom of the engine's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
-//! owned runtimes ([`runtime`]), bounded caches that start over when full ([`start_over`]),
+//! owned runtimes ([`runtime`]), which threads run as batch work ([`sched`]), bounded caches that start over when full ([`start_over`]),
 //! checked time arithmetic ([`time`]), containing a background job's failing item ([`contain`]),
 //! the helper that keeps blocking storage work off async threads, and the public routes' body
 //! decoding within limits ([`wire`]) and the JSON scanner that reads stored properties
@@ -27,6 +27,7 @@ pub mod prehashed;
 pub mod records;
 mod records_pg;
 pub mod runtime;
+pub mod sched;
 pub mod secrets;
 pub mod sequence;
 pub mod start_over;

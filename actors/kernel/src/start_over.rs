@@ -76,7 +76,10 @@ where
 pub fn drop_in_background<T: Send + 'static>(value: T) {
     let _ = std::thread::Builder::new()
         .name("corvid-free".into())
-        .spawn(move || drop(value));
+        .spawn(move || {
+            crate::sched::join_batch();
+            drop(value)
+        });
 }
 
 #[cfg(test)]

@@ -98,7 +98,10 @@ impl WriteBehind {
             let (inner, shared) = (Arc::clone(&inner), Arc::clone(&shared));
             std::thread::Builder::new()
                 .name("corvid-persons".into())
-                .spawn(move || commit_loop(inner.as_ref(), &shared))
+                .spawn(move || {
+                    corvid_kernel::sched::join_batch();
+                    commit_loop(inner.as_ref(), &shared)
+                })
                 .map_err(|e| StoreError::TaskFailed(format!("person writer: {e}")))?
         };
         Ok(WriteBehind {

@@ -169,6 +169,7 @@ impl Compactor {
         std::thread::Builder::new()
             .name("corvid-compact".into())
             .spawn(move || {
+                corvid_kernel::sched::join_batch();
                 let step = Duration::from_millis(200);
                 let mut waited = Duration::ZERO;
                 let mut erasure_waited = Duration::ZERO;

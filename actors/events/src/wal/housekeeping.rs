@@ -83,6 +83,7 @@ impl Housekeeper {
             std::thread::Builder::new()
                 .name("corvid-wal-gc".into())
                 .spawn(move || {
+                    corvid_kernel::sched::join_batch();
                     for chore in rx {
                         match chore {
                             Chore::Remove(paths) => remove_files(disk.as_ref(), &dir, &paths),
