@@ -1,15 +1,15 @@
 //! Which threads run as batch work: the HTTP workers and the writers that work through a
-//! queue (person commits, segment flushes, compaction, WAL housekeeping) ask the kernel for
-//! `SCHED_BATCH` when they start, while the WAL writer and the ingest shards keep the default
-//! policy.
+//! queue (person commits, segment flushes, compaction, WAL housekeeping, freeing large
+//! values) ask the kernel for `SCHED_BATCH` when they start, while the WAL writer and the
+//! ingest shards keep the default policy.
 //!
 //! A thread woken under the default policy preempts the one running on its core. On a small
 //! machine each captured event wakes an HTTP worker from the shard that acknowledges it, and
 //! the worker then took the core from the shard (or from the WAL writer) in the middle of its
 //! batch: a task switch each time, and the batch finished later. A batch thread woken waits
 //! for the running thread's turn to end instead; its share of the CPU is the same. With a
-//! million known persons doing `$set` on two cores, single-event capture went from about
-//! 22,500 to 25,500-26,300 requests a second (docs/PERFORMANCE.md).
+//! million known persons doing `$set` on two cores, single-event capture went from
+//! 20,500-23,700 to 24,900-26,500 requests a second (docs/PERFORMANCE.md).
 //!
 //! [`set_enabled`] (from `server.batch_scheduling`) is read once at start-up, before the
 //! threads start; elsewhere than Linux [`join_batch`] does nothing.
