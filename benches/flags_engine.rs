@@ -37,7 +37,8 @@ fn bench(c: &mut Criterion) {
         person_properties: json!({"email": "ann@corp.com", "plan": "pro", "age": 31, "country": "US", "distinct_id": "user-42"})
             .as_object()
             .cloned()
-            .expect("object"),
+            .expect("object")
+            .into(),
         ..Subject::default()
     };
     let mut group = c.benchmark_group("flags");

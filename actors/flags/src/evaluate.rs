@@ -7,9 +7,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::evaluation::{evaluate_slots, Evaluation, GroupData, Reason, ReasonCode, Subject};
+use super::evaluation::{
+    evaluate_slots, Evaluation, GroupData, PersonProperties, Reason, ReasonCode, Subject,
+};
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
 use super::request::{is_selected, FlagRequest, Runtime};
@@ -184,18 +186,15 @@ pub fn evaluate(
     }
     let distinct_id = request.distinct_id.clone().unwrap_or_default();
     let person = stored.and_then(|s| s.person.as_deref());
-    let mut person_properties: Map<String, Value> =
-        person.map(|p| p.properties.clone()).unwrap_or_default();
-    person_properties.extend(request.person_properties.clone());
-    person_properties
-        .entry("distinct_id")
-        .or_insert_with(|| Value::String(distinct_id.clone()));
+    let person_properties = PersonProperties::layered(
+        &request.person_properties,
+        person.map(|p| &p.properties),
+        &distinct_id,
+    );
 
     let mut static_cohorts = HashSet::new();
-    let ids = person
-        .map(|p| p.distinct_ids.clone())
-        .unwrap_or_else(|| vec![distinct_id.clone()]);
-    for id in &ids {
+    let ids = person.map_or(std::slice::from_ref(&distinct_id), |p| &p.distinct_ids[..]);
+    for id in ids {
         if let Some(cohorts) = snapshot.static_members.get(id) {
             static_cohorts.extend(cohorts.iter().copied());
         }

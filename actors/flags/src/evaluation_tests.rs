@@ -20,10 +20,10 @@ fn ctx() -> MatchContext {
     }
 }
 
-fn subject(distinct_id: &str, props: Value) -> Subject {
+fn subject(distinct_id: &str, props: Value) -> Subject<'static> {
     Subject {
         distinct_id: distinct_id.into(),
-        person_properties: props.as_object().cloned().unwrap_or_default(),
+        person_properties: props.as_object().cloned().unwrap_or_default().into(),
         ..Subject::default()
     }
 }

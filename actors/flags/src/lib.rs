@@ -19,6 +19,7 @@ mod evaluation_tests;
 mod geoip;
 mod hash;
 mod local_eval;
+mod matcher;
 mod model;
 mod owned;
 mod pg_records;
@@ -37,7 +38,7 @@ pub use definitions::{CohortChanges, FlagChanges};
 // The pure evaluation engine, for callers that hold definitions and a subject themselves
 // (the in-process benchmarks measure it alone).
 pub use evaluate::FlagsOutcome;
-pub use evaluation::{evaluate_all, Evaluation, Reason, ReasonCode, Subject};
+pub use evaluation::{evaluate_all, Evaluation, PersonProperties, Reason, ReasonCode, Subject};
 pub use geoip::{GeoIp, GeoIpError};
 pub use hash::rollout_hash;
 pub use local_eval::LocalEvaluation;
@@ -114,7 +115,7 @@ impl Flags {
         input: WireInput<'_>,
         max_decompressed: usize,
     ) -> Result<FlagRequest, FlagRequestError> {
-        parse_request(&decode_body(input, max_decompressed)?)
+        parse_request(decode_body(input, max_decompressed)?)
     }
 }
 

@@ -7,6 +7,8 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use super::matcher::Compiled;
+
 /// One filter of a condition, in PostHog's shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PropertyFilter {
@@ -21,6 +23,9 @@ pub struct PropertyFilter {
     pub negation: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_type_index: Option<i64>,
+    /// The operator and value read for matching (built on first use; never serialized).
+    #[serde(skip)]
+    pub compiled: Compiled,
 }
 
 /// Every operator Corvid evaluates on person and group properties.
@@ -72,7 +77,7 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Compiled patterns, shared by all evaluations; bounded (cleared when full) so user-supplied
 /// patterns cannot grow it without limit. Invalid patterns are cached as `None`.
-fn compiled_regex(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
+pub(crate) fn compiled_regex(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
     use std::sync::{Arc, OnceLock};
     static CACHE: OnceLock<dashmap::DashMap<String, Option<Arc<regex::Regex>>>> = OnceLock::new();
     const MAX_PATTERNS: usize = 10_000;
@@ -92,27 +97,30 @@ fn compiled_regex(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
     compiled
 }
 
+/// Where a filter reads its property: a plain map, or layers read in place.
+pub trait Properties {
+    fn property(&self, key: &str) -> Option<&Value>;
+}
+
+impl Properties for Map<String, Value> {
+    fn property(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+}
+
 /// Whether `filter` matches `properties` (server semantics).
 pub fn match_property(
     filter: &PropertyFilter,
-    properties: &Map<String, Value>,
+    properties: &(impl Properties + ?Sized),
     ctx: &MatchContext,
 ) -> bool {
-    let operator = filter.operator.as_deref().unwrap_or("exact");
-    let Some(value) = properties.get(&filter.key) else {
-        return matches!(
-            operator,
-            "is_not"
-                | "not_icontains"
-                | "not_icontains_multi"
-                | "not_starts_with"
-                | "not_ends_with"
-                | "not_regex"
-                | "not_between"
-                | "is_not_set"
-        );
-    };
-    match_value(operator, &filter.value, value, ctx).unwrap_or(false)
+    let matcher = filter
+        .compiled
+        .get_or_init(filter.operator.as_deref(), &filter.value);
+    match properties.property(&filter.key) {
+        Some(value) => matcher.matches(value, ctx),
+        None => matcher.matches_missing(),
+    }
 }
 
 /// The text form the server compares: strings as they are, other values as JSON text.
@@ -124,7 +132,7 @@ pub fn to_text(value: &Value) -> std::borrow::Cow<'_, str> {
 }
 
 /// Unicode-lowercase equality without allocating.
-fn eq_lowercase(a: &str, b: &str) -> bool {
+pub(crate) fn eq_lowercase(a: &str, b: &str) -> bool {
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
     }
@@ -135,7 +143,7 @@ fn eq_lowercase(a: &str, b: &str) -> bool {
 
 /// `hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())` without allocating
 /// (the server lowercases ASCII only).
-fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
+pub(crate) fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
     let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
     needle.is_empty()
         || hay
@@ -143,112 +151,7 @@ fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
-fn match_value(
-    operator: &str,
-    expected: &Value,
-    actual: &Value,
-    ctx: &MatchContext,
-) -> Option<bool> {
-    let text = || to_text(actual);
-    let lower = |s: &str| s.to_ascii_lowercase();
-    Some(match operator {
-        "exact" => exact(expected, actual),
-        "is_not" => !exact(expected, actual),
-        "icontains" => contains_ignore_ascii_case(&text(), &to_text(expected)),
-        "not_icontains" => !contains_ignore_ascii_case(&text(), &to_text(expected)),
-        "icontains_multi" | "not_icontains_multi" => {
-            let hay = text();
-            let any = as_list(expected)
-                .iter()
-                .any(|v| contains_ignore_ascii_case(&hay, &to_text(v)));
-            any == (operator == "icontains_multi")
-        }
-        "starts_with" => lower(&text()).starts_with(&lower(&to_text(expected))),
-        "not_starts_with" => !lower(&text()).starts_with(&lower(&to_text(expected))),
-        "ends_with" => lower(&text()).ends_with(&lower(&to_text(expected))),
-        "not_ends_with" => !lower(&text()).ends_with(&lower(&to_text(expected))),
-        "regex" | "not_regex" => {
-            let Some(re) = compiled_regex(&to_text(expected)) else {
-                return Some(false); // an invalid pattern matches under neither operator
-            };
-            re.is_match(&text()) == (operator == "regex")
-        }
-        "gt" | "gte" | "lt" | "lte" => {
-            let (a, b) = (number(actual)?, number(expected)?);
-            match operator {
-                "gt" => a > b,
-                "gte" => a >= b,
-                "lt" => a < b,
-                _ => a <= b,
-            }
-        }
-        "between" | "not_between" => {
-            let bounds = as_list(expected);
-            let (lo, hi) = (number(bounds.first()?)?, number(bounds.get(1)?)?);
-            if bounds.len() != 2 || lo > hi {
-                return None;
-            }
-            let a = number(actual)?;
-            if a.is_nan() {
-                return Some(false);
-            }
-            ((lo..=hi).contains(&a)) == (operator == "between")
-        }
-        "semver_eq" | "semver_neq" | "semver_gt" | "semver_gte" | "semver_lt" | "semver_lte" => {
-            let a = semver(&text())?;
-            let b = semver(&to_text(expected))?;
-            match operator {
-                "semver_eq" => a == b,
-                "semver_neq" => a != b,
-                "semver_gt" => a > b,
-                "semver_gte" => a >= b,
-                "semver_lt" => a < b,
-                _ => a <= b,
-            }
-        }
-        "semver_tilde" | "semver_caret" => {
-            let a = semver(&text())?;
-            let base = semver(&to_text(expected))?;
-            let sign = if operator == "semver_tilde" { '~' } else { '^' };
-            semver::VersionReq::parse(&format!("{sign}{base}"))
-                .ok()?
-                .matches(&a)
-        }
-        "semver_wildcard" => {
-            let a = semver(&text())?;
-            wildcard(&to_text(expected))?.matches(&a)
-        }
-        "is_set" => true,
-        "is_not_set" => false,
-        "is_date_before" | "is_date_after" | "is_date_exact" => {
-            let a = property_date(actual, ctx)?;
-            let b = filter_date(expected.as_str()?, ctx)?;
-            match operator {
-                "is_date_before" => a < b,
-                "is_date_after" => a > b,
-                _ => a == b,
-            }
-        }
-        _ => return None,
-    })
-}
-
-fn as_list(value: &Value) -> Vec<Value> {
-    match value {
-        Value::Array(items) => items.clone(),
-        other => vec![other.clone()],
-    }
-}
-
-fn is_truthy_token(value: &Value) -> bool {
-    match value {
-        Value::Bool(_) => true,
-        Value::String(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
-        _ => false,
-    }
-}
-
-fn truthiness(value: &Value) -> bool {
+pub(crate) fn truthiness(value: &Value) -> bool {
     match value {
         Value::Bool(b) => *b,
         Value::String(s) => s.eq_ignore_ascii_case("true"),
@@ -256,25 +159,7 @@ fn truthiness(value: &Value) -> bool {
     }
 }
 
-/// `exact`: booleans (or "true"/"false" strings) compare by truthiness; lists match any
-/// element; everything else is case-insensitive text equality.
-fn exact(expected: &Value, actual: &Value) -> bool {
-    let boolean_filter = match expected {
-        Value::Array(items) => !items.is_empty() && items.iter().all(is_truthy_token),
-        other => is_truthy_token(other),
-    };
-    if boolean_filter {
-        let actual = truthiness(actual);
-        return as_list(expected).iter().any(|v| truthiness(v) == actual);
-    }
-    let actual = to_text(actual);
-    match expected {
-        Value::Array(items) => items.iter().any(|v| eq_lowercase(&to_text(v), &actual)),
-        other => eq_lowercase(&to_text(other), &actual),
-    }
-}
-
-fn number(value: &Value) -> Option<f64> {
+pub(crate) fn number(value: &Value) -> Option<f64> {
     match value {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => s.trim().parse().ok(),
@@ -340,7 +225,7 @@ fn plain_version(core: &str) -> Option<semver::Version> {
 }
 
 /// `1.*`, `1.2.*`, `1.*.*`, `*` → a version requirement; `1.*.3` is invalid.
-fn wildcard(pattern: &str) -> Option<semver::VersionReq> {
+pub(crate) fn wildcard(pattern: &str) -> Option<semver::VersionReq> {
     let parts: Vec<&str> = pattern.trim().split('.').collect();
     let first_star = parts
         .iter()
@@ -360,30 +245,49 @@ fn wildcard(pattern: &str) -> Option<semver::VersionReq> {
 
 /// Relative dates (`-3d`, `1m`, …): always "ago"; months and years are calendar-based with the
 /// day clamped to the month's end.
-pub fn relative_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
-    let text = text.trim();
-    let body = text.strip_prefix('-').unwrap_or(text);
-    let mut chars = body.chars();
-    let unit = chars.next_back()?;
-    let digits = chars.as_str();
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+#[cfg(test)]
+fn relative_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    RelativeDate::read(text)?.at(ctx)
+}
+
+/// A relative date as written: a count and its unit (`h`, `d`, `w`, `m` or `y`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RelativeDate {
+    count: u32,
+    unit: char,
+}
+
+impl RelativeDate {
+    pub(crate) fn read(text: &str) -> Option<RelativeDate> {
+        let text = text.trim();
+        let body = text.strip_prefix('-').unwrap_or(text);
+        let mut chars = body.chars();
+        let unit = chars.next_back()?;
+        let digits = chars.as_str();
+        if digits.is_empty()
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+            || !matches!(unit, 'h' | 'd' | 'w' | 'm' | 'y')
+        {
+            return None;
+        }
+        let count: u32 = digits.parse().ok()?;
+        (count < 10_000).then_some(RelativeDate { count, unit })
     }
-    let n: u32 = digits.parse().ok()?;
-    if n >= 10_000 {
-        return None;
+
+    /// The instant this long before `ctx.now`.
+    pub(crate) fn at(self, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+        let n = self.count;
+        let ago = |span: Option<Duration>| span.and_then(|d| ctx.now.checked_sub_signed(d));
+        let local = ctx.now.with_timezone(&ctx.timezone);
+        let shifted = match self.unit {
+            'h' => return ago(Duration::try_hours(i64::from(n))),
+            'd' => return ago(Duration::try_days(i64::from(n))),
+            'w' => return ago(Duration::try_weeks(i64::from(n))),
+            'm' => local.checked_sub_months(Months::new(n))?,
+            _ => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
+        };
+        Some(shifted.with_timezone(&Utc))
     }
-    let ago = |span: Option<Duration>| span.and_then(|d| ctx.now.checked_sub_signed(d));
-    let local = ctx.now.with_timezone(&ctx.timezone);
-    let shifted = match unit {
-        'h' => return ago(Duration::try_hours(i64::from(n))),
-        'd' => return ago(Duration::try_days(i64::from(n))),
-        'w' => return ago(Duration::try_weeks(i64::from(n))),
-        'm' => local.checked_sub_months(Months::new(n))?,
-        'y' => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
-        _ => return None,
-    };
-    Some(shifted.with_timezone(&Utc))
 }
 
 fn local_to_utc(naive: NaiveDateTime, tz: Tz) -> Option<DateTime<Utc>> {
@@ -393,32 +297,46 @@ fn local_to_utc(naive: NaiveDateTime, tz: Tz) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// The filter side of a date comparison.
-pub fn filter_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
-    if let Some(t) = relative_date(text, ctx) {
-        return Some(t);
-    }
-    absolute_date(text, ctx)
+fn absolute_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+    AbsoluteDate::read(text)?.at(ctx.timezone)
 }
 
-fn absolute_date(text: &str, ctx: &MatchContext) -> Option<DateTime<Utc>> {
-    let text = text.trim();
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Some(t.with_timezone(&Utc));
-    }
-    // `NaiveDate`'s own parser reads exactly `%Y-%m-%d`, without compiling a format string.
-    if let Ok(d) = text.parse::<NaiveDate>() {
-        return local_to_utc(d.and_hms_opt(0, 0, 0)?, ctx.timezone);
-    }
-    for items in NAIVE_DATE_TIMES.iter() {
-        let mut parsed = chrono::format::Parsed::new();
-        if chrono::format::parse(&mut parsed, text, items.iter()).is_ok() {
-            if let Ok(t) = parsed.to_naive_datetime_with_offset(0) {
-                return local_to_utc(t, ctx.timezone);
+/// An absolute date as written: an instant (with an offset, or read as UTC by the capture
+/// parser), or a local date-time read in the project's time zone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum AbsoluteDate {
+    Instant(DateTime<Utc>),
+    Local(NaiveDateTime),
+}
+
+impl AbsoluteDate {
+    pub(crate) fn read(text: &str) -> Option<AbsoluteDate> {
+        let text = text.trim();
+        if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+            return Some(AbsoluteDate::Instant(t.with_timezone(&Utc)));
+        }
+        // `NaiveDate`'s own parser reads exactly `%Y-%m-%d`, without compiling a format string.
+        if let Ok(d) = text.parse::<NaiveDate>() {
+            return Some(AbsoluteDate::Local(d.and_hms_opt(0, 0, 0)?));
+        }
+        for items in NAIVE_DATE_TIMES.iter() {
+            let mut parsed = chrono::format::Parsed::new();
+            if chrono::format::parse(&mut parsed, text, items.iter()).is_ok() {
+                if let Ok(t) = parsed.to_naive_datetime_with_offset(0) {
+                    return Some(AbsoluteDate::Local(t));
+                }
             }
         }
+        corvid_kernel::parse_timestamp(text).map(AbsoluteDate::Instant)
     }
-    corvid_kernel::parse_timestamp(text)
+
+    pub(crate) fn at(self, timezone: Tz) -> Option<DateTime<Utc>> {
+        match self {
+            AbsoluteDate::Instant(t) => Some(t),
+            AbsoluteDate::Local(naive) if timezone == chrono_tz::UTC => Some(naive.and_utc()),
+            AbsoluteDate::Local(naive) => local_to_utc(naive, timezone),
+        }
+    }
 }
 
 /// The local date-time layouts a filter or property date may have, compiled once (dates are
@@ -437,7 +355,7 @@ static NAIVE_DATE_TIMES: std::sync::LazyLock<Vec<Vec<chrono::format::Item<'stati
     });
 
 /// The property side: numbers (and numeric strings) are epoch seconds.
-fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTime<Utc>> {
+pub(crate) fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTime<Utc>> {
     let seconds = match value {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => s.trim().parse::<f64>().ok(),
@@ -469,6 +387,7 @@ mod tests {
             kind: Some("person".into()),
             negation: None,
             group_type_index: None,
+            compiled: Compiled::default(),
         }
     }
 

@@ -46,50 +46,70 @@ pub fn decode_body(input: WireInput<'_>, limit: usize) -> Result<Value, FlagRequ
     serde_json::from_str(&text).map_err(|e| FlagRequestError::Parsing(e.to_string()))
 }
 
-fn first<'a>(obj: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
-    names
+/// Takes the first of `names` present with a non-null value out of `obj` (moved, not cloned:
+/// property maps are the larger part of a request).
+fn take_first(obj: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
+    let name = names
         .iter()
-        .find_map(|n| obj.get(*n).filter(|v| !v.is_null()))
+        .find(|n| obj.get(**n).is_some_and(|v| !v.is_null()))?;
+    obj.remove(*name)
 }
 
-fn text(v: &Value) -> Option<String> {
+fn text(v: Value) -> Option<String> {
     match v {
-        Value::String(s) => Some(s.clone()),
+        Value::String(s) => Some(s),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
 }
 
-fn object(v: Option<&Value>) -> Map<String, Value> {
-    v.and_then(Value::as_object).cloned().unwrap_or_default()
+fn object(v: Option<Value>) -> Map<String, Value> {
+    match v {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+fn strings(v: Option<Value>) -> Vec<String> {
+    match v {
+        Some(Value::Array(items)) => items.into_iter().filter_map(text).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// At most 200 characters of a distinct id, as PostHog keeps.
+fn truncated(id: String) -> String {
+    if id.len() <= 200 {
+        return id;
+    }
+    id.chars().take(200).collect()
 }
 
 /// Reads the fields of a decoded body, accepting PostHog's aliases.
-pub fn parse_request(value: &Value) -> Result<FlagRequest, FlagRequestError> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| FlagRequestError::Parsing("expected a JSON object".into()))?;
-    let strings = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(text).collect())
-            .unwrap_or_default()
+pub fn parse_request(value: Value) -> Result<FlagRequest, FlagRequestError> {
+    let Value::Object(mut obj) = value else {
+        return Err(FlagRequestError::Parsing("expected a JSON object".into()));
     };
+    let obj = &mut obj;
     let request = FlagRequest {
-        token: first(obj, &["token", "api_key", "$token"]).and_then(text),
-        distinct_id: first(obj, &["distinct_id", "$distinct_id"])
+        token: take_first(obj, &["token", "api_key", "$token"]).and_then(text),
+        distinct_id: take_first(obj, &["distinct_id", "$distinct_id"])
             .and_then(text)
-            .map(|d| d.chars().take(200).collect()),
-        groups: object(first(obj, &["groups", "$groups"])),
-        person_properties: object(first(obj, &["person_properties", "$properties"])),
-        group_properties: object(first(obj, &["group_properties", "$group_properties"])),
-        anon_distinct_id: first(obj, &["anon_distinct_id", "$anon_distinct_id"]).and_then(text),
-        device_id: first(obj, &["device_id", "$device_id"]).and_then(text),
-        flag_keys: first(obj, &["flag_keys_to_evaluate", "flag_keys"]).map(|v| strings(Some(v))),
-        evaluation_contexts: strings(first(
+            .map(truncated),
+        groups: object(take_first(obj, &["groups", "$groups"])),
+        person_properties: object(take_first(obj, &["person_properties", "$properties"])),
+        group_properties: object(take_first(obj, &["group_properties", "$group_properties"])),
+        anon_distinct_id: take_first(obj, &["anon_distinct_id", "$anon_distinct_id"])
+            .and_then(text),
+        device_id: take_first(obj, &["device_id", "$device_id"]).and_then(text),
+        flag_keys: take_first(obj, &["flag_keys_to_evaluate", "flag_keys"])
+            .map(|v| strings(Some(v))),
+        evaluation_contexts: strings(take_first(
             obj,
             &["evaluation_contexts", "evaluation_environments"],
         )),
-        evaluation_runtime: first(obj, &["evaluation_runtime"])
+        evaluation_runtime: take_first(obj, &["evaluation_runtime"])
+            .as_ref()
             .and_then(Value::as_str)
             .map(Runtime::parse),
         geoip_disable: matches!(obj.get("geoip_disable"), Some(Value::Bool(true))),
@@ -177,17 +197,17 @@ mod tests {
 
     #[test]
     fn aliases_numbers_and_truncation() {
-        let r = parse_request(&json!({"$token": "phc_x", "$distinct_id": 8675309, "evaluation_environments": ["web"], "flag_keys_to_evaluate": ["a"]})).expect("ok");
+        let r = parse_request(json!({"$token": "phc_x", "$distinct_id": 8675309, "evaluation_environments": ["web"], "flag_keys_to_evaluate": ["a"]})).expect("ok");
         assert_eq!(r.token.as_deref(), Some("phc_x"));
         assert_eq!(r.distinct_id.as_deref(), Some("8675309"));
         assert_eq!(r.evaluation_contexts, vec!["web"]);
         assert_eq!(r.flag_keys, Some(vec!["a".to_string()]));
-        let r = parse_request(&json!({"token": "t", "distinct_id": 123.45})).expect("ok");
+        let r = parse_request(json!({"token": "t", "distinct_id": 123.45})).expect("ok");
         assert_eq!(r.distinct_id.as_deref(), Some("123.45"));
-        let r = parse_request(&json!({"token": "t", "distinct_id": "a".repeat(210)})).expect("ok");
+        let r = parse_request(json!({"token": "t", "distinct_id": "a".repeat(210)})).expect("ok");
         assert_eq!(r.distinct_id.map(|d| d.len()), Some(200));
         assert_eq!(
-            parse_request(&json!({"token": "t"})),
+            parse_request(json!({"token": "t"})),
             Err(FlagRequestError::MissingDistinctId)
         );
     }

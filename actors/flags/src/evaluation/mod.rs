@@ -2,13 +2,14 @@
 //! (`PostHog/posthog:rust/feature-flags/src/flags/flag_matching.rs`): early access, holdouts, conditions in stored order, per-condition aggregation,
 //! rollout and variant hashing, payloads, reasons, cohorts and flag dependencies.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
 use super::hash::{holdout_hash, rollout_hash, variant_hash};
 use super::model::{CohortDefinition, FlagDefinition};
-use super::properties::MatchContext;
+use super::properties::{MatchContext, Properties};
 
 /// A flag's value as dependants see it: `false`, `true` or a variant key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,16 +158,70 @@ pub struct GroupData {
 
 /// Who flags are evaluated for.
 #[derive(Debug, Clone, Default)]
-pub struct Subject {
+pub struct Subject<'a> {
     pub distinct_id: String,
     /// `$anon_distinct_id`: the hash key of experience-continuity flags.
     pub anon_distinct_id: Option<String>,
     pub device_id: Option<String>,
     /// Stored person properties overlaid with the request's (request wins).
-    pub person_properties: Map<String, Value>,
+    pub person_properties: PersonProperties<'a>,
     pub groups: [Option<GroupData>; 5],
     /// Static cohorts the person is a member of.
     pub static_cohorts: HashSet<i64>,
+}
+
+/// A subject's person properties: the request's over the stored person's, then the distinct
+/// id as `distinct_id` when neither has one. Read in place: a request's evaluation copies no
+/// property map (a stored person's can be large, and every request reads one).
+#[derive(Debug, Clone, Default)]
+pub struct PersonProperties<'a> {
+    over: Cow<'a, Map<String, Value>>,
+    under: Option<&'a Map<String, Value>>,
+    distinct_id: Option<Value>,
+}
+
+impl<'a> PersonProperties<'a> {
+    /// `request`'s properties over `stored`'s, with `distinct_id` below both.
+    pub fn layered(
+        request: &'a Map<String, Value>,
+        stored: Option<&'a Map<String, Value>>,
+        distinct_id: &str,
+    ) -> PersonProperties<'a> {
+        PersonProperties {
+            over: Cow::Borrowed(request),
+            under: stored,
+            distinct_id: Some(Value::String(distinct_id.to_string())),
+        }
+    }
+
+    /// The value a filter on `key` reads.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.over
+            .get(key)
+            .or_else(|| self.under.and_then(|m| m.get(key)))
+            .or_else(|| self.distinct_id.as_ref().filter(|_| key == "distinct_id"))
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+}
+
+impl From<Map<String, Value>> for PersonProperties<'_> {
+    /// Exactly these properties.
+    fn from(map: Map<String, Value>) -> Self {
+        PersonProperties {
+            over: Cow::Owned(map),
+            under: None,
+            distinct_id: None,
+        }
+    }
+}
+
+impl Properties for PersonProperties<'_> {
+    fn property(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
 }
 
 fn reason(code: ReasonCode, condition_index: Option<usize>) -> Reason {

@@ -28,6 +28,7 @@ fn person_filter(key: String, operator: &str, value: Value) -> PropertyFilter {
         kind: Some("person".into()),
         negation: None,
         group_type_index: None,
+        compiled: Default::default(),
     }
 }
 
