@@ -28,7 +28,3 @@ function request()
   end
   return wrk.format(nil, nil, nil, body)
 end
-
-function response(status, headers, body)
-  report_errors(status, body)
-end

@@ -22,7 +22,3 @@ function request()
     id, u.email, u.plan, u.age, u.country, u.app_version, u.signed_up_at)
   return wrk.format(nil, nil, nil, body)
 end
-
-function response(status, headers, body)
-  report_errors(status, body)
-end

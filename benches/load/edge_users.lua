@@ -18,7 +18,3 @@ function request()
     u.id, u.email, u.plan, u.age, u.country, u.app_version)
   return wrk.format(nil, nil, nil, body)
 end
-
-function response(status, headers, body)
-  report_errors(status, body)
-end

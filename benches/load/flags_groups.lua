@@ -21,7 +21,3 @@ function request()
     industries[company % #industries + 1], company % 500)
   return wrk.format(nil, nil, nil, body)
 end
-
-function response(status, headers, body)
-  report_errors(status, body)
-end

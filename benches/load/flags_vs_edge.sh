@@ -36,6 +36,7 @@ curl -sf -XPOST "http://127.0.0.1:$EDGE_PORT/api/frontend/all" -H "Authorization
 echo "== Unleash Edge: POST /api/frontend, $FLAGS flags, a new userId and varied properties per request"
 measured_wrk "$DATA/edge.txt" -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/edge_users.lua "http://127.0.0.1:$EDGE_PORT/api/frontend" -- "$EDGE_TOKEN"
 
+if grep -q Non-2xx "$DATA/corvid.txt" "$DATA/edge.txt"; then echo "some answers were not 2xx (above)" >&2; fi
 corvid=$(awk '/^Requests\/sec/ {print $2}' "$DATA/corvid.txt")
 edge=$(awk '/^Requests\/sec/ {print $2}' "$DATA/edge.txt")
 python3 -c "print(f'== {$FLAGS} flags: Corvid {$corvid:,.0f} req/s, Unleash Edge {$edge:,.0f} req/s, ratio {$corvid / $edge:.2f}x')"
