@@ -18,11 +18,28 @@ pub fn calculate_hash(prefix: &str, identifier: &str, salt: &str) -> f64 {
 
 /// The hash of the concatenation of `parts` (no intermediate string is built).
 fn hash_parts(parts: &[&str]) -> f64 {
-    let mut hasher = Sha1::new();
+    // Joined on the stack and hashed in one call when short (flag key and id nearly always
+    // are): the incremental hasher's buffering cost as much as the compression itself.
+    let mut joined = [0u8; 192];
+    let mut len = 0;
     for part in parts {
-        hasher.update(part.as_bytes());
+        let Some(room) = joined.get_mut(len..len + part.len()) else {
+            len = usize::MAX;
+            break;
+        };
+        room.copy_from_slice(part.as_bytes());
+        len += part.len();
     }
-    let digest = hasher.finalize();
+    let digest = match joined.get(..len) {
+        Some(bytes) => Sha1::digest(bytes),
+        None => {
+            let mut hasher = Sha1::new();
+            for part in parts {
+                hasher.update(part.as_bytes());
+            }
+            hasher.finalize()
+        }
+    };
     let mut first8 = [0u8; 8];
     first8.copy_from_slice(&digest[..8]);
     (u64::from_be_bytes(first8) >> 4) as f64 / LONG_SCALE

@@ -278,14 +278,15 @@ impl RelativeDate {
     pub(crate) fn at(self, ctx: &MatchContext) -> Option<DateTime<Utc>> {
         let n = self.count;
         let ago = |span: Option<Duration>| span.and_then(|d| ctx.now.checked_sub_signed(d));
-        let local = ctx.now.with_timezone(&ctx.timezone);
-        let shifted = match self.unit {
+        let months = match self.unit {
             'h' => return ago(Duration::try_hours(i64::from(n))),
             'd' => return ago(Duration::try_days(i64::from(n))),
             'w' => return ago(Duration::try_weeks(i64::from(n))),
-            'm' => local.checked_sub_months(Months::new(n))?,
-            _ => local.checked_sub_months(Months::new(n.checked_mul(12)?))?,
+            'm' => n,
+            _ => n.checked_mul(12)?,
         };
+        let local = ctx.now.with_timezone(&ctx.timezone);
+        let shifted = local.checked_sub_months(Months::new(months))?;
         Some(shifted.with_timezone(&Utc))
     }
 }
@@ -312,6 +313,9 @@ pub(crate) enum AbsoluteDate {
 impl AbsoluteDate {
     pub(crate) fn read(text: &str) -> Option<AbsoluteDate> {
         let text = text.trim();
+        if let Some(t) = utc_timestamp(text) {
+            return Some(AbsoluteDate::Instant(t));
+        }
         if let Ok(t) = DateTime::parse_from_rfc3339(text) {
             return Some(AbsoluteDate::Instant(t.with_timezone(&Utc)));
         }
@@ -339,6 +343,46 @@ impl AbsoluteDate {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, the form SDKs and Corvid itself write person dates in,
+/// read without the general parser (a date filter reads the person's date on every request).
+/// Anything else is left to [`AbsoluteDate::read`]'s other readers.
+fn utc_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    let b = text.as_bytes();
+    let (head, rest) = (b.get(..19)?, b.get(19..)?);
+    let fraction = rest.strip_suffix(b"Z")?;
+    if head[4] != b'-'
+        || head[7] != b'-'
+        || head[10] != b'T'
+        || head[13] != b':'
+        || head[16] != b':'
+    {
+        return None;
+    }
+    let digits = |from: usize, to: usize| -> Option<u32> {
+        head[from..to].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let nanos = match fraction {
+        [] => 0,
+        [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
+            let value = digits.iter().try_fold(0u32, |n, &c| {
+                c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+            })?;
+            value * 10u32.pow(9 - digits.len() as u32)
+        }
+        _ => return None,
+    };
+    let date = NaiveDate::from_ymd_opt(digits(0, 4)? as i32, digits(5, 7)?, digits(8, 10)?)?;
+    let time = chrono::NaiveTime::from_hms_nano_opt(
+        digits(11, 13)?,
+        digits(14, 16)?,
+        digits(17, 19)?,
+        nanos,
+    )?;
+    Some(date.and_time(time).and_utc())
+}
+
 /// The local date-time layouts a filter or property date may have, compiled once (dates are
 /// read on every evaluation of a date filter).
 static NAIVE_DATE_TIMES: std::sync::LazyLock<Vec<Vec<chrono::format::Item<'static>>>> =
@@ -354,10 +398,18 @@ static NAIVE_DATE_TIMES: std::sync::LazyLock<Vec<Vec<chrono::format::Item<'stati
         .collect()
     });
 
+/// Four digits then `-`: never a number, so no number is parsed from it.
+fn looks_like_a_date(text: &str) -> bool {
+    let b = text.trim().as_bytes();
+    b.len() > 4 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+}
+
 /// The property side: numbers (and numeric strings) are epoch seconds.
 pub(crate) fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTime<Utc>> {
     let seconds = match value {
         Value::Number(n) => n.as_f64(),
+        // A date (`YYYY-…`) is not a number: skip the attempt.
+        Value::String(s) if looks_like_a_date(s) => None,
         Value::String(s) => s.trim().parse::<f64>().ok(),
         _ => return None,
     };
@@ -488,6 +540,50 @@ mod tests {
             "semver_eq",
             json!("1.0.0"),
             json!("not.a.version")
+        ));
+    }
+
+    #[test]
+    fn the_utc_reader_agrees_with_the_general_one() {
+        for text in [
+            "2026-07-01T00:00:00Z",
+            "2026-07-01T23:59:59.5Z",
+            "2026-07-01T23:59:59.123456789Z",
+            "2024-02-29T12:00:00Z",
+            "2023-02-29T12:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-07-01T24:00:00Z",
+            "2026-07-01T23:59:60Z",
+            "2026-07-01T00:00:00.Z",
+            "2026-07-01T00:00:00.1234567891Z",
+            "2026-07-01t00:00:00z",
+            "2026-07-01 00:00:00Z",
+            "2026-07-01T00:00:00+02:00",
+            "+2026-07-01T00:00:00Z",
+            "2026-07-0aT00:00:00Z",
+        ] {
+            let general = DateTime::parse_from_rfc3339(text)
+                .ok()
+                .map(|t| t.with_timezone(&Utc));
+            if let Some(fast) = utc_timestamp(text) {
+                assert_eq!(Some(fast), general, "{text}");
+            }
+            if general.is_some() {
+                let read = AbsoluteDate::read(text).and_then(|d| d.at(chrono_tz::UTC));
+                assert_eq!(read, general, "{text}");
+            }
+        }
+        assert!(utc_timestamp("2026-07-01T00:00:00Z").is_some());
+        // A number in exponent form is still epoch seconds.
+        assert!(!matches(
+            "is_date_after",
+            json!("2020-01-01"),
+            json!("1.0e-5")
+        ));
+        assert!(matches(
+            "is_date_before",
+            json!("2020-01-01"),
+            json!("1.0e-5")
         ));
     }
 

@@ -56,7 +56,10 @@ impl Flags {
         let runtime = detect_runtime(caller.user_agent.as_deref(), caller.browser_headers);
         let ctx = MatchContext {
             now,
-            timezone: project.timezone.parse().unwrap_or(chrono_tz::UTC),
+            timezone: match project.timezone.as_str() {
+                "UTC" => chrono_tz::UTC,
+                other => other.parse().unwrap_or(chrono_tz::UTC),
+            },
         };
         let project_id = project.id;
         let snapshot = match self.store.cached_snapshot(project_id) {

@@ -48,19 +48,22 @@ pub struct FlagsQuery {
 
 impl FlagsQuery {
     pub fn parse(query_string: &str) -> FlagsQuery {
-        let pairs: Vec<(String, String)> =
-            serde_urlencoded::from_str(query_string).unwrap_or_default();
-        let truthy = |v: &str| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes");
+        let truthy = |v: &str| {
+            ["true", "1", "yes"]
+                .iter()
+                .any(|t| v.eq_ignore_ascii_case(t))
+        };
         let mut q = FlagsQuery::default();
-        for (k, v) in pairs {
-            match k.as_str() {
+        // Borrowed pairs: every /flags request parses its query.
+        for (k, v) in url::form_urlencoded::parse(query_string.as_bytes()) {
+            match k.as_ref() {
                 "v" | "version" => {
                     q.versioned = true;
                     q.version = Some(v.trim().parse().unwrap_or(1));
                 }
                 "config" => q.config = Some(truthy(&v)),
-                "compression" if !v.is_empty() => q.compression = Some(v),
-                "data" if !v.is_empty() => q.data = Some(v),
+                "compression" if !v.is_empty() => q.compression = Some(v.into_owned()),
+                "data" if !v.is_empty() => q.data = Some(v.into_owned()),
                 "only_evaluate_survey_feature_flags" => q.only_survey_flags = truthy(&v),
                 _ => {}
             }

@@ -13,7 +13,15 @@ use corvid_flags::FlagsOutcome;
 /// its braces, as remote config renders them).
 pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
     let snapshot = &outcome.snapshot;
-    let mut out = Vec::with_capacity(64 + outcome.results.len() * 230);
+    // The fixed fragments plus room for each flag's variant, reason and a small payload: one
+    // allocation for nearly every answer (growing a large body copies all of it).
+    let fixed: usize = snapshot
+        .v2_fragments
+        .iter()
+        .map(|f| f.head.len() + f.metadata.len())
+        .sum();
+    let capacity = 192 + fixed + outcome.results.len() * 160 + config.map_or(0, str::len);
+    let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(b"{\"flags\":{");
     let mut first = true;
     for &index in &snapshot.by_key {
