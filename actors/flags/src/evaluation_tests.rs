@@ -298,3 +298,34 @@ fn cohorts_dynamic_nested_static_and_negated() {
     forget(&memo);
     assert!(!evaluate_flag(&f, &pro_fr, &env).enabled);
 }
+
+#[test]
+fn person_properties_read_the_request_over_the_stored_person() {
+    let object = |v: Value| v.as_object().cloned().expect("object");
+    let request = object(json!({"plan": "pro", "gone": null}));
+    let stored = object(json!({"plan": "free", "country": "US", "gone": "x"}));
+    let props = PersonProperties::layered(&request, Some(&stored), "user-1");
+    assert_eq!(props.get("plan"), Some(&json!("pro")));
+    assert_eq!(props.get("country"), Some(&json!("US")));
+    assert_eq!(
+        props.get("gone"),
+        Some(&Value::Null),
+        "a sent null hides the stored value"
+    );
+    assert_eq!(props.get("distinct_id"), Some(&json!("user-1")));
+    assert_eq!(props.get("absent"), None);
+    let sent = object(json!({"distinct_id": "sent"}));
+    let props = PersonProperties::layered(&sent, None, "user-1");
+    assert_eq!(props.get("distinct_id"), Some(&json!("sent")));
+    // A flag on a stored property matches through the layers.
+    let f = flag(json!({"id": 1, "key": "us", "filters": {"groups": [
+        {"properties": [{"key": "country", "value": ["US"], "operator": "exact", "type": "person"}],
+         "rollout_percentage": 100}]}}));
+    let layered = Subject {
+        distinct_id: "user-1".into(),
+        person_properties: PersonProperties::layered(&request, Some(&stored), "user-1"),
+        ..Subject::default()
+    };
+    assert!(eval(&f, &layered).enabled);
+    assert!(!eval(&f, &subject("user-1", json!({"plan": "pro"}))).enabled);
+}

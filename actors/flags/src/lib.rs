@@ -30,6 +30,7 @@ mod revert;
 mod serve;
 mod store;
 mod validate;
+mod values;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use super::properties::{
+use super::values::{
     compiled_regex, contains_ignore_ascii_case, eq_lowercase, number, property_date, semver,
     to_text, truthiness, wildcard, AbsoluteDate, MatchContext, RelativeDate,
 };
