@@ -95,10 +95,7 @@ mod tests {
     use serde_json::json;
 
     fn ctx() -> MatchContext {
-        MatchContext {
-            now: "2020-01-01T12:01:20.134Z".parse().expect("now"),
-            timezone: chrono_tz::UTC,
-        }
+        MatchContext::for_tests()
     }
 
     fn filter(key: &str, operator: &str, value: Value) -> PropertyFilter {

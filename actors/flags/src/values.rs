@@ -337,14 +337,22 @@ pub(crate) fn property_date(value: &Value, ctx: &MatchContext) -> Option<DateTim
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ctx() -> MatchContext {
+impl MatchContext {
+    /// The instant (2020-01-01 12:01:20.134 UTC) and zone (UTC) property tests compare against.
+    pub(crate) fn for_tests() -> MatchContext {
         MatchContext {
             now: "2020-01-01T12:01:20.134Z".parse().expect("now"),
             timezone: chrono_tz::UTC,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> MatchContext {
+        MatchContext::for_tests()
     }
 
     #[test]
