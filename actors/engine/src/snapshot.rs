@@ -588,6 +588,24 @@ fn hex_of(hash: Sha256) -> String {
 mod tests {
     use super::*;
 
+    /// sled can hold a data dir's lock for a moment after its last handle drops (its I/O
+    /// threads finish first); the server's own open waits for it, and so does this test.
+    fn open_when_released(path: &Path) -> sled::Db {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match sled::open(path) {
+                Ok(db) => return db,
+                Err(e)
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                Err(e) => panic!("sled: {e:?}"),
+            }
+        }
+    }
+
     #[test]
     fn metadata_and_persons_round_trip_through_an_export() {
         use corvid_persons::{EmbeddedPersons, Person, PersonRecords};
@@ -619,7 +637,7 @@ mod tests {
         export_meta(&(db, Some(files)), &export).expect("export");
         import_meta(&export, &dir.path().join("b")).expect("import");
 
-        let back = sled::open(dir.path().join("b")).expect("sled");
+        let back = open_when_released(&dir.path().join("b"));
         assert_eq!(back.get(b"k0").expect("get").as_deref(), Some(&b"v0"[..]));
         let tree = back.open_tree("groups").expect("tree");
         assert_eq!(tree.len(), 100);
