@@ -20,25 +20,22 @@ pub fn calculate_hash(prefix: &str, identifier: &str, salt: &str) -> f64 {
 fn hash_parts(parts: &[&str]) -> f64 {
     // Joined on the stack and hashed in one call when short (flag key and id nearly always
     // are): the incremental hasher's buffering cost as much as the compression itself.
-    let mut joined = [0u8; 192];
-    let mut len = 0;
-    for part in parts {
-        let Some(room) = joined.get_mut(len..len + part.len()) else {
-            len = usize::MAX;
-            break;
-        };
-        room.copy_from_slice(part.as_bytes());
-        len += part.len();
-    }
-    let digest = match joined.get(..len) {
-        Some(bytes) => Sha1::digest(bytes),
-        None => {
-            let mut hasher = Sha1::new();
-            for part in parts {
-                hasher.update(part.as_bytes());
-            }
-            hasher.finalize()
+    const ROOM: usize = 192;
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let digest = if total <= ROOM {
+        let mut joined = [0u8; ROOM];
+        let mut len = 0;
+        for part in parts {
+            joined[len..len + part.len()].copy_from_slice(part.as_bytes());
+            len += part.len();
         }
+        Sha1::digest(&joined[..len])
+    } else {
+        let mut hasher = Sha1::new();
+        for part in parts {
+            hasher.update(part.as_bytes());
+        }
+        hasher.finalize()
     };
     let mut first8 = [0u8; 8];
     first8.copy_from_slice(&digest[..8]);
@@ -73,6 +70,15 @@ mod tests {
 
     // Published in PostHog's `test_calculate_hash` (flag_matching_utils.rs) and the Django
     // `TestFeatureFlagCohortExpansion.test_calculate_hash`.
+    #[test]
+    fn short_and_long_inputs_hash_their_concatenation() {
+        for id in ["d".repeat(10), "d".repeat(180), "d".repeat(500)] {
+            let digest = Sha1::digest(format!("flag.{id}").as_bytes());
+            let first8 = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+            assert_eq!(rollout_hash("flag", &id), (first8 >> 4) as f64 / LONG_SCALE);
+        }
+    }
+
     #[test]
     fn published_vectors() {
         for (id, expected) in [

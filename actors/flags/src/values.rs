@@ -275,18 +275,11 @@ fn utc_timestamp(text: &str) -> Option<DateTime<Utc>> {
     {
         return None;
     }
-    let digits = |from: usize, to: usize| -> Option<u32> {
-        head[from..to].iter().try_fold(0u32, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-        })
-    };
+    let digits = |from: usize, to: usize| decimal(head.get(from..to)?);
     let nanos = match fraction {
         [] => 0,
         [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
-            let value = digits.iter().try_fold(0u32, |n, &c| {
-                c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-            })?;
-            value * 10u32.pow(9 - digits.len() as u32)
+            decimal(digits)? * 10u32.pow(9 - digits.len() as u32)
         }
         _ => return None,
     };
@@ -298,6 +291,14 @@ fn utc_timestamp(text: &str) -> Option<DateTime<Utc>> {
         nanos,
     )?;
     Some(date.and_time(time).and_utc())
+}
+
+/// ASCII digits as a number; `None` for anything else. Callers pass at most nine digits, so
+/// the value fits.
+fn decimal(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |n, &c| {
+        c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+    })
 }
 
 /// The local date-time layouts a filter or property date may have, compiled once (dates are
