@@ -30,7 +30,7 @@ fn subject(distinct_id: &str, props: Value) -> Subject<'static> {
 
 fn eval(f: &FlagDefinition, s: &Subject) -> Evaluation {
     let cohorts = HashMap::new();
-    let values = HashMap::new();
+    let values = Default::default();
     evaluate_flag(
         f,
         s,
@@ -39,6 +39,7 @@ fn eval(f: &FlagDefinition, s: &Subject) -> Evaluation {
             flag_values: &values,
             ctx: ctx(),
             cohort_memo: &Default::default(),
+            filters: Default::default(),
         },
     )
 }
@@ -253,10 +254,10 @@ fn cohorts_dynamic_nested_static_and_negated() {
         (c.id, c)
     })
     .collect();
-    let values = HashMap::new();
+    let values = Default::default();
     // Memberships are memoized per subject (one request), so each check gets a fresh memo.
-    let memo = std::cell::RefCell::new(HashMap::new());
-    let forget = |memo: &std::cell::RefCell<HashMap<i64, bool>>| {
+    let memo = CohortMemo::default();
+    let forget = |memo: &CohortMemo| {
         memo.borrow_mut().clear();
     };
     let env = Environment {
@@ -264,6 +265,7 @@ fn cohorts_dynamic_nested_static_and_negated() {
         flag_values: &values,
         ctx: ctx(),
         cohort_memo: &memo,
+        filters: Default::default(),
     };
     let pro_de = subject("u", json!({"plan": "pro", "country": "DE"}));
     let pro_fr = subject("u", json!({"plan": "pro", "country": "FR"}));
@@ -328,4 +330,54 @@ fn person_properties_read_the_request_over_the_stored_person() {
     };
     assert!(eval(&f, &layered).enabled);
     assert!(!eval(&f, &subject("user-1", json!({"plan": "pro"}))).enabled);
+}
+
+#[test]
+fn flags_repeating_a_filter_match_as_each_would_alone() {
+    let person = |key: &str, operator: &str, value: Value| json!({"key": key, "value": value, "operator": operator, "type": "person"});
+    let condition = |filters: Vec<Value>| json!({"properties": filters, "rollout_percentage": 100});
+    let us = person("country", "exact", json!(["US"]));
+    let de = person("country", "exact", json!(["DE"]));
+    let corp = person("email", "icontains", json!("@corp.com"));
+    let defs = [
+        vec![condition(vec![us.clone()])],
+        // The same filter in a later condition, after one that differs in its value only.
+        vec![condition(vec![de.clone()]), condition(vec![us.clone()])],
+        // Same key and value, another operator; then the filter again, beside a cohort filter.
+        vec![condition(vec![person("country", "is_not", json!(["US"]))])],
+        vec![condition(vec![
+            json!({"key": "id", "value": 7, "type": "cohort"}),
+            corp.clone(),
+            us.clone(),
+        ])],
+        vec![condition(vec![corp.clone(), de.clone()])],
+        vec![condition(vec![person(
+            "email",
+            "icontains",
+            json!("@CORP.com"),
+        )])],
+        vec![condition(vec![
+            corp,
+            person("email", "is_set", json!("is_set")),
+        ])],
+    ];
+    let flags: Vec<FlagDefinition> = defs
+        .into_iter()
+        .enumerate()
+        .map(|(i, groups)| {
+            flag(json!({"id": i + 1, "key": format!("f{i}"), "filters": {"groups": groups}}))
+        })
+        .collect();
+    let refs: Vec<&FlagDefinition> = flags.iter().collect();
+    for props in [
+        json!({"country": "US", "email": "a@corp.com"}),
+        json!({"country": "DE", "email": "b@corp.com"}),
+        json!({"country": "US", "email": "c@shop.io"}),
+        json!({"country": "FR"}),
+    ] {
+        let s = subject("u", props.clone());
+        let (shared, _) = evaluate_all(&refs, &s, &HashMap::new(), ctx());
+        let alone: Vec<Evaluation> = flags.iter().map(|f| eval(f, &s)).collect();
+        assert_eq!(shared, alone, "{props}");
+    }
 }

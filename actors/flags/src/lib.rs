@@ -39,7 +39,10 @@ pub use definitions::{CohortChanges, FlagChanges};
 // The pure evaluation engine, for callers that hold definitions and a subject themselves
 // (the in-process benchmarks measure it alone).
 pub use evaluate::FlagsOutcome;
-pub use evaluation::{evaluate_all, Evaluation, PersonProperties, Reason, ReasonCode, Subject};
+pub use evaluation::{
+    evaluate_all, evaluate_slots, Evaluation, EvaluationPlan, PersonProperties, Reason, ReasonCode,
+    Subject,
+};
 pub use geoip::{GeoIp, GeoIpError};
 pub use hash::rollout_hash;
 pub use local_eval::LocalEvaluation;

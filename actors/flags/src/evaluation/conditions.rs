@@ -4,18 +4,24 @@ use serde_json::Value;
 
 use super::super::model::{CohortGroup, CohortNode, Condition};
 use super::super::properties::{match_property, PropertyFilter};
+use super::memo::NO_SLOT;
 use super::{Environment, FlagValue};
 use crate::Subject;
 
-/// Plain filters first (in order), then cohort filters; all must match.
+/// Plain filters first (in order), then cohort filters; all must match. `slots` are the
+/// condition's filters' places in the request's shared outcomes (empty: none shared).
 pub(super) fn condition_properties_match(
     condition: &Condition,
     aggregation: Option<u8>,
     subject: &Subject,
     env: &Environment<'_>,
+    slots: &[u32],
 ) -> bool {
-    let is_cohort = |f: &&PropertyFilter| f.kind.as_deref() == Some("cohort");
-    for filter in condition.properties.iter().filter(|f| !is_cohort(f)) {
+    let is_cohort = |f: &PropertyFilter| f.kind.as_deref() == Some("cohort");
+    for (position, filter) in condition.properties.iter().enumerate() {
+        if is_cohort(filter) {
+            continue;
+        }
         let matched = match filter.kind.as_deref() {
             Some("group") => {
                 let index = filter
@@ -31,22 +37,32 @@ pub(super) fn condition_properties_match(
                 }
             }
             Some("flag") => dependency_matches(filter, env),
-            _ => match_property(filter, &subject.person_properties, &env.ctx),
+            _ => {
+                let person = || match_property(filter, &subject.person_properties, &env.ctx);
+                match slots.get(position) {
+                    Some(&slot) if slot != NO_SLOT => env.filters.outcome(slot, person),
+                    _ => person(),
+                }
+            }
         };
         if !matched {
             return false;
         }
     }
-    condition.properties.iter().filter(is_cohort).all(|f| {
-        let member = cohort_id(&f.value)
-            .map(|id| in_cohort(id, subject, env, &mut Vec::new()))
-            .unwrap_or(false);
-        match f.operator.as_deref().unwrap_or("in") {
-            "in" | "exact" => member,
-            "not_in" => !member,
-            _ => false,
-        }
-    })
+    condition
+        .properties
+        .iter()
+        .filter(|f| is_cohort(f))
+        .all(|f| {
+            let member = cohort_id(&f.value)
+                .map(|id| in_cohort(id, subject, env, &mut Vec::new()))
+                .unwrap_or(false);
+            match f.operator.as_deref().unwrap_or("in") {
+                "in" | "exact" => member,
+                "not_in" => !member,
+                _ => false,
+            }
+        })
 }
 
 pub(super) fn cohort_id(value: &Value) -> Option<i64> {

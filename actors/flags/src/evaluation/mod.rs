@@ -232,14 +232,22 @@ fn reason(code: ReasonCode, condition_index: Option<usize>) -> Reason {
     }
 }
 
+/// Values of already evaluated flags, by flag id (keys are small integers: a fast hash).
+pub type FlagValues = HashMap<i64, FlagValue, ahash::RandomState>;
+
+/// Cohort memberships already decided for one subject, by cohort id.
+pub type CohortMemo = std::cell::RefCell<HashMap<i64, bool, ahash::RandomState>>;
+
 /// Everything evaluation reads besides the flag and the subject.
 pub struct Environment<'a> {
     pub cohorts: &'a HashMap<i64, CohortDefinition>,
     /// Values of already evaluated flags, by flag id (dependencies).
-    pub flag_values: &'a HashMap<i64, FlagValue>,
+    pub flag_values: &'a FlagValues,
     pub ctx: MatchContext,
     /// Cohort memberships already decided for this subject (cohorts are shared by flags).
-    pub cohort_memo: &'a std::cell::RefCell<HashMap<i64, bool>>,
+    pub cohort_memo: &'a CohortMemo,
+    /// Outcomes of person filters this flag shares with others of its set.
+    pub filters: FilterMemo<'a>,
 }
 
 /// Evaluates one flag.
@@ -274,7 +282,7 @@ pub fn evaluate_flag(
             .any(|f| subject.person_properties.contains_key(&f.key));
         if relevant {
             let identifier = person_identifier(flag, subject).unwrap_or_default();
-            let enabled = condition_properties_match(gate, None, subject, env)
+            let enabled = condition_properties_match(gate, None, subject, env, &[])
                 && in_rollout(&flag.key, identifier, gate.rollout_percentage);
             return Evaluation {
                 enabled,
@@ -338,7 +346,8 @@ pub fn evaluate_flag(
                 }
             },
         };
-        if !condition_properties_match(condition, aggregation, subject, env) {
+        let slots = env.filters.condition(index);
+        if !condition_properties_match(condition, aggregation, subject, env, slots) {
             best = better(best, reason(ReasonCode::NoConditionMatch, Some(index)));
             continue;
         }
@@ -427,7 +436,9 @@ fn pick_variant(flag: &FlagDefinition, identifier: &str) -> Option<String> {
 }
 
 mod conditions;
+mod memo;
 mod plan;
 
 pub use conditions::*;
+pub use memo::FilterMemo;
 pub use plan::*;

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::super::model::{CohortDefinition, FlagDefinition};
 use super::super::properties::MatchContext;
-use super::{evaluate_flag, not_enabled, reason, Environment, FlagValue, ReasonCode};
+use super::memo::FilterSlots;
+use super::{evaluate_flag, not_enabled, reason, CohortMemo, Environment, FlagValues, ReasonCode};
 use crate::{Evaluation, Subject};
 
 /// The ids a flag depends on (flag filters in its conditions).
@@ -29,6 +30,8 @@ pub struct EvaluationPlan {
     /// evaluation. By index, so a request asks no hash per flag (a set of ids cost a SipHash
     /// each, 3 % of `/flags` with 300 flags).
     depended_on: Vec<bool>,
+    /// Where each person filter's outcome is kept during a request (identical filters share).
+    filters: FilterSlots,
 }
 
 impl EvaluationPlan {
@@ -77,7 +80,11 @@ impl EvaluationPlan {
         }
         let wanted: HashSet<i64> = deps.into_iter().flatten().collect();
         let depended_on = flags.iter().map(|f| wanted.contains(&f.id)).collect();
-        EvaluationPlan { order, depended_on }
+        EvaluationPlan {
+            order,
+            depended_on,
+            filters: FilterSlots::new(flags),
+        }
     }
 }
 
@@ -103,8 +110,9 @@ pub fn evaluate_slots(
     cohorts: &HashMap<i64, CohortDefinition>,
     ctx: MatchContext,
 ) -> (Vec<Option<Evaluation>>, bool) {
-    let mut values: HashMap<i64, FlagValue> = HashMap::new();
-    let cohort_memo = std::cell::RefCell::new(HashMap::new());
+    let mut values = FlagValues::default();
+    let cohort_memo = CohortMemo::default();
+    let outcomes = plan.filters.outcomes();
     let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
     let mut errors = false;
     for &(i, usable, all_exist) in &plan.order {
@@ -114,6 +122,7 @@ pub fn evaluate_slots(
                 flag_values: &values,
                 ctx,
                 cohort_memo: &cohort_memo,
+                filters: plan.filters.for_flag(i, &outcomes),
             };
             evaluate_flag(flags[i], subject, &env)
         } else {
