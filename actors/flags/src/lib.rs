@@ -29,6 +29,7 @@ mod request;
 mod revert;
 mod serve;
 mod store;
+mod v2_entry;
 mod validate;
 mod values;
 
@@ -57,6 +58,7 @@ pub use request::FlagRequestError;
 pub use revert::Reverted;
 pub use serve::{Caller, Served};
 pub use store::{CohortRecord, FlagRecord, FlagStore, ProjectFlags};
+pub use v2_entry::V2Entry;
 
 use corvid_activity::ActivityRecords;
 use corvid_kernel::wire::WireInput;

@@ -13,6 +13,7 @@ use super::coverage::ReadKeys;
 use super::evaluation::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
+use super::v2_entry::V2Entry;
 use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::StoreError;
 
@@ -31,35 +32,13 @@ pub struct ProjectFlags {
     pub plan: EvaluationPlan,
     /// Indexes of `flags` sorted by key: the order responses list flags in.
     pub by_key: Vec<usize>,
-    /// Per flag (same index as `flags`), the fixed JSON around its `/flags?v=2` entry, so the
-    /// hot path copies it instead of escaping and formatting it on every request.
-    pub v2_fragments: Vec<V2Fragments>,
+    /// Per flag (same index as `flags`), its `/flags?v=2` entry's fixed JSON and whole entries
+    /// for common outcomes, so the hot path copies them instead of escaping and formatting
+    /// them on every request.
+    pub v2_entries: Vec<V2Entry>,
     /// The person and group property keys the flags read, when a request that sends them all
     /// needs no stored person or group (see [`super::coverage`]).
     pub read_keys: Option<ReadKeys>,
-}
-
-/// The parts of a flag's `v=2` entry that depend only on its definition.
-#[derive(Debug, Default)]
-pub struct V2Fragments {
-    /// `"<key>":{"key":"<key>","enabled":` (key JSON-escaped).
-    pub head: Box<str>,
-    /// `,"metadata":{"id":<id>,"version":<version>,"description":null,"payload":`.
-    pub metadata: Box<str>,
-}
-
-impl V2Fragments {
-    fn new(flag: &FlagDefinition) -> V2Fragments {
-        let key = serde_json::to_string(&flag.key).unwrap_or_else(|_| "\"\"".into());
-        V2Fragments {
-            head: format!("{key}:{{\"key\":{key},\"enabled\":").into(),
-            metadata: format!(
-                ",\"metadata\":{{\"id\":{},\"version\":{},\"description\":null,\"payload\":",
-                flag.id, flag.version
-            )
-            .into(),
-        }
-    }
 }
 
 impl ProjectFlags {
@@ -72,7 +51,7 @@ impl ProjectFlags {
         let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
         let mut by_key: Vec<usize> = (0..flags.len()).collect();
         by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
-        let v2_fragments = flags.iter().map(V2Fragments::new).collect();
+        let v2_entries = flags.iter().map(V2Entry::new).collect();
         let read_keys = super::coverage::read_keys(&flags, &cohorts, &static_members);
         ProjectFlags {
             read_keys,
@@ -81,7 +60,7 @@ impl ProjectFlags {
             static_members,
             plan,
             by_key,
-            v2_fragments,
+            v2_entries,
         }
     }
 }

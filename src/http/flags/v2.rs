@@ -2,9 +2,8 @@
 //!
 //! This is the hot path of `/flags`: with hundreds of flags, building a JSON tree or a sorted
 //! map of typed records and serializing it cost as much as evaluating the flags. Here flags
-//! are listed in the snapshot's precomputed key order, the JSON that depends only on a flag's
-//! definition (escaped key, id, version) is copied from the snapshot's `v2_fragments`, and
-//! reason codes and descriptions (plain ASCII by construction) are copied without escaping.
+//! are listed in the snapshot's precomputed key order, and each flag's entry is written by its
+//! snapshot-built [`corvid_flags::V2Entry`] (copied whole for common outcomes).
 
 use chrono::Utc;
 use corvid_flags::FlagsOutcome;
@@ -13,14 +12,14 @@ use corvid_flags::FlagsOutcome;
 /// its braces, as remote config renders them).
 pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
     let snapshot = &outcome.snapshot;
-    // The fixed fragments plus room for each flag's variant, reason and a small payload: one
-    // allocation for nearly every answer (growing a large body copies all of it).
-    let fixed: usize = snapshot
-        .v2_fragments
-        .iter()
-        .map(|f| f.head.len() + f.metadata.len())
+    // Room for every returned flag's typical entry and the envelope: one allocation for
+    // nearly every answer (growing a large body copies all of it).
+    let entries: usize = outcome
+        .returned()
+        .filter_map(|(index, _)| snapshot.v2_entries.get(index))
+        .map(|entry| entry.typical_len() + 1)
         .sum();
-    let capacity = 192 + fixed + outcome.results.len() * 160 + config.map_or(0, str::len);
+    let capacity = 192 + entries + config.map_or(0, str::len);
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(b"{\"flags\":{");
     let mut first = true;
@@ -28,47 +27,14 @@ pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
         let Some(Some(e)) = outcome.results.get(index) else {
             continue;
         };
-        let Some(fragments) = snapshot.v2_fragments.get(index) else {
+        let Some(entry) = snapshot.v2_entries.get(index) else {
             continue;
         };
         if !first {
             out.push(b',');
         }
         first = false;
-        out.extend_from_slice(fragments.head.as_bytes());
-        out.extend_from_slice(if e.enabled {
-            b"true,\"variant\":"
-        } else {
-            b"false,\"variant\":"
-        });
-        match &e.variant {
-            Some(v) => json(&mut out, v),
-            None => out.extend_from_slice(b"null"),
-        }
-        if e.failed {
-            out.extend_from_slice(b",\"failed\":true");
-        }
-        out.extend_from_slice(b",\"reason\":{\"code\":\"");
-        out.extend_from_slice(e.reason.code.as_str().as_bytes());
-        out.extend_from_slice(b"\",\"condition_index\":");
-        match e.reason.condition_index {
-            Some(i) => number(&mut out, i as i64),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b",\"description\":\"");
-        // Plain ASCII without quotes or backslashes (see `Reason::description_parts`).
-        let (text, number_after) = e.reason.description_parts();
-        out.extend_from_slice(text.as_bytes());
-        if let Some(n) = number_after {
-            number(&mut out, n as i64);
-        }
-        out.extend_from_slice(b"\"}");
-        out.extend_from_slice(fragments.metadata.as_bytes());
-        match &e.payload {
-            Some(p) => json(&mut out, p),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}}");
+        entry.write(e, &mut out);
     }
     out.extend_from_slice(b"},\"errorsWhileComputingFlags\":");
     out.extend_from_slice(if outcome.errors { b"true" } else { b"false" });
@@ -81,22 +47,17 @@ pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
             .as_bytes(),
     );
     out.extend_from_slice(b"\",\"evaluatedAt\":");
-    number(&mut out, Utc::now().timestamp_millis());
+    out.extend_from_slice(
+        itoa::Buffer::new()
+            .format(Utc::now().timestamp_millis())
+            .as_bytes(),
+    );
     if let Some(members) = config.filter(|m| !m.is_empty()) {
         out.push(b',');
         out.extend_from_slice(members.as_bytes());
     }
     out.push(b'}');
     out
-}
-
-fn json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
-    // Writing into a Vec cannot fail, and these values (strings, JSON values) always serialize.
-    let _ = serde_json::to_writer(out, value);
-}
-
-fn number(out: &mut Vec<u8>, n: i64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
