@@ -2,6 +2,7 @@
 //! (`PostHog/posthog:rust/feature-flags/src/flags/flag_matching_utils.rs`, `calculate_hash`): SHA-1 of `prefix + identifier + salt`, first 15 hex
 //! digits (60 bits) as an integer, divided by `0xFFFFFFFFFFFFFFF` in f64.
 
+use sha1::digest::generic_array::GenericArray;
 use sha1::{Digest, Sha1};
 
 /// 2^60 − 1: the largest 15-hex-digit value.
@@ -18,28 +19,54 @@ pub fn calculate_hash(prefix: &str, identifier: &str, salt: &str) -> f64 {
 
 /// The hash of the concatenation of `parts` (no intermediate string is built).
 fn hash_parts(parts: &[&str]) -> f64 {
-    // Joined on the stack and hashed in one call when short (flag key and id nearly always
-    // are): the incremental hasher's buffering cost as much as the compression itself.
-    const ROOM: usize = 192;
+    (first_8_bytes(parts) >> 4) as f64 / LONG_SCALE
+}
+
+/// SHA-1's initial state (FIPS 180-4, 5.3.1).
+const SHA1_INIT: [u32; 5] = [
+    0x6745_2301,
+    0xEFCD_AB89,
+    0x98BA_DCFE,
+    0x1032_5476,
+    0xC3D2_E1F0,
+];
+
+/// Blocks a short message is padded into on the stack.
+const SHORT_BLOCKS: usize = 3;
+
+/// The first 8 bytes of SHA-1 over the concatenation of `parts`, big-endian. A message that
+/// fits three blocks with its padding (flag key and id nearly always do) is joined and padded
+/// on the stack and compressed block by block: the general hasher's buffering and
+/// finalization cost as much as the compression itself, with one hash per flag and request.
+fn first_8_bytes(parts: &[&str]) -> u64 {
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    let digest = if total <= ROOM {
-        let mut joined = [0u8; ROOM];
-        let mut len = 0;
-        for part in parts {
-            joined[len..len + part.len()].copy_from_slice(part.as_bytes());
-            len += part.len();
-        }
-        Sha1::digest(&joined[..len])
-    } else {
+    // The padding: one 0x80 byte, then zeros up to the last 8 bytes, which hold the
+    // message's length in bits (FIPS 180-4, 5.1.1).
+    let blocks = (total + 9).div_ceil(64);
+    if blocks > SHORT_BLOCKS {
         let mut hasher = Sha1::new();
         for part in parts {
             hasher.update(part.as_bytes());
         }
-        hasher.finalize()
-    };
-    let mut first8 = [0u8; 8];
-    first8.copy_from_slice(&digest[..8]);
-    (u64::from_be_bytes(first8) >> 4) as f64 / LONG_SCALE
+        let digest = hasher.finalize();
+        let mut first8 = [0u8; 8];
+        first8.copy_from_slice(&digest[..8]);
+        return u64::from_be_bytes(first8);
+    }
+    let mut message = [0u8; SHORT_BLOCKS * 64];
+    let mut len = 0;
+    for part in parts {
+        message[len..len + part.len()].copy_from_slice(part.as_bytes());
+        len += part.len();
+    }
+    message[len] = 0x80;
+    let end = blocks * 64;
+    message[end - 8..end].copy_from_slice(&((total as u64) * 8).to_be_bytes());
+    let mut state = SHA1_INIT;
+    for block in message[..end].chunks_exact(64) {
+        sha1::compress(&mut state, &[*GenericArray::from_slice(block)]);
+    }
+    (u64::from(state[0]) << 32) | u64::from(state[1])
 }
 
 /// Rollout bucket of `identifier` for flag `key`: `hash("<key>.", identifier, "")`.
@@ -72,10 +99,20 @@ mod tests {
     // `TestFeatureFlagCohortExpansion.test_calculate_hash`.
     #[test]
     fn short_and_long_inputs_hash_their_concatenation() {
-        for id in ["d".repeat(10), "d".repeat(180), "d".repeat(500)] {
+        // Every length around the one-, two- and three-block boundaries and past them.
+        for n in (0..=200).chain([400, 1000]) {
+            let id = "d".repeat(n);
             let digest = Sha1::digest(format!("flag.{id}").as_bytes());
             let first8 = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-            assert_eq!(rollout_hash("flag", &id), (first8 >> 4) as f64 / LONG_SCALE);
+            assert_eq!(
+                first_8_bytes(&["flag", ".", &id]),
+                first8,
+                "length {}",
+                n + 5
+            );
+            if !id.is_empty() {
+                assert_eq!(rollout_hash("flag", &id), (first8 >> 4) as f64 / LONG_SCALE);
+            }
         }
     }
 
@@ -150,6 +187,14 @@ mod tests {
             prop_assert_eq!(a, rollout_hash(&key, &id));
             let v = variant_hash(&key, &id);
             prop_assert!((0.0..=1.0).contains(&v));
+        }
+
+        #[test]
+        fn the_short_path_is_sha1(parts in proptest::collection::vec(".{0,70}", 0..4)) {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let digest = Sha1::digest(parts.concat().as_bytes());
+            let first8 = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+            prop_assert_eq!(first_8_bytes(&parts), first8);
         }
     }
 }
