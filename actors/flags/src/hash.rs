@@ -42,7 +42,7 @@ fn first_8_bytes(parts: &[&str]) -> u64 {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     // The padding: one 0x80 byte, then zeros up to the last 8 bytes, which hold the
     // message's length in bits (FIPS 180-4, 5.1.1).
-    let blocks = (total + 9).div_ceil(64);
+    let blocks = total.saturating_add(9).div_ceil(64);
     if blocks > SHORT_BLOCKS {
         let mut hasher = Sha1::new();
         for part in parts {
@@ -53,6 +53,8 @@ fn first_8_bytes(parts: &[&str]) -> u64 {
         first8.copy_from_slice(&digest[..8]);
         return u64::from_be_bytes(first8);
     }
+    // In bounds: `total + 9 <= blocks * 64 <= message.len()`, so the parts, the 0x80 byte and
+    // the length all fit, and `end >= 64`.
     let mut message = [0u8; SHORT_BLOCKS * 64];
     let mut len = 0;
     for part in parts {
