@@ -5,10 +5,11 @@
 //! seq. Replay of a file ends at the first record that is torn, corrupt or out of sequence;
 //! the tail of the newest file is truncated there. A length longer than what is left of the
 //! file is a torn record too, found before anything is allocated for it. Zeros after the last
-//! record are the unwritten rest of a prepared file (see [`housekeeping`]), not a torn record.
+//! record are the unwritten rest of a prepared file, and records with a lower seq the rest of
+//! a recycled one (see [`housekeeping`]): neither is a torn record.
 //!
-//! Files roll at `segment_bytes`; a file is deleted once every ingest shard has flushed past
-//! its last record. An older file whose records stop before the next file's first seq has lost
+//! Files roll at `segment_bytes`; a file is retired (recycled as a spare or deleted) once every
+//! ingest shard has flushed past its last record. An older file whose records stop before the next file's first seq has lost
 //! records, and says so. Every write goes through a [`Disk`]; new files, renames and deletions
 //! are made durable by syncing the directory.
 
@@ -235,7 +236,7 @@ impl Wal {
     }
 
     /// Forgets closed files whose records all have seq ≤ `covered` (durably in segments) and
-    /// has them deleted in the background. Returns how many.
+    /// has them retired in the background (kept as spares or deleted). Returns how many.
     pub fn truncate_through(&mut self, covered: u64) -> usize {
         let mut removed = Vec::new();
         while !self.closed.is_empty() {
@@ -251,7 +252,7 @@ impl Wal {
         }
         let count = removed.len();
         if count > 0 {
-            self.housekeeper.remove(removed);
+            self.housekeeper.retire(removed, self.segment_bytes);
         }
         count
     }
@@ -288,8 +289,9 @@ struct FileRecords {
     records: Vec<Replayed>,
     /// Bytes the records span from the file's start.
     valid_len: u64,
-    /// Whether the records end at something other than the end of the file or the zeros of
-    /// a prepared file's unwritten rest: a torn or corrupt record.
+    /// Whether the records end at something other than the end of the file, the zeros of a
+    /// prepared file's unwritten rest or a recycled file's older records: a torn or corrupt
+    /// record.
     torn: bool,
 }
 
@@ -319,6 +321,9 @@ fn read_records(path: &Path, first_seq: u64) -> io::Result<FileRecords> {
         let crc = u32::from_le_bytes(field(4, 4).try_into().unwrap_or_default());
         let seq = u64::from_le_bytes(field(8, 8).try_into().unwrap_or_default());
         if seq != first_seq + records.len() as u64 {
+            // Not this file's next record: what follows is from an earlier use of the file's
+            // bytes (a recycled file; see `housekeeping`), not a torn write of this one.
+            torn = false;
             break;
         }
         // The length is the file's word, not ours: one longer than what is left of the file
@@ -362,7 +367,7 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::housekeeping::SPARE;
+    use super::housekeeping::{MAX_SPARES, SPARES};
     use super::*;
 
     /// Waits (up to 10 s) for the housekeeper to have a spare ready.
@@ -414,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn covered_files_are_deleted() {
+    fn covered_files_are_retired() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = Wal::open(dir.path(), 10).expect("open");
         for i in 0..5u8 {
@@ -425,18 +430,94 @@ mod tests {
         assert_eq!(wal.truncate_through(3), 3);
         assert_eq!(wal.file_count(), 2, "files holding seq 1..=3 are gone");
         drop(wal);
-        let (_, replayed) = Wal::open(dir.path(), 10).expect("reopen");
-        let seqs: Vec<u64> = replayed.iter().map(|r| r.seq).collect();
-        assert_eq!(seqs, vec![4, 5]);
         let names: Vec<String> = fs::read_dir(dir.path())
             .expect("dir")
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
+        let spares = names
+            .iter()
+            .filter(|n| SPARES.contains(&n.as_str()))
+            .count();
+        // The three covered files, and the zeros asked for before any was covered.
         assert!(
-            names.iter().all(|n| n.ends_with(".log") || n == SPARE),
+            (3..=MAX_SPARES).contains(&spares),
+            "the covered files kept as spares: {names:?}"
+        );
+        assert!(
+            names
+                .iter()
+                .all(|n| n.ends_with(".log") || SPARES.contains(&n.as_str())),
             "{names:?}"
         );
+        let (_, replayed) = Wal::open(dir.path(), 10).expect("reopen");
+        let seqs: Vec<u64> = replayed.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![4, 5]);
+    }
+
+    #[test]
+    fn a_recycled_file_is_written_over_and_its_old_records_never_replay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segment = 256u64;
+        let old_payload = [7u8; 300];
+        let current = {
+            let (mut wal, _) = Wal::open(dir.path(), segment).expect("open");
+            // Two full files of old records, then a third file.
+            for _ in 0..3 {
+                wal.append(&old_payload).expect("append");
+            }
+            wal.sync(true).expect("sync");
+            assert_eq!(wal.truncate_through(2), 2, "the two full files are covered");
+            // Retired in order after any zeros asked for meanwhile: the last spare made, the
+            // one a roll takes, is a recycled file.
+            let retired = |seq: u64| !dir.path().join(format!("wal-{seq:020}.log")).exists();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !(retired(1) && retired(2)) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "covered files not retired"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // The current file is full: the next record rolls to a recycled file.
+            assert_eq!(wal.append(b"new-4").expect("append"), 4);
+            assert!(wal.prepared, "rolled to a recycled file");
+            wal.append(b"new-5").expect("append");
+            wal.sync(true).expect("sync");
+            let path = wal.current.path.clone();
+            let bytes = fs::read(&path).expect("read");
+            assert!(bytes.len() as u64 >= segment, "written over, not shortened");
+            let new_len = 2 * HEADER + 10;
+            assert!(
+                bytes[new_len..].iter().any(|b| *b != 0),
+                "the file still holds an earlier use's records past the new ones"
+            );
+            let read = read_records(&path, 4).expect("read");
+            assert_eq!(read.records.len(), 2);
+            assert_eq!(read.valid_len, new_len as u64);
+            assert!(
+                !read.torn,
+                "older records after the new ones are no torn record"
+            );
+            path
+        };
+        let (mut wal, replayed) = Wal::open(dir.path(), segment).expect("reopen");
+        let replayed: Vec<(u64, Vec<u8>)> =
+            replayed.into_iter().map(|r| (r.seq, r.payload)).collect();
+        assert_eq!(
+            replayed,
+            vec![
+                (3, old_payload.to_vec()),
+                (4, b"new-4".to_vec()),
+                (5, b"new-5".to_vec())
+            ]
+        );
+        assert_eq!(
+            fs::metadata(&current).expect("current").len(),
+            (2 * HEADER + 10) as u64,
+            "the newest file is cut after its records on open"
+        );
+        assert_eq!(wal.append(b"six").expect("append"), 6, "seq continues");
     }
 
     #[test]
@@ -491,10 +572,10 @@ mod tests {
             wal.append(&[1; 600]).expect("append");
             wal.append(&[2; 10]).expect("append");
             wait_for_spare(&wal);
-            assert!(dir.path().join(SPARE).is_file());
+            assert!(dir.path().join(SPARES[0]).is_file());
             assert_eq!(wal.append(&[3; 10]).expect("append"), 3);
             assert!(wal.prepared, "rolled to the prepared file");
-            assert!(!dir.path().join(SPARE).exists(), "the spare was taken");
+            assert!(!dir.path().join(SPARES[0]).exists(), "the spare was taken");
             wal.append(&[4; 10]).expect("append");
             wal.sync(true).expect("sync");
             let current = fs::metadata(&wal.current.path).expect("current");
@@ -542,7 +623,10 @@ mod tests {
             .expect("write");
         let read = read_records(&path, 1).expect("read");
         assert_eq!(read.records.len(), 2);
-        assert!(read.torn);
+        assert!(
+            !read.torn,
+            "an older record ends the file, as in a recycled one"
+        );
         let (_, replayed) = Wal::open(dir.path(), 1 << 20).expect("reopen");
         let payloads: Vec<&[u8]> = replayed.iter().map(|r| r.payload.as_slice()).collect();
         assert_eq!(payloads, vec![&b"one"[..], &b"two"[..]]);
