@@ -24,7 +24,7 @@ use parquet::schema::types::ColumnPath;
 use uuid::Uuid;
 
 use corvid_kernel::disk::{create_dirs, Disk, DiskFile};
-use corvid_kernel::json::{property_text, top_level_values_of_checked};
+use corvid_kernel::json::{property_text, WantedKeys};
 use corvid_persons::ErasedSet;
 
 /// One event as stored: the capture schema documented in `docs/ARCHITECTURE.md`.
@@ -143,13 +143,14 @@ pub fn to_record_batch_with(
     // One walk over each row's JSON fills all of its property columns. The rows' properties
     // are text capture checked (or a segment held), so the walk need not check it again.
     let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let wanted = WantedKeys::new(&wanted);
     let mut builders: Vec<StringBuilder> = keys
         .iter()
         .map(|_| StringBuilder::with_capacity(events.len(), events.len() * 8))
         .collect();
     let mut found = vec![None; keys.len()];
     for e in events {
-        top_level_values_of_checked(&e.properties, &wanted, &mut found);
+        wanted.values_of_checked(&e.properties, &mut found);
         for (b, raw) in builders.iter_mut().zip(&found) {
             b.append_option(raw.and_then(property_text));
         }

@@ -175,34 +175,118 @@ impl<'de> Visitor<'de> for FindKeys<'_> {
     scalars_find_nothing!();
 }
 
-/// [`top_level_values`] for text that is already known to be JSON: the properties text that
-/// capture checked, or that a segment holds. The segment writer reads each row's materialized
-/// columns with it. A byte walk finds the ends of strings and brackets without checking
-/// escapes, numbers or UTF-8 again, and it fills `found` in place, so a caller can reuse one
-/// buffer for every row.
-///
-/// On text that is valid JSON it finds exactly what [`top_level_values`] finds. It returns
-/// `None` for every key when the walk does not find a well-formed object. It never panics or
-/// loops, on any input.
-pub fn top_level_values_of_checked<'j>(
-    json: &'j str,
-    keys: &[&str],
-    found: &mut [Option<&'j str>],
-) {
-    found.iter_mut().for_each(|f| *f = None);
-    // Most members' keys are not wanted: their length alone tells, without comparing text.
-    let lengths = keys.iter().fold(0u64, |mask, k| mask | length_bit(k.len()));
-    let walked = members_of_checked(json, |key, value| {
-        if lengths & length_bit(key.len()) != 0 {
-            if let Some(i) = keys.iter().position(|k| *k == key) {
-                found[i].get_or_insert(value);
+/// The keys a caller reads from many JSON objects with [`WantedKeys::values_of_checked`]: the
+/// segment writer reads each row's materialized columns with it.
+#[derive(Debug)]
+pub struct WantedKeys<'k> {
+    keys: &'k [&'k str],
+    /// Per key, its length and its first eight bytes (zero-padded): a member's key is compared
+    /// as two integers, and as text only when both match.
+    heads: Vec<(usize, u64)>,
+    /// One bit per key length (see [`length_bit`]): most members' keys are not wanted, and
+    /// their length alone tells.
+    lengths: u64,
+}
+
+impl<'k> WantedKeys<'k> {
+    pub fn new(keys: &'k [&'k str]) -> WantedKeys<'k> {
+        WantedKeys {
+            keys,
+            heads: keys
+                .iter()
+                .map(|k| (k.len(), head_word(k.as_bytes())))
+                .collect(),
+            lengths: keys.iter().fold(0u64, |mask, k| mask | length_bit(k.len())),
+        }
+    }
+
+    /// [`top_level_values`] for text that is already known to be JSON: the properties text
+    /// that capture checked, or that a segment holds. A byte walk finds the ends of strings
+    /// and brackets without checking escapes, numbers or UTF-8 again, and it fills `found` (one
+    /// slot per key) in place, so a caller can reuse one buffer for every row.
+    ///
+    /// On text that is valid JSON it finds exactly what [`top_level_values`] finds. It leaves
+    /// `None` for every key when the walk does not find a well-formed object. It never panics
+    /// or loops, on any input.
+    pub fn values_of_checked<'j>(&self, json: &'j str, found: &mut [Option<&'j str>]) {
+        found.iter_mut().for_each(|f| *f = None);
+        // The direct walk gives up on a key with escapes (compared only once unescaped) and on
+        // text that is not a well-formed object; the member walk then decides.
+        if self.walk_plain_keys(json, found).is_none() {
+            self.walk_members(json, found);
+        }
+    }
+
+    /// The wanted key `key` is, compared as sent (without unescaping).
+    fn position(&self, key: &[u8]) -> Option<usize> {
+        if self.lengths & length_bit(key.len()) == 0 {
+            return None;
+        }
+        let head = head_word(key);
+        self.heads
+            .iter()
+            .zip(self.keys)
+            .position(|(&(len, h), k)| len == key.len() && h == head && k.as_bytes() == key)
+    }
+
+    /// The walk over an object whose keys hold no escape. `None` (with `found` partly filled)
+    /// at an escaped key or at anything but a well-formed object.
+    fn walk_plain_keys<'j>(&self, json: &'j str, found: &mut [Option<&'j str>]) -> Option<()> {
+        let bytes = json.as_bytes();
+        let mut walk = Walk { text: json, at: 0 };
+        walk.expect(b'{')?;
+        if walk.peek()? == b'}' {
+            return Some(());
+        }
+        loop {
+            if walk.peek()? != b'"' {
+                return None;
+            }
+            let (end, escaped) = string_end(bytes, walk.at)?;
+            if escaped {
+                return None;
+            }
+            let key = bytes.get(walk.at + 1..end.checked_sub(1)?)?;
+            walk.at = end;
+            walk.expect(b':')?;
+            walk.peek()?;
+            let value_start = walk.at;
+            walk.value()?;
+            if let Some(slot) = self.position(key).and_then(|i| found.get_mut(i)) {
+                slot.get_or_insert(json.get(value_start..walk.at)?);
+            }
+            match walk.next()? {
+                b',' => {}
+                b'}' => return Some(()),
+                _ => return None,
             }
         }
-        Some(())
-    });
-    if walked.is_none() {
-        found.iter_mut().for_each(|f| *f = None);
     }
+
+    /// The walk over every member, keys unescaped.
+    fn walk_members<'j>(&self, json: &'j str, found: &mut [Option<&'j str>]) {
+        found.iter_mut().for_each(|f| *f = None);
+        let walked = members_of_checked(json, |key, value| {
+            if self.lengths & length_bit(key.len()) != 0 {
+                if let Some(i) = self.keys.iter().position(|k| *k == key) {
+                    found.get_mut(i)?.get_or_insert(value);
+                }
+            }
+            Some(())
+        });
+        if walked.is_none() {
+            found.iter_mut().for_each(|f| *f = None);
+        }
+    }
+}
+
+/// The first eight bytes of `bytes`, zero-padded, as one integer.
+fn head_word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    for (w, b) in word.iter_mut().zip(bytes) {
+        *w = *b;
+    }
+    u64::from_le_bytes(word)
 }
 
 /// A bit for a key length: lengths from 63 on share the last one.
@@ -211,7 +295,7 @@ fn length_bit(len: usize) -> u64 {
 }
 
 /// Calls `member` with each member of the JSON object `json` in order: the key's text
-/// (unescaped) and the value's text. Like [`top_level_values_of_checked`] it walks text that
+/// (unescaped) and the value's text. Like [`WantedKeys::values_of_checked`] it walks text that
 /// is already known to be JSON without checking it again. `None` when the walk does not find
 /// a well-formed object, when a key's escapes do not decode, or when `member` returns `None`
 /// (which stops the walk); it never panics or loops, on any input.
@@ -606,7 +690,33 @@ mod tests {
                 serde_json::from_str::<serde_json::Value>(text).is_ok(),
                 "{text}"
             );
-            top_level_values_of_checked(text, &keys, &mut found);
+            WantedKeys::new(&keys).values_of_checked(text, &mut found);
+            assert_eq!(found, top_level_values(text, &keys), "{text}");
+        }
+    }
+
+    #[test]
+    fn wanted_keys_are_told_apart_from_keys_of_the_same_length_and_first_word() {
+        let keys = ["$current_url", "$browser", "$session_id"];
+        let wanted = WantedKeys::new(&keys);
+        let mut found = vec![None; keys.len()];
+        for (text, expected) in [
+            (
+                r#"{"$current_urx":1,"$browser_version":2,"$browsex":3,"$current_url":"u"}"#,
+                [Some(r#""u""#), None, None],
+            ),
+            // An escaped key after the wanted ones: the member walk decides, first one wins.
+            (
+                r#"{"$browser":"a","$browser":"b","$session_id":"s"}"#,
+                [None, Some(r#""a""#), Some(r#""s""#)],
+            ),
+            (
+                r#"{"$browser":"b","$browser":"a"}"#,
+                [None, Some(r#""b""#), None],
+            ),
+        ] {
+            wanted.values_of_checked(text, &mut found);
+            assert_eq!(found, expected.to_vec(), "{text}");
             assert_eq!(found, top_level_values(text, &keys), "{text}");
         }
     }
@@ -633,7 +743,7 @@ mod tests {
             "{\"a\":[[[[",
             r#"{"\ud800":1}"#,
         ] {
-            top_level_values_of_checked(text, &keys, &mut found);
+            WantedKeys::new(&keys).values_of_checked(text, &mut found);
             assert_eq!(found, vec![None], "{text}");
         }
     }
