@@ -39,8 +39,9 @@ pub(super) const DELETING: &str = "deleting";
 
 /// The names of the prepared files the log rolls to next (zeros, or a recycled covered file;
 /// at least `segment_bytes` long, synced). The first is the name a single spare always had.
+/// Each keeps a name of its own while it is deleted (`wal.deleting`, `wal-1.deleting`, …).
 pub(super) const SPARES: [&str; MAX_SPARES] =
-    ["wal.spare", "wal.spare.1", "wal.spare.2", "wal.spare.3"];
+    ["wal.spare", "wal-1.spare", "wal-2.spare", "wal-3.spare"];
 
 /// How many spares are kept ready at most: covered files beyond them are deleted. Under load a
 /// flush covers several files at once and then none for a while; with fewer spares than that
@@ -471,6 +472,15 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left.len(), MAX_SPARES, "the rest are deleted: {left:?}");
+    }
+
+    #[test]
+    fn spares_being_deleted_keep_names_of_their_own() {
+        let deleting: std::collections::HashSet<PathBuf> = SPARES
+            .iter()
+            .map(|name| Path::new(name).with_extension(DELETING))
+            .collect();
+        assert_eq!(deleting.len(), SPARES.len(), "{deleting:?}");
     }
 
     #[test]
