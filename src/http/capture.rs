@@ -27,17 +27,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         (&["/e", "/capture", "/track"], RouteKind::Legacy),
         (&["/engage"], RouteKind::Engage),
     ];
+    // One resource per path: a resource of several paths is matched as a regex set, then
+    // its captures, for every request that reaches it; a single static path is a string
+    // compare. Every `/flags` request passed these resources first.
     for (paths, kind) in routes {
-        let handler = move |req: HttpRequest, payload: web::Payload, state: web::Data<AppState>| {
-            capture(req, payload, state, kind)
-        };
-        cfg.service(
-            web::resource(paths.to_vec())
-                .wrap(from_fn(super::cors::public))
-                .route(web::post().to(handler))
-                .route(web::get().to(handler))
-                .route(web::method(Method::OPTIONS).to(preflight)),
-        );
+        for &path in paths {
+            let handler =
+                move |req: HttpRequest, payload: web::Payload, state: web::Data<AppState>| {
+                    capture(req, payload, state, kind)
+                };
+            cfg.service(
+                web::resource(path)
+                    .wrap(from_fn(super::cors::public))
+                    .route(web::post().to(handler))
+                    .route(web::get().to(handler))
+                    .route(web::method(Method::OPTIONS).to(preflight)),
+            );
+        }
     }
 }
 
