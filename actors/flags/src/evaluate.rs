@@ -14,7 +14,7 @@ use super::evaluation::{
 };
 use super::model::FlagDefinition;
 use super::properties::MatchContext;
-use super::request::{is_selected, FlagRequest, Runtime};
+use super::request::{contexts_allow, runtime_allows, FlagRequest, Runtime};
 use super::store::ProjectFlags;
 use corvid_kernel::StoreError;
 use corvid_persons::{Group, Person, PersonStore};
@@ -135,16 +135,21 @@ pub fn selected_flags(
     runtime: Option<Runtime>,
 ) -> Vec<usize> {
     let runtime = request.evaluation_runtime.or(runtime);
+    // The definitions are read only for what the dense per-flag selection does not hold.
     (0..snapshot.flags.len())
         .filter(|&i| {
-            let f = &snapshot.flags[i];
-            f.active
-                && (!request.only_survey_flags || f.key.starts_with(super::SURVEY_FLAG_PREFIX))
-                && is_selected(f, runtime, &request.evaluation_contexts)
+            let Some(s) = snapshot.selection.get(i) else {
+                return false;
+            };
+            s.active
+                && (!request.only_survey_flags || s.survey)
+                && runtime_allows(runtime, s.runtime)
+                && (!s.has_contexts
+                    || contexts_allow(&snapshot.flags[i], &request.evaluation_contexts))
                 && request
                     .flag_keys
                     .as_ref()
-                    .is_none_or(|keys| keys.contains(&f.key))
+                    .is_none_or(|keys| keys.contains(&snapshot.flags[i].key))
         })
         .collect()
 }

@@ -357,10 +357,32 @@ fn flags_repeating_a_filter_match_as_each_would_alone() {
             json!("@CORP.com"),
         )])],
         vec![condition(vec![
-            corp,
+            corp.clone(),
             person("email", "is_set", json!("is_set")),
         ])],
+        // Person filters shared with other flags, around cohort filters (one negated).
+        vec![
+            condition(vec![
+                json!({"key": "id", "value": 8, "type": "cohort", "operator": "not_in"}),
+                us.clone(),
+            ]),
+            condition(vec![
+                corp,
+                json!({"key": "id", "value": 8, "type": "cohort"}),
+            ]),
+        ],
     ];
+    // Cohort 7: persons on the pro plan; cohort 8: persons at corp.com.
+    let cohorts: HashMap<i64, CohortDefinition> = [
+        json!({"id": 7, "filters": {"properties": {"type": "AND", "values": [person("plan", "exact", json!("pro"))]}}}),
+        json!({"id": 8, "filters": {"properties": {"type": "OR", "values": [person("email", "icontains", json!("corp.com"))]}}}),
+    ]
+    .into_iter()
+    .map(|c| {
+        let c: CohortDefinition = serde_json::from_value(c).expect("cohort");
+        (c.id, c)
+    })
+    .collect();
     let flags: Vec<FlagDefinition> = defs
         .into_iter()
         .enumerate()
@@ -371,13 +393,35 @@ fn flags_repeating_a_filter_match_as_each_would_alone() {
     let refs: Vec<&FlagDefinition> = flags.iter().collect();
     for props in [
         json!({"country": "US", "email": "a@corp.com"}),
+        json!({"country": "US", "email": "a@corp.com", "plan": "pro"}),
         json!({"country": "DE", "email": "b@corp.com"}),
         json!({"country": "US", "email": "c@shop.io"}),
         json!({"country": "FR"}),
     ] {
         let s = subject("u", props.clone());
-        let (shared, _) = evaluate_all(&refs, &s, &HashMap::new(), ctx());
-        let alone: Vec<Evaluation> = flags.iter().map(|f| eval(f, &s)).collect();
+        let (shared, _) = evaluate_all(&refs, &s, &cohorts, ctx());
+        let values = Default::default();
+        let alone: Vec<Evaluation> = flags
+            .iter()
+            .map(|f| {
+                let env = Environment {
+                    cohorts: &cohorts,
+                    flag_values: &values,
+                    ctx: ctx(),
+                    cohort_memo: &Default::default(),
+                    filters: Default::default(),
+                };
+                evaluate_flag(f, &s, &env)
+            })
+            .collect();
         assert_eq!(shared, alone, "{props}");
+        // The cohort flags decide as their conditions say.
+        let us = props["country"] == "US";
+        let corp = props["email"]
+            .as_str()
+            .is_some_and(|e| e.contains("corp.com"));
+        let pro = props["plan"] == "pro";
+        assert_eq!(shared[3].enabled, pro && corp && us, "{props}");
+        assert_eq!(shared[7].enabled, (us && !corp) || corp, "{props}");
     }
 }

@@ -13,6 +13,7 @@ use super::coverage::ReadKeys;
 use super::evaluation::EvaluationPlan;
 use super::model::{CohortDefinition, FlagDefinition};
 use super::records::{FlagRecords, SledFlags};
+use super::request::Selection;
 use super::v2_entry::V2Entry;
 use corvid_activity::{ActivityEntry, Actor, Recorded};
 use corvid_kernel::StoreError;
@@ -39,6 +40,8 @@ pub struct ProjectFlags {
     /// The person and group property keys the flags read, when a request that sends them all
     /// needs no stored person or group (see [`super::coverage`]).
     pub read_keys: Option<ReadKeys>,
+    /// Per flag (same index as `flags`), what choosing it for a request reads.
+    pub selection: Vec<Selection>,
 }
 
 impl ProjectFlags {
@@ -53,8 +56,10 @@ impl ProjectFlags {
         by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
         let v2_entries = flags.iter().map(V2Entry::new).collect();
         let read_keys = super::coverage::read_keys(&flags, &cohorts, &static_members);
+        let selection = flags.iter().map(Selection::of).collect();
         ProjectFlags {
             read_keys,
+            selection,
             flags,
             cohorts,
             static_members,

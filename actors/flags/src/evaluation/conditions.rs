@@ -10,6 +10,10 @@ use crate::Subject;
 
 /// Plain filters first (in order), then cohort filters; all must match. `slots` are the
 /// condition's filters' places in the request's shared outcomes (empty: none shared).
+///
+/// A filter with a slot is a person filter (group, cohort and flag filters have none), so its
+/// outcome is read without reading the filter itself: with hundreds of flags most outcomes
+/// are already known, and each filter (its type text above all) read was a cache miss.
 pub(super) fn condition_properties_match(
     condition: &Condition,
     aggregation: Option<u8>,
@@ -18,8 +22,17 @@ pub(super) fn condition_properties_match(
     slots: &[u32],
 ) -> bool {
     let is_cohort = |f: &PropertyFilter| f.kind.as_deref() == Some("cohort");
+    let mut has_cohort = false;
     for (position, filter) in condition.properties.iter().enumerate() {
+        if let Some(&slot) = slots.get(position).filter(|&&slot| slot != NO_SLOT) {
+            let person = || match_property(filter, &subject.person_properties, &env.ctx);
+            if !env.filters.outcome(slot, person) {
+                return false;
+            }
+            continue;
+        }
         if is_cohort(filter) {
+            has_cohort = true;
             continue;
         }
         let matched = match filter.kind.as_deref() {
@@ -37,17 +50,14 @@ pub(super) fn condition_properties_match(
                 }
             }
             Some("flag") => dependency_matches(filter, env),
-            _ => {
-                let person = || match_property(filter, &subject.person_properties, &env.ctx);
-                match slots.get(position) {
-                    Some(&slot) if slot != NO_SLOT => env.filters.outcome(slot, person),
-                    _ => person(),
-                }
-            }
+            _ => match_property(filter, &subject.person_properties, &env.ctx),
         };
         if !matched {
             return false;
         }
+    }
+    if !has_cohort {
+        return true;
     }
     condition
         .properties

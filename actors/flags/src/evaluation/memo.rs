@@ -21,9 +21,17 @@ const MATCHED: u8 = 1;
 const UNMATCHED: u8 = 2;
 
 /// Per flag, per condition, per filter: the filter's slot. Built once per definitions snapshot.
+///
+/// Kept as three dense arrays rather than a vector of boxed slices per condition: a request
+/// reads every flag's slots, and with hundreds of flags one heap block per flag and per
+/// condition was a cache miss each, a large share of evaluation's own time.
 #[derive(Debug, Clone, Default)]
 pub(super) struct FilterSlots {
-    by_flag: Vec<Vec<Box<[u32]>>>,
+    /// Flag `i`'s conditions are `conditions[first_condition[i]..first_condition[i + 1]]`.
+    first_condition: Vec<u32>,
+    /// Per condition, its filters' slots as a range of `slots`.
+    conditions: Vec<(u32, u32)>,
+    slots: Vec<u32>,
     distinct: usize,
 }
 
@@ -32,26 +40,27 @@ impl FilterSlots {
     /// (key, operator, value, type, negation, group type) share one.
     pub(super) fn new(flags: &[&FlagDefinition]) -> FilterSlots {
         let mut interned: HashMap<String, u32> = HashMap::new();
-        let by_flag = flags
-            .iter()
-            .map(|flag| {
-                flag.filters
-                    .groups
-                    .iter()
-                    .map(|condition| {
-                        condition
-                            .properties
-                            .iter()
-                            .map(|filter| slot_of(filter, &mut interned))
-                            .collect()
-                    })
-                    .collect()
-            })
-            .collect();
-        FilterSlots {
-            by_flag,
-            distinct: interned.len(),
+        let mut built = FilterSlots::default();
+        for flag in flags {
+            built
+                .first_condition
+                .push(index_u32(built.conditions.len()));
+            for condition in &flag.filters.groups {
+                let start = index_u32(built.slots.len());
+                built.slots.extend(
+                    condition
+                        .properties
+                        .iter()
+                        .map(|filter| slot_of(filter, &mut interned)),
+                );
+                built.conditions.push((start, index_u32(built.slots.len())));
+            }
         }
+        built
+            .first_condition
+            .push(index_u32(built.conditions.len()));
+        built.distinct = interned.len();
+        built
     }
 
     /// A request's memo: every outcome unknown.
@@ -61,11 +70,23 @@ impl FilterSlots {
 
     /// The memo of flag `index`'s conditions over `outcomes`.
     pub(super) fn for_flag<'a>(&'a self, index: usize, outcomes: &'a [Cell<u8>]) -> FilterMemo<'a> {
+        let range = |at: usize| self.first_condition.get(at).map(|&c| c as usize);
+        let conditions = match (range(index), range(index + 1)) {
+            (Some(start), Some(end)) => self.conditions.get(start..end).unwrap_or_default(),
+            _ => &[],
+        };
         FilterMemo {
-            conditions: self.by_flag.get(index).map_or(&[], Vec::as_slice),
+            conditions,
+            slots: &self.slots,
             outcomes,
         }
     }
+}
+
+/// An index into the slot arrays. A set never has 2^32 filters (snapshots are bounded far
+/// below); saturating keeps the arrays consistent if one ever did (its slots read as empty).
+fn index_u32(index: usize) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
 }
 
 fn slot_of(filter: &PropertyFilter, interned: &mut HashMap<String, u32>) -> u32 {
@@ -85,14 +106,19 @@ fn slot_of(filter: &PropertyFilter, interned: &mut HashMap<String, u32>) -> u32 
 /// filter is matched where it stands).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FilterMemo<'a> {
-    conditions: &'a [Box<[u32]>],
+    /// The flag's conditions, as ranges of `slots`.
+    conditions: &'a [(u32, u32)],
+    slots: &'a [u32],
     outcomes: &'a [Cell<u8>],
 }
 
 impl<'a> FilterMemo<'a> {
     /// The slots of the flag's condition `index` (empty: none shared).
     pub(super) fn condition(&self, index: usize) -> &'a [u32] {
-        self.conditions.get(index).map_or(&[], |slots| slots)
+        self.conditions
+            .get(index)
+            .and_then(|&(start, end)| self.slots.get(start as usize..end as usize))
+            .unwrap_or_default()
     }
 
     /// The outcome of the filter in `slot`, matched by `compute` the first time this request.
