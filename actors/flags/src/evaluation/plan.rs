@@ -30,6 +30,9 @@ pub struct EvaluationPlan {
     /// evaluation. By index, so a request asks no hash per flag (a set of ids cost a SipHash
     /// each, 3 % of `/flags` with 300 flags).
     depended_on: Vec<bool>,
+    /// How many flags others depend on: the room a request's map of their values is made
+    /// with, so it is not grown (rehashed) flag by flag.
+    depended_on_count: usize,
     /// Where each person filter's outcome is kept during a request (identical filters share).
     filters: FilterSlots,
 }
@@ -79,9 +82,10 @@ impl EvaluationPlan {
             }
         }
         let wanted: HashSet<i64> = deps.into_iter().flatten().collect();
-        let depended_on = flags.iter().map(|f| wanted.contains(&f.id)).collect();
+        let depended_on: Vec<bool> = flags.iter().map(|f| wanted.contains(&f.id)).collect();
         EvaluationPlan {
             order,
+            depended_on_count: depended_on.iter().filter(|&&d| d).count(),
             depended_on,
             filters: FilterSlots::new(flags),
         }
@@ -110,7 +114,8 @@ pub fn evaluate_slots(
     cohorts: &HashMap<i64, CohortDefinition>,
     ctx: MatchContext,
 ) -> (Vec<Option<Evaluation>>, bool) {
-    let mut values = FlagValues::default();
+    let mut values =
+        FlagValues::with_capacity_and_hasher(plan.depended_on_count, Default::default());
     let cohort_memo = CohortMemo::default();
     let outcomes = plan.filters.outcomes();
     let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
