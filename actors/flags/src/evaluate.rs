@@ -135,23 +135,24 @@ pub fn selected_flags(
     runtime: Option<Runtime>,
 ) -> Vec<usize> {
     let runtime = request.evaluation_runtime.or(runtime);
+    // Room for every flag: nearly every request selects all of them, and growing the list
+    // flag by flag copied it several times per request at hundreds of flags.
+    let mut selected = Vec::with_capacity(snapshot.flags.len());
     // The definitions are read only for what the dense per-flag selection does not hold.
-    (0..snapshot.flags.len())
-        .filter(|&i| {
-            let Some(s) = snapshot.selection.get(i) else {
-                return false;
-            };
-            s.active
-                && (!request.only_survey_flags || s.survey)
-                && runtime_allows(runtime, s.runtime)
-                && (!s.has_contexts
-                    || contexts_allow(&snapshot.flags[i], &request.evaluation_contexts))
-                && request
-                    .flag_keys
-                    .as_ref()
-                    .is_none_or(|keys| keys.contains(&snapshot.flags[i].key))
-        })
-        .collect()
+    selected.extend((0..snapshot.flags.len()).filter(|&i| {
+        let Some(s) = snapshot.selection.get(i) else {
+            return false;
+        };
+        s.active
+            && (!request.only_survey_flags || s.survey)
+            && runtime_allows(runtime, s.runtime)
+            && (!s.has_contexts || contexts_allow(&snapshot.flags[i], &request.evaluation_contexts))
+            && request
+                .flag_keys
+                .as_ref()
+                .is_none_or(|keys| keys.contains(&snapshot.flags[i].key))
+    }));
+    selected
 }
 
 /// Whether a flag reads anything the request did not supply (stored person or group

@@ -25,6 +25,15 @@ pub const FALLBACK_CONFIG: &str = "\"config\":{\"enable_collect_everything\":tru
     \"surveys\":false,\"heatmaps\":false,\"capturePerformance\":false,\
     \"autocaptureExceptions\":false";
 
+/// Headers only browsers send: their presence marks a request from a client runtime. Names
+/// made once, not parsed from text on every request.
+const BROWSER_HEADERS: [header::HeaderName; 4] = [
+    header::ORIGIN,
+    header::REFERER,
+    header::HeaderName::from_static("sec-fetch-mode"),
+    header::HeaderName::from_static("sec-fetch-site"),
+];
+
 /// Which endpoint answers: they differ only in response shapes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Endpoint {
@@ -211,9 +220,9 @@ async fn evaluate_http(
     req.extensions_mut().insert(RequestProject(project.id));
     let caller = Caller {
         user_agent: header_string(&req, header::USER_AGENT),
-        browser_headers: ["origin", "referer", "sec-fetch-mode", "sec-fetch-site"]
+        browser_headers: BROWSER_HEADERS
             .iter()
-            .any(|h| req.headers().contains_key(*h)),
+            .any(|h| req.headers().contains_key(h)),
         ip: crate::http::client_addr(&req),
     };
     let evaluated = match state

@@ -1,7 +1,7 @@
 //! The shapes of a flags answer: `v=2` (written as bytes by [`super::v2`]), the legacy
 //! `/flags` map and the `/decide` list and map.
 
-use actix_web::http::header;
+use actix_web::http::{header, StatusCode};
 use actix_web::HttpResponse;
 use chrono::Utc;
 use corvid_flags::FlagsOutcome;
@@ -9,11 +9,17 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 
-/// The `v=2` response (the hot path: written straight into bytes, see [`super::v2`]).
+/// The `v=2` response (the hot path: written straight into bytes, see [`super::v2`]). The
+/// content type is a static value: a typed `ContentType` is formatted and checked as text on
+/// every answer.
 pub fn v2_response(outcome: &FlagsOutcome, config: Option<&str>) -> HttpResponse {
-    HttpResponse::Ok()
-        .insert_header(header::ContentType::json())
-        .body(super::v2::write(outcome, config))
+    let mut response = HttpResponse::with_body(StatusCode::OK, super::v2::write(outcome, config))
+        .map_into_boxed_body();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 pub fn legacy_body(outcome: &FlagsOutcome) -> Value {
