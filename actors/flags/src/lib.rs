@@ -64,7 +64,7 @@ use corvid_activity::ActivityRecords;
 use corvid_kernel::wire::WireInput;
 use corvid_persons::PersonStore;
 use corvid_tenancy::Tenancy;
-use request::{decode_body, parse_request, FlagRequest};
+use request::FlagRequest;
 
 /// Keys of the flags surveys own start with this (PostHog's `SURVEY_TARGETING_FLAG_PREFIX`):
 /// `/flags?only_evaluate_survey_feature_flags=true` evaluates only these, and requests that
@@ -121,7 +121,7 @@ impl Flags {
         input: WireInput<'_>,
         max_decompressed: usize,
     ) -> Result<FlagRequest, FlagRequestError> {
-        parse_request(decode_body(input, max_decompressed)?)
+        request::decode_request(input, max_decompressed)
     }
 }
 

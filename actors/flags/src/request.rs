@@ -1,6 +1,8 @@
 //! `/flags` request decoding and parsing (`PostHog/posthog:rust/feature-flags/src/flags/flag_request.rs`), and the runtime and
 //! evaluation-context filters (§7.1–7.2).
 
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::model::FlagDefinition;
@@ -37,24 +39,148 @@ pub struct FlagRequest {
     pub only_survey_flags: bool,
 }
 
-/// Decodes a `/flags` body with the wire decoder capture uses, then parses its JSON.
-pub fn decode_body(input: WireInput<'_>, limit: usize) -> Result<Value, FlagRequestError> {
+/// Decodes a `/flags` body with the wire decoder capture uses, then reads its JSON straight
+/// into a request: members other than the fields are skipped unbuilt, and the fields are not
+/// collected into a map first.
+pub fn decode_request(input: WireInput<'_>, limit: usize) -> Result<FlagRequest, FlagRequestError> {
     let text = decode_text(input, limit).map_err(|err| match err {
         WireError::TooLarge { limit } => FlagRequestError::TooLarge(limit),
         other => FlagRequestError::Decoding(other.to_string()),
     })?;
-    serde_json::from_str(&text).map_err(|e| FlagRequestError::Parsing(e.to_string()))
+    serde_json::from_str::<Fields>(&text)
+        .map_err(|e| FlagRequestError::Parsing(e.to_string()))?
+        .into_request()
 }
 
-/// Takes the first of `names` present with a non-null value out of `obj` (moved, not cloned:
-/// property maps are the larger part of a request).
-fn take_first(obj: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
-    let name = names
-        .iter()
-        .find(|n| obj.get(**n).is_some_and(|v| !v.is_null()))?;
-    obj.remove(*name)
+/// The fields a body is read for, each with PostHog's names for it, preferred first: a field
+/// takes the first of its names given with a non-null value.
+const FIELDS: [&[&str]; 12] = [
+    &["token", "api_key", "$token"],
+    &["distinct_id", "$distinct_id"],
+    &["groups", "$groups"],
+    &["person_properties", "$properties"],
+    &["group_properties", "$group_properties"],
+    &["anon_distinct_id", "$anon_distinct_id"],
+    &["device_id", "$device_id"],
+    &["flag_keys_to_evaluate", "flag_keys"],
+    &["evaluation_contexts", "evaluation_environments"],
+    &["evaluation_runtime"],
+    &["geoip_disable"],
+    &["disable_flags"],
+];
+const TOKEN: usize = 0;
+const DISTINCT_ID: usize = 1;
+const GROUPS: usize = 2;
+const PERSON_PROPERTIES: usize = 3;
+const GROUP_PROPERTIES: usize = 4;
+const ANON_DISTINCT_ID: usize = 5;
+const DEVICE_ID: usize = 6;
+const FLAG_KEYS: usize = 7;
+const EVALUATION_CONTEXTS: usize = 8;
+const EVALUATION_RUNTIME: usize = 9;
+const GEOIP_DISABLE: usize = 10;
+const DISABLE_FLAGS: usize = 11;
+/// The most names a field has.
+const MAX_NAMES: usize = 3;
+
+/// The values a body gave under each name of each field (a name given twice keeps its last
+/// value, as a JSON object read into a map does).
+#[derive(Default)]
+struct Fields([[Option<Value>; MAX_NAMES]; FIELDS.len()]);
+
+impl Fields {
+    /// The field's value under its first name given a non-null value.
+    fn take(&mut self, field: usize) -> Option<Value> {
+        self.0
+            .get_mut(field)?
+            .iter_mut()
+            .find(|v| v.as_ref().is_some_and(|v| !v.is_null()))?
+            .take()
+    }
+
+    fn into_request(mut self) -> Result<FlagRequest, FlagRequestError> {
+        let request = FlagRequest {
+            token: self.take(TOKEN).and_then(text),
+            distinct_id: self.take(DISTINCT_ID).and_then(text).map(truncated),
+            groups: object(self.take(GROUPS)),
+            person_properties: object(self.take(PERSON_PROPERTIES)),
+            group_properties: object(self.take(GROUP_PROPERTIES)),
+            anon_distinct_id: self.take(ANON_DISTINCT_ID).and_then(text),
+            device_id: self.take(DEVICE_ID).and_then(text),
+            flag_keys: self.take(FLAG_KEYS).map(|v| strings(Some(v))),
+            evaluation_contexts: strings(self.take(EVALUATION_CONTEXTS)),
+            evaluation_runtime: self
+                .take(EVALUATION_RUNTIME)
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(Runtime::parse),
+            geoip_disable: matches!(self.take(GEOIP_DISABLE), Some(Value::Bool(true))),
+            disable_flags: matches!(self.take(DISABLE_FLAGS), Some(Value::Bool(true))),
+            only_survey_flags: false,
+        };
+        if request.distinct_id.is_none() && !request.disable_flags {
+            return Err(FlagRequestError::MissingDistinctId);
+        }
+        Ok(request)
+    }
 }
 
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Error> {
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+struct FieldsVisitor;
+
+impl<'de> Visitor<'de> for FieldsVisitor {
+    type Value = Fields;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+        let mut fields = Fields::default();
+        while let Some(name) = map.next_key_seed(FieldName)? {
+            match name.and_then(|(field, at)| fields.0.get_mut(field)?.get_mut(at)) {
+                Some(slot) => *slot = Some(map.next_value()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// A member's name as (field, position among the field's names); `None`: not a field.
+struct FieldName;
+
+impl<'de> DeserializeSeed<'de> for FieldName {
+    type Value = Option<(usize, usize)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for FieldName {
+    type Value = Option<(usize, usize)>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(FIELDS
+            .iter()
+            .enumerate()
+            .find_map(|(field, names)| names.iter().position(|n| *n == name).map(|at| (field, at))))
+    }
+}
+
+/// A string field's text (numbers are accepted as their text).
 fn text(v: Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s),
@@ -83,43 +209,6 @@ fn truncated(id: String) -> String {
         return id;
     }
     id.chars().take(200).collect()
-}
-
-/// Reads the fields of a decoded body, accepting PostHog's aliases.
-pub fn parse_request(value: Value) -> Result<FlagRequest, FlagRequestError> {
-    let Value::Object(mut obj) = value else {
-        return Err(FlagRequestError::Parsing("expected a JSON object".into()));
-    };
-    let obj = &mut obj;
-    let request = FlagRequest {
-        token: take_first(obj, &["token", "api_key", "$token"]).and_then(text),
-        distinct_id: take_first(obj, &["distinct_id", "$distinct_id"])
-            .and_then(text)
-            .map(truncated),
-        groups: object(take_first(obj, &["groups", "$groups"])),
-        person_properties: object(take_first(obj, &["person_properties", "$properties"])),
-        group_properties: object(take_first(obj, &["group_properties", "$group_properties"])),
-        anon_distinct_id: take_first(obj, &["anon_distinct_id", "$anon_distinct_id"])
-            .and_then(text),
-        device_id: take_first(obj, &["device_id", "$device_id"]).and_then(text),
-        flag_keys: take_first(obj, &["flag_keys_to_evaluate", "flag_keys"])
-            .map(|v| strings(Some(v))),
-        evaluation_contexts: strings(take_first(
-            obj,
-            &["evaluation_contexts", "evaluation_environments"],
-        )),
-        evaluation_runtime: take_first(obj, &["evaluation_runtime"])
-            .as_ref()
-            .and_then(Value::as_str)
-            .map(Runtime::parse),
-        geoip_disable: matches!(obj.get("geoip_disable"), Some(Value::Bool(true))),
-        disable_flags: matches!(obj.get("disable_flags"), Some(Value::Bool(true))),
-        only_survey_flags: false,
-    };
-    if request.distinct_id.is_none() && !request.disable_flags {
-        return Err(FlagRequestError::MissingDistinctId);
-    }
-    Ok(request)
 }
 
 /// Where the flags will be used.
@@ -230,6 +319,52 @@ mod tests {
             && (!selection.has_contexts || contexts_allow(flag, contexts))
     }
 
+    /// A body of JSON text, read as `/flags` reads one.
+    fn parse_request(value: Value) -> Result<FlagRequest, FlagRequestError> {
+        parse_text(&value.to_string())
+    }
+
+    fn parse_text(body: &str) -> Result<FlagRequest, FlagRequestError> {
+        let input = WireInput {
+            body: body.as_bytes(),
+            ..WireInput::default()
+        };
+        decode_request(input, 1 << 20)
+    }
+
+    #[test]
+    fn a_field_takes_its_first_name_given_a_value() {
+        // A null under the preferred name gives way to the next name; the last of a repeated
+        // name counts, as in a JSON object read into a map.
+        let r = parse_text(
+            r#"{"token": null, "api_key": "k1", "$token": "k2", "distinct_id": "a",
+                "distinct_id": "b", "extra": {"deep": [1, {"x": null}]},
+                "$properties": {"plan": "pro"}, "geoip_disable": true, "disable_flags": "yes"}"#,
+        )
+        .expect("ok");
+        assert_eq!(r.token.as_deref(), Some("k1"));
+        assert_eq!(r.distinct_id.as_deref(), Some("b"));
+        assert_eq!(r.person_properties.get("plan"), Some(&json!("pro")));
+        assert!(r.geoip_disable && !r.disable_flags);
+        let r = parse_text(r#"{"distinct_id": "a", "distinct_id": null, "$distinct_id": "c"}"#)
+            .expect("ok");
+        assert_eq!(r.distinct_id.as_deref(), Some("c"));
+        let r = parse_text(r#"{"disable_flags": true, "evaluation_runtime": "server"}"#)
+            .expect("no distinct id needed");
+        assert_eq!(r.evaluation_runtime, Some(Runtime::Server));
+        for bad in [
+            r#"["token"]"#,
+            r#""text""#,
+            r#"{"token": "t""#,
+            r#"{"a": 1} x"#,
+        ] {
+            assert!(
+                matches!(parse_text(bad), Err(FlagRequestError::Parsing(_))),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn aliases_numbers_and_truncation() {
         let r = parse_request(json!({"$token": "phc_x", "$distinct_id": 8675309, "evaluation_environments": ["web"], "flag_keys_to_evaluate": ["a"]})).expect("ok");
@@ -250,7 +385,7 @@ mod tests {
     #[test]
     fn bodies_in_every_encoding() {
         let decode = |body: &[u8], compression: Option<&str>, ct: Option<&str>| {
-            decode_body(
+            decode_request(
                 WireInput {
                     body,
                     query_compression: compression,
@@ -266,13 +401,16 @@ mod tests {
             None,
         )
         .expect("base64");
-        assert_eq!(v, json!({"token": "test", "distinct_id": "user"}));
+        assert_eq!(
+            (v.token.as_deref(), v.distinct_id.as_deref()),
+            (Some("test"), Some("user"))
+        );
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         std::io::Write::write_all(&mut gz, br#"{"token":"t","distinct_id":"d"}"#).expect("gz");
         let gz = gz.finish().expect("gz");
         assert_eq!(
-            decode(&gz, None, None).expect("magic bytes")["distinct_id"],
-            "d"
+            decode(&gz, None, None).expect("magic bytes").distinct_id,
+            Some("d".to_string())
         );
         let form = format!(
             "data={}",
@@ -286,7 +424,7 @@ mod tests {
             Some("application/x-www-form-urlencoded"),
         )
         .expect("form");
-        assert_eq!(v["distinct_id"], "f");
+        assert_eq!(v.distinct_id.as_deref(), Some("f"));
         let lz = format!(
             "data={}",
             lz_str::compress_to_base64(r#"{"token":"t","distinct_id":"lz"}"#).replace('+', "%2B")
@@ -297,7 +435,7 @@ mod tests {
             Some("application/x-www-form-urlencoded"),
         )
         .expect("lz64");
-        assert_eq!(v["distinct_id"], "lz");
+        assert_eq!(v.distinct_id.as_deref(), Some("lz"));
         assert!(matches!(
             decode(b"{nope", None, None),
             Err(FlagRequestError::Parsing(_))
