@@ -8,8 +8,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use actix_web::http::header::{HeaderMap, FORWARDED};
+use actix_web::http::header::{HeaderMap, HeaderName, FORWARDED};
 use ipnetwork::IpNetwork;
+
+/// `X-Forwarded-For`, named once rather than parsed from text on every request.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The client address of a request from `peer` carrying `headers`.
 pub fn resolve(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNetwork]) -> Option<IpAddr> {
@@ -53,7 +56,7 @@ fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
         return forwarded;
     }
     headers
-        .get_all("x-forwarded-for")
+        .get_all(X_FORWARDED_FOR)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(parse_hop)
