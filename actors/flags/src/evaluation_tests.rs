@@ -131,6 +131,29 @@ fn reasons_payloads_and_variant_overrides() {
         eval(&off, &subject("u", json!({}))).reason.code,
         "flag_disabled"
     );
+    // A group condition skipped for want of the group, then a person condition that does not
+    // match: no match, saying the group conditions were not evaluated.
+    let mixed = flag(json!({"id": 6, "key": "mixed", "filters": {"groups": [
+        {"aggregation_group_type_index": 0, "properties": [], "rollout_percentage": 100},
+        {"properties": [{"key": "plan", "value": "pro", "operator": "exact", "type": "person"}]}
+    ]}}));
+    let skipped = eval(&mixed, &subject("u", json!({"plan": "free"})));
+    assert_eq!(
+        (skipped.enabled, skipped.reason.code, skipped.reason.condition_index),
+        (false, ReasonCode::NoConditionMatch, Some(1))
+    );
+    assert_eq!(
+        skipped.reason.description(),
+        "No matching condition set (group conditions were not evaluated because no group type was provided)"
+    );
+    let plain = eval(&empty_but_person(), &subject("u", json!({"plan": "free"})));
+    assert_eq!(plain.reason.description(), "No matching condition set");
+}
+
+fn empty_but_person() -> FlagDefinition {
+    flag(json!({"id": 7, "key": "person-only", "filters": {"groups": [
+        {"properties": [{"key": "plan", "value": "pro", "operator": "exact", "type": "person"}]}
+    ]}}))
 }
 
 #[test]

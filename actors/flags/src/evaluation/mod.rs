@@ -250,14 +250,32 @@ pub struct Environment<'a> {
     pub filters: FilterMemo<'a>,
 }
 
-/// Evaluates one flag.
+/// Evaluates one flag (the tests' form of [`evaluate_flag_into`]).
+#[cfg(test)]
 pub fn evaluate_flag(
     flag: &FlagDefinition,
     subject: &Subject,
     env: &Environment<'_>,
 ) -> Evaluation {
+    let mut out = not_enabled(reason(ReasonCode::FlagDisabled, None));
+    evaluate_flag_into(flag, subject, env, &mut out);
+    out
+}
+
+/// [`evaluate_flag`], written into `out` (a request's result slot) in place. Returned by
+/// value, an evaluation was built on the stack and copied into its slot right after its
+/// flags were stored one byte at a time: the copy's wide reads waited for those stores (a
+/// store-forwarding stall on every flag, a large share of evaluation's own time at hundreds
+/// of flags).
+pub fn evaluate_flag_into(
+    flag: &FlagDefinition,
+    subject: &Subject,
+    env: &Environment<'_>,
+    out: &mut Evaluation,
+) {
     if !flag.active || flag.deleted {
-        return not_enabled(reason(ReasonCode::FlagDisabled, None));
+        *out = not_enabled(reason(ReasonCode::FlagDisabled, None));
+        return;
     }
     let filters = &flag.filters;
     let payload_for = |key: &str| filters.payloads.get(key).cloned();
@@ -267,13 +285,14 @@ pub fn evaluate_flag(
         let enrollment_key = format!("$feature_enrollment/{}", flag.key);
         if let Some(value) = subject.person_properties.get(&enrollment_key) {
             let enabled = matches!(value, Value::Bool(true)) || value.as_str() == Some("true");
-            return Evaluation {
+            *out = Evaluation {
                 enabled,
                 variant: None,
                 reason: reason(ReasonCode::SuperConditionValue, Some(0)),
                 payload: enabled.then(|| payload_for("true")).flatten(),
                 failed: false,
             };
+            return;
         }
     } else if let Some(gate) = filters.super_groups.first() {
         let relevant = gate
@@ -284,13 +303,14 @@ pub fn evaluate_flag(
             let identifier = person_identifier(flag, subject).unwrap_or_default();
             let enabled = condition_properties_match(gate, None, subject, env, &[])
                 && in_rollout(&flag.key, identifier, gate.rollout_percentage);
-            return Evaluation {
+            *out = Evaluation {
                 enabled,
                 variant: None,
                 reason: reason(ReasonCode::SuperConditionValue, Some(0)),
                 payload: enabled.then(|| payload_for("true")).flatten(),
                 failed: false,
             };
+            return;
         }
     }
 
@@ -307,19 +327,22 @@ pub fn evaluate_flag(
             let excluded = percentage >= 100.0 || holdout_hash(identifier) <= percentage / 100.0;
             if excluded {
                 let variant = format!("holdout-{}", holdout.id);
-                return Evaluation {
+                *out = Evaluation {
                     enabled: true,
                     payload: payload_for(&variant),
                     variant: Some(variant),
                     reason: reason(ReasonCode::HoldoutConditionValue, None),
                     failed: false,
                 };
+                return;
             }
         }
     }
 
     // 3. Conditions in stored order; the first match wins.
-    let mut best = reason(ReasonCode::NoGroupType, None);
+    // The best non-match so far, as plain values (a `Reason` kept on the stack was copied
+    // with its padding into the slot, a store-forwarding stall on every flag that misses).
+    let mut best: (ReasonCode, Option<usize>) = (ReasonCode::NoGroupType, None);
     let mut skipped_group_condition = false;
     for (index, condition) in filters.groups.iter().enumerate() {
         let aggregation = condition
@@ -334,25 +357,25 @@ pub fn evaluate_flag(
                 Some(group) if !group.key.is_empty() => group.key.as_str(),
                 _ => {
                     skipped_group_condition = true;
-                    best = better(best, reason(ReasonCode::NoGroupType, Some(index)));
+                    best = better(best, (ReasonCode::NoGroupType, Some(index)));
                     continue;
                 }
             },
             None => match person_identifier(flag, subject) {
                 Some(id) => id,
                 None => {
-                    best = better(best, reason(ReasonCode::OutOfRolloutBound, Some(index)));
+                    best = better(best, (ReasonCode::OutOfRolloutBound, Some(index)));
                     continue;
                 }
             },
         };
         let slots = env.filters.condition(index);
         if !condition_properties_match(condition, aggregation, subject, env, slots) {
-            best = better(best, reason(ReasonCode::NoConditionMatch, Some(index)));
+            best = better(best, (ReasonCode::NoConditionMatch, Some(index)));
             continue;
         }
         if !in_rollout(&flag.key, identifier, condition.rollout_percentage) {
-            best = better(best, reason(ReasonCode::OutOfRolloutBound, Some(index)));
+            best = better(best, (ReasonCode::OutOfRolloutBound, Some(index)));
             continue;
         }
         let variant = condition
@@ -366,18 +389,22 @@ pub fn evaluate_flag(
             })
             .or_else(|| pick_variant(flag, identifier));
         let payload = payload_for(variant.as_deref().unwrap_or("true"));
-        return Evaluation {
+        *out = Evaluation {
             enabled: true,
             variant,
             reason: reason(ReasonCode::ConditionMatch, Some(index)),
             payload,
             failed: false,
         };
+        return;
     }
-    if best.code == ReasonCode::NoConditionMatch && skipped_group_condition {
-        best.detail = Some("No matching condition set (group conditions were not evaluated because no group type was provided)");
-    }
-    not_enabled(best)
+    let (code, condition_index) = best;
+    *out = not_enabled(Reason {
+        code,
+        condition_index,
+        detail: (code == ReasonCode::NoConditionMatch && skipped_group_condition)
+            .then_some("No matching condition set (group conditions were not evaluated because no group type was provided)"),
+    });
 }
 
 fn not_enabled(reason: Reason) -> Evaluation {
@@ -390,8 +417,11 @@ fn not_enabled(reason: Reason) -> Evaluation {
     }
 }
 
-fn better(current: Reason, candidate: Reason) -> Reason {
-    if candidate.code.priority() >= current.code.priority() {
+fn better(
+    current: (ReasonCode, Option<usize>),
+    candidate: (ReasonCode, Option<usize>),
+) -> (ReasonCode, Option<usize>) {
+    if candidate.0.priority() >= current.0.priority() {
         candidate
     } else {
         current

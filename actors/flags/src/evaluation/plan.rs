@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 use super::super::model::{CohortDefinition, FlagDefinition};
 use super::super::properties::MatchContext;
 use super::memo::FilterSlots;
-use super::{evaluate_flag, not_enabled, reason, CohortMemo, Environment, FlagValues, ReasonCode};
+use super::{
+    evaluate_flag_into, not_enabled, reason, CohortMemo, Environment, FlagValues, ReasonCode,
+};
 use crate::{Evaluation, Subject};
 
 /// The ids a flag depends on (flag filters in its conditions).
@@ -121,7 +123,12 @@ pub fn evaluate_slots(
     let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
     let mut errors = false;
     for &(i, usable, all_exist) in &plan.order {
-        let evaluation = if usable {
+        let Some(slot) = results.get_mut(i) else {
+            continue;
+        };
+        // Evaluated in its slot (see `evaluate_flag_into`).
+        let evaluation = slot.insert(not_enabled(reason(ReasonCode::MissingDependency, None)));
+        if usable {
             let env = Environment {
                 cohorts,
                 flag_values: &values,
@@ -129,16 +136,14 @@ pub fn evaluate_slots(
                 cohort_memo: &cohort_memo,
                 filters: plan.filters.for_flag(i, &outcomes),
             };
-            evaluate_flag(flags[i], subject, &env)
+            evaluate_flag_into(flags[i], subject, &env, evaluation);
         } else {
             // Every dependency exists, yet they are unusable: a cycle (an error).
             errors |= all_exist;
-            not_enabled(reason(ReasonCode::MissingDependency, None))
-        };
+        }
         if plan.depended_on.get(i).copied().unwrap_or(false) {
             values.insert(flags[i].id, evaluation.value());
         }
-        results[i] = Some(evaluation);
     }
     for slot in results.iter_mut().filter(|r| r.is_none()) {
         *slot = Some(not_enabled(reason(ReasonCode::MissingDependency, None)));
