@@ -139,21 +139,27 @@ fn reasons_payloads_and_variant_overrides() {
     ]}}));
     let skipped = eval(&mixed, &subject("u", json!({"plan": "free"})));
     assert_eq!(
-        (skipped.enabled, skipped.reason.code, skipped.reason.condition_index),
+        (
+            skipped.enabled,
+            skipped.reason.code,
+            skipped.reason.condition_index
+        ),
         (false, ReasonCode::NoConditionMatch, Some(1))
     );
     assert_eq!(
         skipped.reason.description(),
         "No matching condition set (group conditions were not evaluated because no group type was provided)"
     );
-    let plain = eval(&empty_but_person(), &subject("u", json!({"plan": "free"})));
+    let plain = eval(&person_only_flag(), &subject("u", json!({"plan": "free"})));
     assert_eq!(plain.reason.description(), "No matching condition set");
 }
 
-fn empty_but_person() -> FlagDefinition {
-    flag(json!({"id": 7, "key": "person-only", "filters": {"groups": [
-        {"properties": [{"key": "plan", "value": "pro", "operator": "exact", "type": "person"}]}
-    ]}}))
+fn person_only_flag() -> FlagDefinition {
+    flag(
+        json!({"id": 7, "key": "person-only", "filters": {"groups": [
+            {"properties": [{"key": "plan", "value": "pro", "operator": "exact", "type": "person"}]}
+        ]}}),
+    )
 }
 
 #[test]
