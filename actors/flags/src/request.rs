@@ -52,47 +52,80 @@ pub fn decode_request(input: WireInput<'_>, limit: usize) -> Result<FlagRequest,
         .into_request()
 }
 
-/// The fields a body is read for, each with PostHog's names for it, preferred first: a field
-/// takes the first of its names given with a non-null value.
-const FIELDS: [&[&str]; 12] = [
-    &["token", "api_key", "$token"],
-    &["distinct_id", "$distinct_id"],
-    &["groups", "$groups"],
-    &["person_properties", "$properties"],
-    &["group_properties", "$group_properties"],
-    &["anon_distinct_id", "$anon_distinct_id"],
-    &["device_id", "$device_id"],
-    &["flag_keys_to_evaluate", "flag_keys"],
-    &["evaluation_contexts", "evaluation_environments"],
-    &["evaluation_runtime"],
-    &["geoip_disable"],
-    &["disable_flags"],
-];
-const TOKEN: usize = 0;
-const DISTINCT_ID: usize = 1;
-const GROUPS: usize = 2;
-const PERSON_PROPERTIES: usize = 3;
-const GROUP_PROPERTIES: usize = 4;
-const ANON_DISTINCT_ID: usize = 5;
-const DEVICE_ID: usize = 6;
-const FLAG_KEYS: usize = 7;
-const EVALUATION_CONTEXTS: usize = 8;
-const EVALUATION_RUNTIME: usize = 9;
-const GEOIP_DISABLE: usize = 10;
-const DISABLE_FLAGS: usize = 11;
+/// The fields a body is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Token,
+    DistinctId,
+    Groups,
+    PersonProperties,
+    GroupProperties,
+    AnonDistinctId,
+    DeviceId,
+    FlagKeys,
+    EvaluationContexts,
+    EvaluationRuntime,
+    GeoipDisable,
+    DisableFlags,
+}
+
 /// The most names a field has.
 const MAX_NAMES: usize = 3;
+
+impl Field {
+    const ALL: [Field; 12] = [
+        Field::Token,
+        Field::DistinctId,
+        Field::Groups,
+        Field::PersonProperties,
+        Field::GroupProperties,
+        Field::AnonDistinctId,
+        Field::DeviceId,
+        Field::FlagKeys,
+        Field::EvaluationContexts,
+        Field::EvaluationRuntime,
+        Field::GeoipDisable,
+        Field::DisableFlags,
+    ];
+
+    /// PostHog's names for the field, preferred first: a field takes the first of its names
+    /// given with a non-null value.
+    fn names(self) -> &'static [&'static str] {
+        match self {
+            Field::Token => &["token", "api_key", "$token"],
+            Field::DistinctId => &["distinct_id", "$distinct_id"],
+            Field::Groups => &["groups", "$groups"],
+            Field::PersonProperties => &["person_properties", "$properties"],
+            Field::GroupProperties => &["group_properties", "$group_properties"],
+            Field::AnonDistinctId => &["anon_distinct_id", "$anon_distinct_id"],
+            Field::DeviceId => &["device_id", "$device_id"],
+            Field::FlagKeys => &["flag_keys_to_evaluate", "flag_keys"],
+            Field::EvaluationContexts => &["evaluation_contexts", "evaluation_environments"],
+            Field::EvaluationRuntime => &["evaluation_runtime"],
+            Field::GeoipDisable => &["geoip_disable"],
+            Field::DisableFlags => &["disable_flags"],
+        }
+    }
+
+    /// The field a member name stands for, and the name's place among the field's names.
+    fn of(name: &str) -> Option<(Field, usize)> {
+        Field::ALL.iter().find_map(|&field| {
+            let at = field.names().iter().position(|n| *n == name)?;
+            Some((field, at))
+        })
+    }
+}
 
 /// The values a body gave under each name of each field (a name given twice keeps its last
 /// value, as a JSON object read into a map does).
 #[derive(Default)]
-struct Fields([[Option<Value>; MAX_NAMES]; FIELDS.len()]);
+struct Fields([[Option<Value>; MAX_NAMES]; Field::ALL.len()]);
 
 impl Fields {
     /// The field's value under its first name given a non-null value.
-    fn take(&mut self, field: usize) -> Option<Value> {
+    fn take(&mut self, field: Field) -> Option<Value> {
         self.0
-            .get_mut(field)?
+            .get_mut(field as usize)?
             .iter_mut()
             .find(|v| v.as_ref().is_some_and(|v| !v.is_null()))?
             .take()
@@ -100,22 +133,22 @@ impl Fields {
 
     fn into_request(mut self) -> Result<FlagRequest, FlagRequestError> {
         let request = FlagRequest {
-            token: self.take(TOKEN).and_then(text),
-            distinct_id: self.take(DISTINCT_ID).and_then(text).map(truncated),
-            groups: object(self.take(GROUPS)),
-            person_properties: object(self.take(PERSON_PROPERTIES)),
-            group_properties: object(self.take(GROUP_PROPERTIES)),
-            anon_distinct_id: self.take(ANON_DISTINCT_ID).and_then(text),
-            device_id: self.take(DEVICE_ID).and_then(text),
-            flag_keys: self.take(FLAG_KEYS).map(|v| strings(Some(v))),
-            evaluation_contexts: strings(self.take(EVALUATION_CONTEXTS)),
+            token: self.take(Field::Token).and_then(text),
+            distinct_id: self.take(Field::DistinctId).and_then(text).map(truncated),
+            groups: object(self.take(Field::Groups)),
+            person_properties: object(self.take(Field::PersonProperties)),
+            group_properties: object(self.take(Field::GroupProperties)),
+            anon_distinct_id: self.take(Field::AnonDistinctId).and_then(text),
+            device_id: self.take(Field::DeviceId).and_then(text),
+            flag_keys: self.take(Field::FlagKeys).map(|v| strings(Some(v))),
+            evaluation_contexts: strings(self.take(Field::EvaluationContexts)),
             evaluation_runtime: self
-                .take(EVALUATION_RUNTIME)
+                .take(Field::EvaluationRuntime)
                 .as_ref()
                 .and_then(Value::as_str)
                 .map(Runtime::parse),
-            geoip_disable: matches!(self.take(GEOIP_DISABLE), Some(Value::Bool(true))),
-            disable_flags: matches!(self.take(DISABLE_FLAGS), Some(Value::Bool(true))),
+            geoip_disable: matches!(self.take(Field::GeoipDisable), Some(Value::Bool(true))),
+            disable_flags: matches!(self.take(Field::DisableFlags), Some(Value::Bool(true))),
             only_survey_flags: false,
         };
         if request.distinct_id.is_none() && !request.disable_flags {
@@ -143,7 +176,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
         let mut fields = Fields::default();
         while let Some(name) = map.next_key_seed(FieldName)? {
-            match name.and_then(|(field, at)| fields.0.get_mut(field)?.get_mut(at)) {
+            match name.and_then(|(field, at)| fields.0.get_mut(field as usize)?.get_mut(at)) {
                 Some(slot) => *slot = Some(map.next_value()?),
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -158,7 +191,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
 struct FieldName;
 
 impl<'de> DeserializeSeed<'de> for FieldName {
-    type Value = Option<(usize, usize)>;
+    type Value = Option<(Field, usize)>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_str(self)
@@ -166,17 +199,14 @@ impl<'de> DeserializeSeed<'de> for FieldName {
 }
 
 impl Visitor<'_> for FieldName {
-    type Value = Option<(usize, usize)>;
+    type Value = Option<(Field, usize)>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a member name")
     }
 
     fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
-        Ok(FIELDS
-            .iter()
-            .enumerate()
-            .find_map(|(field, names)| names.iter().position(|n| *n == name).map(|at| (field, at))))
+        Ok(Field::of(name))
     }
 }
 
@@ -330,6 +360,18 @@ mod tests {
             ..WireInput::default()
         };
         decode_request(input, 1 << 20)
+    }
+
+    #[test]
+    fn every_field_has_a_slot_for_each_of_its_names() {
+        for (at, field) in Field::ALL.iter().enumerate() {
+            assert_eq!(*field as usize, at, "{field:?} is listed in its place");
+            assert!((1..=MAX_NAMES).contains(&field.names().len()), "{field:?}");
+            for (place, name) in field.names().iter().enumerate() {
+                assert_eq!(Field::of(name), Some((*field, place)));
+            }
+        }
+        assert_eq!(Field::of("unknown"), None);
     }
 
     #[test]
