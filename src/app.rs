@@ -108,6 +108,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .default_service(web::to(http::not_found))
     })
     .disable_signals()
+    .h1_write_buffer_size(config.server.write_buffer_bytes.get())
     .shutdown_timeout(config.server.shutdown_timeout.as_secs())
     .listen(listener)?;
     if let Some(workers) = config.server.workers {

@@ -535,6 +535,19 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_write_buffer_is_refused_at_load() {
+        let unset = Config::defaults();
+        assert_eq!(unset.server.write_buffer_bytes.get(), 256 * 1024);
+        // actix-web panics on a zero buffer when the server starts: refused with the
+        // configuration's other errors instead.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[server]\nwrite_buffer_bytes = 0\n").expect("write");
+        let err = Config::load(Some(&path), Overrides::default()).expect_err("zero");
+        assert!(err.to_string().contains("write_buffer_bytes"), "{err}");
+    }
+
+    #[test]
     fn every_example_config_parses() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         for entry in std::fs::read_dir(dir).expect("config dir") {

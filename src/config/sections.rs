@@ -26,6 +26,10 @@ pub struct ServerConfig {
     /// (`corvid_kernel::sched`), so that waking one does not take the core from the WAL
     /// writer or an ingest shard.
     pub batch_scheduling: bool,
+    /// What a connection keeps of its response buffer between responses, in bytes (actix's
+    /// `h1_write_buffer_size`; past 128 KiB it is also the retention limit). A buffer grown
+    /// past it is dropped after its response and grown again by the next.
+    pub write_buffer_bytes: NonZeroUsize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -340,9 +340,8 @@ pub fn evaluate_flag_into(
     }
 
     // 3. Conditions in stored order; the first match wins.
-    // The best non-match so far, as plain values (a `Reason` kept on the stack was copied
-    // with its padding into the slot, a store-forwarding stall on every flag that misses).
-    let mut best: (ReasonCode, Option<usize>) = (ReasonCode::NoGroupType, None);
+    // The best non-match so far, as two plain values updated in place (see `Best`).
+    let mut best = Best::default();
     let mut skipped_group_condition = false;
     for (index, condition) in filters.groups.iter().enumerate() {
         let aggregation = condition
@@ -357,25 +356,25 @@ pub fn evaluate_flag_into(
                 Some(group) if !group.key.is_empty() => group.key.as_str(),
                 _ => {
                     skipped_group_condition = true;
-                    best = better(best, (ReasonCode::NoGroupType, Some(index)));
+                    best.note(ReasonCode::NoGroupType, index);
                     continue;
                 }
             },
             None => match person_identifier(flag, subject) {
                 Some(id) => id,
                 None => {
-                    best = better(best, (ReasonCode::OutOfRolloutBound, Some(index)));
+                    best.note(ReasonCode::OutOfRolloutBound, index);
                     continue;
                 }
             },
         };
         let slots = env.filters.condition(index);
         if !condition_properties_match(condition, aggregation, subject, env, slots) {
-            best = better(best, (ReasonCode::NoConditionMatch, Some(index)));
+            best.note(ReasonCode::NoConditionMatch, index);
             continue;
         }
         if !in_rollout(&flag.key, identifier, condition.rollout_percentage) {
-            best = better(best, (ReasonCode::OutOfRolloutBound, Some(index)));
+            best.note(ReasonCode::OutOfRolloutBound, index);
             continue;
         }
         let variant = condition
@@ -398,7 +397,10 @@ pub fn evaluate_flag_into(
         };
         return;
     }
-    let (code, condition_index) = best;
+    let Best {
+        code,
+        condition_index,
+    } = best;
     *out = not_enabled(Reason {
         code,
         condition_index,
@@ -417,14 +419,32 @@ fn not_enabled(reason: Reason) -> Evaluation {
     }
 }
 
-fn better(
-    current: (ReasonCode, Option<usize>),
-    candidate: (ReasonCode, Option<usize>),
-) -> (ReasonCode, Option<usize>) {
-    if candidate.0.priority() >= current.0.priority() {
-        candidate
-    } else {
-        current
+/// The reason a flag that matched no condition reports: the highest-priority miss, the later
+/// condition among equals. Updated field by field, so it stays in registers: chosen as a whole
+/// between two values in memory, it was copied right after one of them was written a byte at
+/// a time, a store-forwarding stall on every condition that missed.
+#[derive(Debug, Clone, Copy)]
+struct Best {
+    code: ReasonCode,
+    condition_index: Option<usize>,
+}
+
+impl Default for Best {
+    fn default() -> Best {
+        Best {
+            code: ReasonCode::NoGroupType,
+            condition_index: None,
+        }
+    }
+}
+
+impl Best {
+    #[inline(always)]
+    fn note(&mut self, code: ReasonCode, index: usize) {
+        if code.priority() >= self.code.priority() {
+            self.code = code;
+            self.condition_index = Some(index);
+        }
     }
 }
 
