@@ -131,94 +131,127 @@ pub fn schema_with(keys: &[String]) -> SchemaRef {
 }
 
 /// Rows → one record batch with materialized property columns for `keys`.
+///
+/// One pass over the rows fills every column. A segment's rows are sorted, so here they are
+/// visited in an order unrelated to where they sit in memory: a pass per column read each
+/// row's fields (and its uuid, its properties text) from memory again for every column, where
+/// one pass reads them once and finds the materialized values in text just copied.
 pub fn to_record_batch_with(
     events: &[&StoredEvent],
     keys: &[String],
 ) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let base = to_record_batch(events)?;
-    if keys.is_empty() {
-        return Ok(base);
-    }
-    let mut columns = base.columns().to_vec();
-    // One walk over each row's JSON fills all of its property columns. The rows' properties
-    // are text capture checked (or a segment held), so the walk need not check it again.
+    let mut columns = RowColumns::sized_for(events, keys.len());
+    // The rows' properties are text capture checked (or a segment held), so the walk for the
+    // materialized columns need not check it again.
     let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
     let wanted = WantedKeys::new(&wanted);
-    let mut builders: Vec<StringBuilder> = keys
-        .iter()
-        .map(|_| StringBuilder::with_capacity(events.len(), events.len() * 8))
-        .collect();
     let mut found = vec![None; keys.len()];
     for e in events {
-        wanted.values_of_checked(&e.properties, &mut found);
-        for (b, raw) in builders.iter_mut().zip(&found) {
-            b.append_option(raw.and_then(property_text));
+        columns.push(e);
+        if !keys.is_empty() {
+            wanted.values_of_checked(&e.properties, &mut found);
+            for (b, raw) in columns.materialized.iter_mut().zip(&found) {
+                b.append_option(raw.and_then(property_text));
+            }
         }
     }
-    columns.extend(
-        builders
-            .iter_mut()
-            .map(|b| Arc::new(b.finish()) as ArrayRef),
-    );
-    RecordBatch::try_new(schema_with(keys), columns)
+    RecordBatch::try_new(schema_with(keys), columns.finish())
 }
 
-/// Rows → one Arrow record batch.
-pub fn to_record_batch(events: &[&StoredEvent]) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let mut columns: Vec<ArrayRef> = vec![
-        uuid_column(events, |e| &e.uuid),
-        string_column(events, |e| Some(&e.event)),
-        string_column(events, |e| Some(&e.distinct_id)),
-        uuid_column(events, |e| &e.person_id),
-        string_column(events, |e| Some(&e.properties)),
-        string_column(events, |e| Some(&*e.person_properties)),
-        Arc::new(
-            TimestampMicrosecondArray::from_iter_values(
-                events.iter().map(|e| micros(&e.timestamp)),
-            )
-            .with_timezone("UTC"),
-        ),
-        Arc::new(
-            TimestampMicrosecondArray::from_iter_values(
-                events.iter().map(|e| micros(&e.created_at)),
-            )
-            .with_timezone("UTC"),
-        ),
-        Arc::new(Int64Array::from_iter_values(
-            events.iter().map(|e| e.project_id as i64),
-        )),
-    ];
-    for i in 0..5 {
-        columns.push(string_column(events, |e| e.groups[i].as_deref()));
-    }
-    columns.push(string_column(events, |e| e.session_id.as_deref()));
-    columns.push(string_column(events, |e| e.window_id.as_deref()));
-    RecordBatch::try_new(schema(), columns)
+/// The builders of a record batch's columns, in schema order.
+///
+/// String columns are allocated at their exact size: growing one by doubling reallocated and
+/// copied the properties column several times per batch, and each new buffer was fresh memory
+/// to fault in. The sizes come from lengths held in the rows themselves, not their text.
+struct RowColumns {
+    uuid: StringBuilder,
+    event: StringBuilder,
+    distinct_id: StringBuilder,
+    person_id: StringBuilder,
+    properties: StringBuilder,
+    person_properties: StringBuilder,
+    timestamp: Vec<i64>,
+    created_at: Vec<i64>,
+    project_id: Vec<i64>,
+    groups: [StringBuilder; 5],
+    session_id: StringBuilder,
+    window_id: StringBuilder,
+    materialized: Vec<StringBuilder>,
 }
 
-/// A string column allocated at its exact size. Growing it by doubling (arrow's
-/// `from_iter_values`) reallocated and copied the properties column several times per batch,
-/// and each new buffer was fresh memory to fault in.
-fn string_column<'a>(
-    events: &[&'a StoredEvent],
-    value: impl Fn(&'a StoredEvent) -> Option<&'a str>,
-) -> ArrayRef {
-    let bytes = events.iter().map(|e| value(e).map_or(0, str::len)).sum();
-    let mut column = StringBuilder::with_capacity(events.len(), bytes);
-    for e in events {
-        column.append_option(value(e));
-    }
-    Arc::new(column.finish())
-}
+/// Bytes of a hyphenated UUID.
+const UUID_TEXT: usize = 36;
 
-/// A column of hyphenated UUIDs, formatted straight into the column's buffer.
-fn uuid_column(events: &[&StoredEvent], value: impl Fn(&StoredEvent) -> &Uuid) -> ArrayRef {
-    let mut column = StringBuilder::with_capacity(events.len(), events.len() * 36);
-    let mut text = [0u8; 36];
-    for e in events {
-        column.append_value(value(e).as_hyphenated().encode_lower(&mut text));
+impl RowColumns {
+    fn sized_for(events: &[&StoredEvent], materialized: usize) -> RowColumns {
+        let rows = events.len();
+        let text = |len: &dyn Fn(&StoredEvent) -> usize| {
+            StringBuilder::with_capacity(rows, events.iter().map(|e| len(e)).sum())
+        };
+        let optional = |value: Option<&String>| value.map_or(0, String::len);
+        RowColumns {
+            uuid: StringBuilder::with_capacity(rows, rows * UUID_TEXT),
+            event: text(&|e| e.event.len()),
+            distinct_id: text(&|e| e.distinct_id.len()),
+            person_id: StringBuilder::with_capacity(rows, rows * UUID_TEXT),
+            properties: text(&|e| e.properties.len()),
+            person_properties: text(&|e| e.person_properties.len()),
+            timestamp: Vec::with_capacity(rows),
+            created_at: Vec::with_capacity(rows),
+            project_id: Vec::with_capacity(rows),
+            groups: std::array::from_fn(|i| text(&|e| optional(e.groups[i].as_ref()))),
+            session_id: text(&|e| optional(e.session_id.as_ref())),
+            window_id: text(&|e| optional(e.window_id.as_ref())),
+            materialized: (0..materialized)
+                .map(|_| StringBuilder::with_capacity(rows, rows * 8))
+                .collect(),
+        }
     }
-    Arc::new(column.finish())
+
+    fn push(&mut self, e: &StoredEvent) {
+        let mut text = [0u8; UUID_TEXT];
+        self.uuid
+            .append_value(e.uuid.as_hyphenated().encode_lower(&mut text));
+        self.event.append_value(&e.event);
+        self.distinct_id.append_value(&e.distinct_id);
+        self.person_id
+            .append_value(e.person_id.as_hyphenated().encode_lower(&mut text));
+        self.properties.append_value(&e.properties);
+        self.person_properties.append_value(&*e.person_properties);
+        self.timestamp.push(micros(&e.timestamp));
+        self.created_at.push(micros(&e.created_at));
+        self.project_id.push(e.project_id as i64);
+        for (column, value) in self.groups.iter_mut().zip(&e.groups) {
+            column.append_option(value.as_deref());
+        }
+        self.session_id.append_option(e.session_id.as_deref());
+        self.window_id.append_option(e.window_id.as_deref());
+    }
+
+    fn finish(mut self) -> Vec<ArrayRef> {
+        let time = |values: Vec<i64>| -> ArrayRef {
+            Arc::new(TimestampMicrosecondArray::from(values).with_timezone("UTC"))
+        };
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(self.uuid.finish()),
+            Arc::new(self.event.finish()),
+            Arc::new(self.distinct_id.finish()),
+            Arc::new(self.person_id.finish()),
+            Arc::new(self.properties.finish()),
+            Arc::new(self.person_properties.finish()),
+            time(self.timestamp),
+            time(self.created_at),
+            Arc::new(Int64Array::from(self.project_id)),
+        ];
+        columns.extend(
+            self.groups
+                .iter_mut()
+                .chain([&mut self.session_id, &mut self.window_id])
+                .chain(self.materialized.iter_mut())
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        columns
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -524,7 +557,7 @@ fn column<'a, T: 'static>(
         .ok_or_else(|| SegmentError::Layout(format!("{source} (column {name})")))
 }
 
-/// Record batch → rows (the inverse of [`to_record_batch`]).
+/// Record batch → rows (the inverse of [`to_record_batch_with`]).
 pub fn from_record_batch(
     batch: &RecordBatch,
     source: &str,
@@ -640,6 +673,52 @@ mod tests {
     use super::*;
     use crate::testing::event;
     use serde_json::json;
+
+    #[test]
+    fn a_record_batch_holds_every_field_of_every_row_and_the_materialized_values() {
+        let rows: Vec<StoredEvent> = (0..40)
+            .map(|i| {
+                let mut row = event(
+                    1 + i % 3,
+                    ["$pageview", "signup"][i as usize % 2],
+                    &format!("user-{i}"),
+                    "2026-01-02T00:00:03Z",
+                    json!({ "plan": if i % 4 == 0 { json!(null) } else { json!(format!("p{i}")) },
+                            "n": i, "escaped": "a\"b" }),
+                );
+                row.groups[(i % 5) as usize] = Some(format!("org-{i}"));
+                row.session_id = (i % 2 == 0).then(|| format!("s-{i}"));
+                row.window_id = (i % 3 == 0).then(|| format!("w-{i}"));
+                row
+            })
+            .collect();
+        let refs: Vec<&StoredEvent> = rows.iter().collect();
+        let keys = [
+            "plan".to_string(),
+            "n".into(),
+            "escaped".into(),
+            "absent".into(),
+        ];
+        let batch = to_record_batch_with(&refs, &keys).expect("batch");
+        assert_eq!(from_record_batch(&batch, "test").expect("rows"), rows);
+        let text = |key: &str| {
+            let column = batch
+                .column_by_name(&materialized_column(key))
+                .expect("materialized column");
+            let column = column.as_any().downcast_ref::<StringArray>().expect("text");
+            column
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect::<Vec<_>>()
+        };
+        let plans: Vec<Option<String>> = (0..40)
+            .map(|i| (i % 4 != 0).then(|| format!("p{i}")))
+            .collect();
+        assert_eq!(text("plan"), plans);
+        assert_eq!(text("n")[7].as_deref(), Some("7"));
+        assert_eq!(text("escaped")[0].as_deref(), Some("a\"b"));
+        assert!(text("absent").iter().all(Option::is_none));
+    }
 
     #[test]
     fn segment_order_is_by_event_then_time_with_ties_kept_in_order() {
