@@ -162,7 +162,7 @@ pub fn to_record_batch_with(
 ///
 /// String columns are allocated at their exact size: growing one by doubling reallocated and
 /// copied the properties column several times per batch, and each new buffer was fresh memory
-/// to fault in. The sizes come from lengths held in the rows themselves, not their text.
+/// to fault in. The sizes are summed in one pass over lengths held in the rows, not their text.
 struct RowColumns {
     uuid: StringBuilder,
     event: StringBuilder,
@@ -185,26 +185,36 @@ const UUID_TEXT: usize = 36;
 impl RowColumns {
     fn sized_for(events: &[&StoredEvent], materialized: usize) -> RowColumns {
         let rows = events.len();
-        let text = |len: &dyn Fn(&StoredEvent) -> usize| {
-            StringBuilder::with_capacity(rows, events.iter().map(|e| len(e)).sum())
-        };
-        let optional = |value: Option<&String>| value.map_or(0, String::len);
+        // Bytes of each text column but the uuids, summed in one pass over the rows: event,
+        // distinct id, properties, person properties, the five groups, session, window.
+        let mut bytes = [0usize; 11];
+        for e in events {
+            let optional = |value: &Option<String>| value.as_ref().map_or(0, String::len);
+            bytes[0] += e.event.len();
+            bytes[1] += e.distinct_id.len();
+            bytes[2] += e.properties.len();
+            bytes[3] += e.person_properties.len();
+            for (sum, group) in bytes[4..9].iter_mut().zip(&e.groups) {
+                *sum += optional(group);
+            }
+            bytes[9] += optional(&e.session_id);
+            bytes[10] += optional(&e.window_id);
+        }
+        let text = |bytes: usize| StringBuilder::with_capacity(rows, bytes);
         RowColumns {
-            uuid: StringBuilder::with_capacity(rows, rows * UUID_TEXT),
-            event: text(&|e| e.event.len()),
-            distinct_id: text(&|e| e.distinct_id.len()),
-            person_id: StringBuilder::with_capacity(rows, rows * UUID_TEXT),
-            properties: text(&|e| e.properties.len()),
-            person_properties: text(&|e| e.person_properties.len()),
+            uuid: text(rows * UUID_TEXT),
+            event: text(bytes[0]),
+            distinct_id: text(bytes[1]),
+            person_id: text(rows * UUID_TEXT),
+            properties: text(bytes[2]),
+            person_properties: text(bytes[3]),
             timestamp: Vec::with_capacity(rows),
             created_at: Vec::with_capacity(rows),
             project_id: Vec::with_capacity(rows),
-            groups: std::array::from_fn(|i| text(&|e| optional(e.groups[i].as_ref()))),
-            session_id: text(&|e| optional(e.session_id.as_ref())),
-            window_id: text(&|e| optional(e.window_id.as_ref())),
-            materialized: (0..materialized)
-                .map(|_| StringBuilder::with_capacity(rows, rows * 8))
-                .collect(),
+            groups: std::array::from_fn(|i| text(bytes[4 + i])),
+            session_id: text(bytes[9]),
+            window_id: text(bytes[10]),
+            materialized: (0..materialized).map(|_| text(rows * 8)).collect(),
         }
     }
 
