@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::normalize::CapturedEvent;
 use super::property_keys::{PROPERTY_EDITING_EVENTS, PROPERTY_EDITING_KEYS};
 use corvid_kernel::StoreError;
-use corvid_persons::{Group, Person, PersonStore, Touched};
+use corvid_persons::{CompactPerson, Group, Person, PersonStore, Touched};
 
 /// Namespace of deterministic person ids: UUIDv5 of `"{project_id}:{distinct_id}"`.
 pub const PERSONLESS_NAMESPACE: Uuid = Uuid::from_u128(0x932979b4_65c3_4424_8467_0b66ec27bc22);
@@ -28,15 +28,56 @@ const PERSON_ONLY_EVENTS: [&str; 4] = [
 pub enum Outcome {
     Keep {
         person_id: Uuid,
-        /// The person after this event; `None` when personless (stored as `{}`). Shared with
-        /// the store's read cache when the event changed nothing, so the shard can reuse the
-        /// properties' JSON text it made for the same person before.
-        person: Option<Arc<Person>>,
+        /// The person after this event; `None` when personless (stored as `{}`).
+        person: Option<KnownPerson>,
         /// `$group_0..4` keys.
         groups: [Option<String>; 5],
     },
     /// The event is not stored (a person-only event with person processing off).
     Drop,
+}
+
+/// A person an event is stored with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KnownPerson {
+    /// Read from memory and left compact. Most events change nothing about their person, so
+    /// the shard recognises it by its encoded properties and reuses the JSON text it made for
+    /// them before, without decoding them.
+    Compact(CompactPerson),
+    /// Written by this event, or read from storage.
+    Decoded(Arc<Person>),
+}
+
+impl KnownPerson {
+    pub fn id(&self) -> Uuid {
+        match self {
+            KnownPerson::Compact(person) => person.id(),
+            KnownPerson::Decoded(person) => person.id,
+        }
+    }
+
+    /// The person's properties; `None` when a compact record does not decode (never written
+    /// so: read the person from storage then).
+    pub fn properties(&self, store: &PersonStore) -> Option<Map<String, Value>> {
+        match self {
+            KnownPerson::Compact(person) => store.decode(person).map(|p| p.properties),
+            KnownPerson::Decoded(person) => Some(person.properties.clone()),
+        }
+    }
+
+    /// Whether two reads of one person certainly have the same properties (without decoding
+    /// a compact one); `false` may still be the same.
+    pub fn same_properties(&self, other: &KnownPerson) -> bool {
+        match (self, other) {
+            (KnownPerson::Compact(a), KnownPerson::Compact(b)) => {
+                a.encoded_properties() == b.encoded_properties()
+            }
+            (KnownPerson::Decoded(a), KnownPerson::Decoded(b)) => {
+                Arc::ptr_eq(a, b) || a.properties == b.properties
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The deterministic person id of a distinct id.
@@ -229,7 +270,7 @@ fn write_person(
     };
     Ok(Outcome::Keep {
         person_id: person.id,
-        person: Some(person),
+        person: Some(KnownPerson::Decoded(person)),
         groups,
     })
 }
@@ -244,12 +285,13 @@ fn read_only_outcome(
     if PERSON_ONLY_EVENTS.contains(&event.event.as_str()) {
         return Ok(None);
     }
-    let cached = match store.cached_person(project_id, &event.distinct_id) {
-        Some(cached) => cached,
-        None => store.load_person(project_id, &event.distinct_id)?,
-    };
-    let Some(person) = cached else {
-        return Ok(None);
+    let person = match store.cached_compact_person(project_id, &event.distinct_id) {
+        Some(Some(person)) => KnownPerson::Compact(person),
+        Some(None) => return Ok(None),
+        None => match store.load_person(project_id, &event.distinct_id)? {
+            Some(person) => KnownPerson::Decoded(person),
+            None => return Ok(None),
+        },
     };
     let mut resolved = Vec::new();
     if let Some(Value::Object(groups)) = event.properties.get("$groups") {
@@ -264,10 +306,13 @@ fn read_only_outcome(
         }
     }
     let updates = ["$set", "$set_once", "$unset"];
-    if updates.iter().any(|k| event.properties.contains_key(*k))
-        && apply_property_updates(&mut person.properties.clone(), &event.properties)
-    {
-        return Ok(None);
+    if updates.iter().any(|k| event.properties.contains_key(*k)) {
+        let Some(mut properties) = person.properties(store) else {
+            return Ok(None);
+        };
+        if apply_property_updates(&mut properties, &event.properties) {
+            return Ok(None);
+        }
     }
     let mut columns: [Option<String>; 5] = Default::default();
     for (index, key) in resolved {
@@ -277,7 +322,7 @@ fn read_only_outcome(
         columns[usize::from(index)] = Some(key);
     }
     Ok(Some(Outcome::Keep {
-        person_id: person.id,
+        person_id: person.id(),
         person: Some(person),
         groups: columns,
     }))
@@ -511,7 +556,10 @@ mod tests {
         }
     }
 
-    fn keep(outcome: Outcome) -> (Uuid, Map<String, Value>, [Option<String>; 5]) {
+    fn keep(
+        store: &PersonStore,
+        outcome: Outcome,
+    ) -> (Uuid, Map<String, Value>, [Option<String>; 5]) {
         match outcome {
             Outcome::Keep {
                 person_id,
@@ -519,7 +567,9 @@ mod tests {
                 groups,
             } => (
                 person_id,
-                person.map(|p| p.properties.clone()).unwrap_or_default(),
+                person
+                    .map(|p| p.properties(store).expect("decodes"))
+                    .unwrap_or_default(),
                 groups,
             ),
             Outcome::Drop => panic!("event was dropped"),
@@ -616,8 +666,8 @@ mod tests {
             let mut b = a.clone();
             b.properties
                 .retain(|k, _| PROCESSING_READS.contains(&k.as_str()));
-            let got_a = keep(process_event(&full, 1, &mut a).expect("full"));
-            let got_b = keep(process_event(&slim, 1, &mut b).expect("slim"));
+            let got_a = keep(&full, process_event(&full, 1, &mut a).expect("full"));
+            let got_b = keep(&slim, process_event(&slim, 1, &mut b).expect("slim"));
             assert_eq!(got_a, got_b, "{name} {did}");
         }
         let persons = |s: &PersonStore| {
@@ -642,10 +692,10 @@ mod tests {
             "u1",
             json!({"$set_once": {"a": 1, "b": 1}, "$set": {"b": 2, "c": 3}}),
         );
-        let (_, props, _) = keep(process_event(&s, 1, &mut e).expect("ok"));
+        let (_, props, _) = keep(&s, process_event(&s, 1, &mut e).expect("ok"));
         assert_eq!(Value::Object(props), json!({"a": 1, "b": 2, "c": 3}));
         let mut e = event("x", "u1", json!({"$set_once": {"a": 9}, "$unset": ["c"]}));
-        let (_, props, _) = keep(process_event(&s, 1, &mut e).expect("ok"));
+        let (_, props, _) = keep(&s, process_event(&s, 1, &mut e).expect("ok"));
         assert_eq!(Value::Object(props), json!({"a": 1, "b": 2}));
     }
 
@@ -653,13 +703,13 @@ mod tests {
     fn identify_merges_anonymous_into_identified_but_not_two_identified() {
         let (_d, s) = store();
         let mut anon = event("$pageview", "anon-1", json!({"$set": {"seen": true}}));
-        let (anon_person, _, _) = keep(process_event(&s, 1, &mut anon).expect("ok"));
+        let (anon_person, _, _) = keep(&s, process_event(&s, 1, &mut anon).expect("ok"));
         let mut ident = event(
             "$identify",
             "user-1",
             json!({"$anon_distinct_id": "anon-1", "$set": {"email": "a@b"}}),
         );
-        let (person, props, _) = keep(process_event(&s, 1, &mut ident).expect("ok"));
+        let (person, props, _) = keep(&s, process_event(&s, 1, &mut ident).expect("ok"));
         assert_eq!(person, anon_person, "user-1 joins the anonymous person");
         assert_eq!(Value::Object(props), json!({"seen": true, "email": "a@b"}));
         let p = s.person(1, person).expect("read").expect("exists");
@@ -671,7 +721,7 @@ mod tests {
 
         // Another identified person is not merged without $merge_dangerously.
         let mut other = event("$identify", "user-2", json!({}));
-        let (p2, _, _) = keep(process_event(&s, 1, &mut other).expect("ok"));
+        let (p2, _, _) = keep(&s, process_event(&s, 1, &mut other).expect("ok"));
         let mut alias = event("$create_alias", "user-1", json!({"alias": "user-2"}));
         process_event(&s, 1, &mut alias).expect("ok");
         assert_eq!(
@@ -723,7 +773,7 @@ mod tests {
             "ghost",
             json!({"$process_person_profile": false, "$set": {"x": 1}, "$group_0": "g"}),
         );
-        let (id, props, _) = keep(process_event(&s, 7, &mut e).expect("ok"));
+        let (id, props, _) = keep(&s, process_event(&s, 7, &mut e).expect("ok"));
         assert_eq!(id, Uuid::new_v5(&PERSONLESS_NAMESPACE, b"7:ghost"));
         assert!(props.is_empty());
         assert!(!e.properties.contains_key("$set") && !e.properties.contains_key("$group_0"));
@@ -753,7 +803,7 @@ mod tests {
         let g = s.group(1, 0, "acme").expect("read").expect("exists");
         assert_eq!(Value::Object(g.properties), json!({"plan": "pro"}));
         let mut e = event("x", "u", json!({"$groups": {"company": "acme", "team": 5}}));
-        let (_, _, cols) = keep(process_event(&s, 1, &mut e).expect("ok"));
+        let (_, _, cols) = keep(&s, process_event(&s, 1, &mut e).expect("ok"));
         assert_eq!(cols[0].as_deref(), Some("acme"));
         assert_eq!(cols[1].as_deref(), Some("5"));
         assert_eq!(e.properties["$group_0"], "acme");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Handler, SyncContext};
 use chrono::NaiveDate;
 use crossbeam_channel::{Receiver, Sender};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::catalog::{Flush, SegmentCatalog, SegmentName, SegmentRef};
@@ -21,14 +21,14 @@ use super::columns::PropertyColumns;
 use super::dedup::RecentUuids;
 use super::error::IngestError;
 use super::messages::{FlushNow, FlushTick, GetStats, ProcessBatch, RecordPart, ShardStats};
-use super::persons::{may_change_properties, person_uuid, process_event, Outcome};
+use super::persons::{may_change_properties, person_uuid, process_event, KnownPerson, Outcome};
 use super::property_keys::{PROCESSING_READS, SHARD_READS};
 use super::read::{FrozenRows, Tail};
 use super::segment::{write_segment, StoredEvent};
 use super::CapturedEvent;
 use corvid_kernel::start_over::drop_in_background;
 use corvid_kernel::StoreError;
-use corvid_persons::{Person, PersonStore, UsageKind};
+use corvid_persons::{PersonStore, UsageKind};
 
 /// Person-property texts a shard remembers at most; past it the memo starts over.
 const PERSON_TEXT_MEMO_ENTRIES: usize = 100_000;
@@ -103,7 +103,7 @@ pub struct IngestShard {
     next_frozen_id: u64,
     recent: RecentUuids,
     /// The JSON text of each person's properties, with the person it was made from.
-    person_texts: ahash::HashMap<Uuid, (Arc<Person>, Arc<str>)>,
+    person_texts: ahash::HashMap<Uuid, (KnownPerson, Arc<str>)>,
     stats: ShardStats,
 }
 
@@ -151,27 +151,44 @@ impl IngestShard {
         }
     }
 
-    /// `person`'s properties as JSON text, reused while the person is unchanged.
-    fn person_text(&mut self, person: Option<Arc<Person>>) -> Arc<str> {
+    /// `person`'s properties as JSON text, reused while the person is unchanged. A person
+    /// read from memory is a new copy for every event, so it is recognised by its encoded
+    /// properties ([`KnownPerson::same_properties`]): comparing them costs less than decoding
+    /// and writing them.
+    fn person_text(&mut self, project_id: u64, person: Option<KnownPerson>) -> Arc<str> {
         let Some(person) = person else {
             return Arc::from("{}");
         };
-        if let Some((seen, text)) = self.person_texts.get(&person.id) {
-            // Persons read from memory are decoded afresh each time, so a person that did not
-            // change is a new copy: comparing the properties costs less than writing them.
-            if Arc::ptr_eq(seen, &person) || seen.properties == person.properties {
+        let id = person.id();
+        if let Some((seen, text)) = self.person_texts.get(&id) {
+            if seen.same_properties(&person) {
                 return Arc::clone(text);
             }
         }
-        let text: Arc<str> = serde_json::to_string(&person.properties)
+        let properties = match person.properties(&self.persons) {
+            Some(properties) => properties,
+            None => self.stored_properties(project_id, id),
+        };
+        let text: Arc<str> = serde_json::to_string(&properties)
             .unwrap_or_default()
             .into();
         if self.person_texts.len() >= PERSON_TEXT_MEMO_ENTRIES {
             drop_in_background(std::mem::take(&mut self.person_texts));
         }
-        self.person_texts
-            .insert(person.id, (Arc::clone(&person), Arc::clone(&text)));
+        self.person_texts.insert(id, (person, Arc::clone(&text)));
         text
+    }
+
+    /// The properties of a person whose record in memory did not decode (never written so),
+    /// read from storage.
+    fn stored_properties(&self, project_id: u64, id: Uuid) -> Map<String, Value> {
+        match self.persons.person(project_id, id) {
+            Ok(person) => person.map(|p| p.properties).unwrap_or_default(),
+            Err(err) => {
+                tracing::error!(error = %err, project_id, person_id = %id, "cannot read a person's properties; the event is stored without them");
+                Map::new()
+            }
+        }
     }
 
     /// Processes one record's events for this shard. An event of a live request whose person
@@ -242,7 +259,7 @@ impl IngestShard {
                 session_id: text("$session_id"),
                 window_id: text("$window_id"),
                 properties,
-                person_properties: self.person_text(person),
+                person_properties: self.person_text(project_id, person),
                 event: event.event,
                 distinct_id: event.distinct_id,
                 person_id,

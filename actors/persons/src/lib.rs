@@ -34,6 +34,7 @@ pub use files::PersonFiles;
 pub use model::{Group, Person, UsageKind, UsageRow, MAX_GROUP_TYPES};
 pub use pg_store::PgPersons;
 pub use records::{NewIds, PersonRecords, PersonWrite, Touched};
+pub use resident::CompactPerson;
 pub use store::{ErasureOptions, MemoryStats, PersonStore, DEFAULT_PERSON_BUDGET};
 pub use write_behind::WriteBehind;
 

@@ -31,6 +31,8 @@ use super::model::Person;
 
 mod codec;
 
+pub use codec::CompactPerson;
+
 /// Shards of the map (each with its own lock and its share of the budget): enough that a
 /// compaction copies little while it holds its lock.
 pub const SHARDS: usize = 256;
@@ -52,9 +54,9 @@ const MAX_SHARD_BYTES: usize = 1 << 30;
 
 /// What memory knows about a distinct id.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Lookup {
+pub enum Lookup<P = Person> {
     /// Its person.
-    Person(Person),
+    Person(P),
     /// It has no person (memory is complete and holds nothing for it).
     Absent,
     /// It has a person, kept on disk only (or shares its index key: read storage).
@@ -301,7 +303,25 @@ impl ResidentPersons {
         self.lookup(self.key(project_id, distinct_id))
     }
 
+    /// Like [`ResidentPersons::get`], with the person left in its compact form.
+    pub fn get_compact(&self, project_id: u64, distinct_id: &str) -> Lookup<CompactPerson> {
+        self.read(self.key(project_id, distinct_id), CompactPerson::of)
+    }
+
+    /// The person of a compact form [`ResidentPersons::get_compact`] gave.
+    pub fn decode(&self, person: &CompactPerson) -> Option<Person> {
+        person.decode(&self.names)
+    }
+
     fn lookup(&self, key: Key) -> Lookup {
+        self.read(key, |record| {
+            codec::decode(record, &self.names).map(|(_, person)| person)
+        })
+    }
+
+    /// What memory knows about `key`, its record read by `read` (`None`: a damaged record,
+    /// never written so, taken as unknown).
+    fn read<P>(&self, key: Key, read: impl FnOnce(&[u8]) -> Option<P>) -> Lookup<P> {
         let shard = self.shard(key);
         match shard.index.get(&key.index) {
             Some(slot) if !slot.is_record() => Lookup::OnDisk,
@@ -309,9 +329,8 @@ impl ResidentPersons {
                 if slot.check != key.check {
                     return Lookup::Unknown;
                 }
-                let record = shard.record(*slot);
-                match record.and_then(|(r, _)| codec::decode(r, &self.names)) {
-                    Some((_, person)) => Lookup::Person(person),
+                match shard.record(*slot).and_then(|(r, _)| read(r)) {
+                    Some(person) => Lookup::Person(person),
                     None => Lookup::Unknown,
                 }
             }
@@ -513,6 +532,47 @@ mod tests {
         assert_eq!(memory.get(1, "u1"), Lookup::Person(p.clone()));
         assert_eq!(memory.get(1, "u1-anon"), Lookup::Person(p));
         assert_eq!(memory.get(2, "u1"), Lookup::Unknown, "another project's id");
+    }
+
+    /// Ingest tells an unchanged person by its encoded properties: they stay equal while only
+    /// the version or the distinct ids change, and differ when a property does.
+    #[test]
+    fn a_compact_person_decodes_whole_and_its_properties_encoding_follows_them() {
+        let memory = ResidentPersons::new(1 << 20);
+        let p = person("u1", json!({"plan": "pro", "seen": "2024-05-01T10:00:00Z"}));
+        memory.put(1, &p);
+        let compact = |did: &str| match memory.get_compact(1, did) {
+            Lookup::Person(compact) => compact,
+            other => panic!("{did}: {other:?}"),
+        };
+        let first = compact("u1");
+        assert_eq!(first.id(), p.id);
+        assert_eq!(memory.decode(&first), Some(p.clone()));
+        assert_eq!(compact("u1-anon"), first);
+
+        let mut merged = p.clone();
+        merged.version += 1;
+        merged.distinct_ids.push("u1-other".into());
+        memory.put(1, &merged);
+        let after_merge = compact("u1-other");
+        assert_eq!(memory.decode(&after_merge), Some(merged.clone()));
+        assert_ne!(after_merge, first, "another record");
+        assert_eq!(
+            after_merge.encoded_properties(),
+            first.encoded_properties(),
+            "the same properties"
+        );
+
+        let mut changed = merged;
+        changed.properties.insert("plan".into(), json!("team"));
+        memory.put(1, &changed);
+        let after_change = compact("u1");
+        assert_ne!(
+            after_change.encoded_properties(),
+            first.encoded_properties()
+        );
+        assert_eq!(memory.decode(&after_change), Some(changed));
+        assert_eq!(memory.get_compact(2, "u1"), Lookup::Unknown);
     }
 
     #[test]

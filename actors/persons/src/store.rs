@@ -13,7 +13,7 @@ use super::erasure::{Erasure, ProjectErasures};
 use super::files::PersonFiles;
 use super::model::{Group, Person, UsageKind, UsageMonth, UsageRow, MAX_GROUP_TYPES};
 use super::records::{NewIds, PersonChange, PersonRecords, PersonWrite, Touched};
-use super::resident::{Lookup, ResidentPersons};
+use super::resident::{CompactPerson, Lookup, ResidentPersons};
 use corvid_activity::{ActivityEntry, Actor};
 use corvid_kernel::start_over::StartOverMap;
 use corvid_kernel::StoreError;
@@ -461,8 +461,32 @@ impl PersonStore {
     /// The person of a distinct id from memory: `Some(None)` when known to have none, `None`
     /// when memory does not hold it (call [`PersonStore::load_person`] off the event loop).
     pub fn cached_person(&self, project_id: u64, distinct_id: &str) -> Option<Option<Arc<Person>>> {
-        match self.cache.persons.get(project_id, distinct_id) {
-            Lookup::Person(person) => Some(Some(Arc::new(person))),
+        let lookup = self.cache.persons.get(project_id, distinct_id);
+        self.known(project_id, distinct_id, lookup)
+            .map(|person| person.map(Arc::new))
+    }
+
+    /// Like [`PersonStore::cached_person`], with the person left in memory's compact form
+    /// (decoded by [`PersonStore::decode`] when its properties are needed).
+    pub fn cached_compact_person(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+    ) -> Option<Option<CompactPerson>> {
+        let lookup = self.cache.persons.get_compact(project_id, distinct_id);
+        self.known(project_id, distinct_id, lookup)
+    }
+
+    /// The person of a compact form [`PersonStore::cached_compact_person`] gave; `None` when
+    /// its record is damaged (never written so: read the person from storage then).
+    pub fn decode(&self, person: &CompactPerson) -> Option<Person> {
+        self.cache.persons.decode(person)
+    }
+
+    /// What memory's `lookup` of a distinct id says, as [`PersonStore::cached_person`] does.
+    fn known<P>(&self, project_id: u64, distinct_id: &str, lookup: Lookup<P>) -> Option<Option<P>> {
+        match lookup {
+            Lookup::Person(person) => Some(Some(person)),
             Lookup::Absent => Some(None),
             Lookup::OnDisk => None,
             Lookup::Unknown => self

@@ -269,3 +269,100 @@ fn the_wal_record_is_what_serialize_writes() {
         );
     }
 }
+
+/// One event of `distinct_id` with `properties`, `seconds` after a fixed instant.
+fn event_at(name: &str, distinct_id: &str, properties: Value, seconds: i64) -> CapturedEvent {
+    CapturedEvent {
+        uuid: Uuid::now_v7(),
+        event: name.into(),
+        distinct_id: distinct_id.into(),
+        properties: properties.as_object().cloned().unwrap_or_default(),
+        uuid_made_here: false,
+        properties_json: None,
+        timestamp: chrono::DateTime::from_timestamp(1_700_000_000 + seconds, 0)
+            .expect("test value"),
+        created_at: Utc::now(),
+    }
+}
+
+/// Each event is stored with its person's properties as they were when it was processed:
+/// through the shard's reuse of the text it made for an unchanged person, past changes by
+/// events, by a merge that only adds an id, and by a write from outside ingest.
+#[test]
+fn each_event_is_stored_with_its_persons_properties_of_that_moment() {
+    let p = parts(1000, std::time::Duration::ZERO);
+    let persons = Arc::clone(&p.persons);
+    actix::System::new().block_on(async move {
+        let ingest = Ingest::start(
+            p.config,
+            Arc::clone(&persons),
+            p.columns,
+            p.catalog,
+            p.files,
+        )
+        .await
+        .expect("ingest starts");
+        let mut n = 0;
+        let mut send = |name: &str, did: &str, properties: Value| {
+            n += 1;
+            WalBatch {
+                project_id: 1,
+                historical: false,
+                events: vec![event_at(name, did, properties, n)],
+            }
+        };
+        let steps = [
+            send("$pageview", "ann", json!({"$set": {"plan": "pro"}})),
+            send("$pageview", "ann", json!({})),
+            send("$pageview", "ann", json!({})),
+            send("$pageview", "ann", json!({"$set": {"plan": "pro"}})),
+            send("$pageview", "ann", json!({"$set": {"plan": "team"}})),
+            send("$pageview", "ann", json!({})),
+        ];
+        for batch in steps {
+            ingest.submit(batch).await.expect("stored");
+        }
+        // Changed from outside ingest (the persons API, another node).
+        let mut ann = persons
+            .person_by_distinct_id(1, "ann")
+            .expect("read")
+            .expect("exists");
+        ann.properties.insert("seats".into(), json!(5));
+        ann.version += 1;
+        persons.put_person(1, ann.clone()).expect("written");
+        let steps = [
+            send("$pageview", "ann", json!({})),
+            send("$identify", "ann", json!({"$anon_distinct_id": "anon-1"})),
+            send("$pageview", "anon-1", json!({})),
+            send("$pageview", "ann", json!({"$unset": ["plan"]})),
+            send("$pageview", "anon-1", json!({})),
+        ];
+        for batch in steps {
+            ingest.submit(batch).await.expect("stored");
+        }
+        let filter = crate::EventFilter {
+            project_id: 1,
+            limit: 100,
+            ..Default::default()
+        };
+        let mut stored = ingest.query_events(&filter).expect("read");
+        stored.sort_by_key(|e| e.timestamp);
+        let got: Vec<Value> = stored
+            .iter()
+            .map(|e| serde_json::from_str(&e.person_properties).expect("json"))
+            .collect();
+        let pro = json!({"plan": "pro"});
+        let team = json!({"plan": "team"});
+        let seats = json!({"plan": "team", "seats": 5});
+        let unset = json!({"seats": 5});
+        let want = [
+            &pro, &pro, &pro, &pro, &team, &team, &seats, &seats, &seats, &unset, &unset,
+        ];
+        assert_eq!(got.iter().collect::<Vec<_>>(), want);
+        assert!(
+            stored.iter().all(|e| e.person_id == ann.id),
+            "one person throughout"
+        );
+        ingest.shutdown().await.expect("shutdown");
+    });
+}

@@ -217,6 +217,63 @@ fn bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// A person as memory holds it, not yet decoded: its id, and its properties in the record's
+/// form. Ingest reads a known person for every event, and most events change nothing: their
+/// person is then recognised by its encoded properties, without decoding them into a map.
+/// Decoding needs the names of the memory it was read from ([`super::ResidentPersons`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CompactPerson {
+    record: Box<[u8]>,
+    id: Uuid,
+    /// Where the properties start in `record`.
+    properties_at: usize,
+}
+
+impl CompactPerson {
+    /// `record`'s person; `None` when its head (all before the properties) does not read.
+    pub(super) fn of(record: &[u8]) -> Option<CompactPerson> {
+        let mut r = Reader(record);
+        r.varint()?;
+        let id = Uuid::from_slice(r.take(16)?).ok()?;
+        r.take(8)?;
+        r.varint()?;
+        r.take(1)?;
+        for _ in 0..r.varint()? {
+            r.slice()?;
+        }
+        Some(CompactPerson {
+            properties_at: record.len() - r.0.len(),
+            record: record.into(),
+            id,
+        })
+    }
+
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// The properties as encoded. Two persons of one memory with equal encodings have equal
+    /// properties: a name keeps its number for good, and a value decodes one way. (Equal
+    /// properties in another order encode differently.)
+    pub fn encoded_properties(&self) -> &[u8] {
+        &self.record[self.properties_at..]
+    }
+
+    /// The person, with the names of the memory it was read from.
+    pub(super) fn decode(&self, names: &Names) -> Option<Person> {
+        decode(&self.record, names).map(|(_, person)| person)
+    }
+}
+
+impl std::fmt::Debug for CompactPerson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompactPerson")
+            .field("id", &self.id)
+            .field("record_bytes", &self.record.len())
+            .finish()
+    }
+}
+
 /// The project a record belongs to.
 pub fn project_of(record: &[u8]) -> Option<u64> {
     Reader(record).varint()
