@@ -1,12 +1,13 @@
 //! The storage kernel, at the bottom of the engine's layers: the one value encoding of stored
 //! records ([`codec`]), the storage error ([`StoreError`]), id sequences, secrets, timestamp
 //! parsing, buckets ([`bucket`]), the record-store trait of definition records ([`records`]),
-//! owned runtimes ([`runtime`]), which threads run as batch work ([`sched`]), bounded caches
-//! that start over when full ([`start_over`]), checked time arithmetic ([`time`]), containing
-//! a background job's failing item ([`contain`]), the helper that keeps blocking storage work
-//! off async threads, and the public routes' body decoding within limits ([`wire`]) and the
-//! JSON scanner that reads stored properties without parsing whole documents ([`json`]). It
-//! depends on no domain.
+//! owned runtimes ([`runtime`]), hints that load memory a loop reads next ([`prefetch`]),
+//! which threads run as batch work ([`sched`]), bounded caches that start over when full
+//! ([`start_over`]), checked time arithmetic ([`time`]), containing a background job's
+//! failing item ([`contain`]), the helper that keeps blocking storage work off async threads,
+//! and the public routes' body decoding within limits ([`wire`]) and the JSON scanner that
+//! reads stored properties without parsing whole documents ([`json`]). It depends on no
+//! domain.
 
 // `&s[a..b]` panics when an offset falls inside a character: production code slices text with
 // `get`, `strip_prefix` and friends instead.
@@ -24,6 +25,7 @@ pub mod json;
 pub mod net;
 pub mod pg;
 pub mod pool;
+pub mod prefetch;
 pub mod prehashed;
 pub mod records;
 mod records_pg;
