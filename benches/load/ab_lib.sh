@@ -5,13 +5,18 @@
 #   ab_stop       stops the server and removes its data dir, then waits for the removal to
 #                 reach the disk (on a disk mounted with `discard` it delays the next run's
 #                 fsyncs otherwise)
+#   ab_order N A B  prints the two builds in the order round N runs them: A first in odd
+#                 rounds, B first in even ones. Whichever build runs first in a round tends to be
+#                 ahead (the host's state drifts within minutes), so only an even number of
+#                 rounds, or their means, compares two builds.
+#   ab_record BIN X  remembers figure X of a run of BIN; ab_means prints each build's mean
 #   ab_wal_mark   remembers the server's WAL sync histogram (/metrics)
 #   ab_wal_since  prints the WAL syncs since the mark: how many, their mean, and how many took
 #                 over 10 ms and over 50 ms (a request waits for the sync under way, then its own)
 BASE="http://127.0.0.1:$PORT"
 SERVER=""
 DATA=""
-trap 'kill "$SERVER" 2>/dev/null || true; [ -n "$DATA" ] && rm -rf "$DATA"' EXIT
+trap 'kill "$SERVER" 2>/dev/null || true; [ -n "$DATA" ] && rm -rf "$DATA"; rm -f "$AB_FIGURES"' EXIT
 ab_start() {
   DATA="$(mktemp -d)"
   RUST_LOG=warn "$1" serve --data-dir "$DATA" --bind "127.0.0.1:$PORT" >/dev/null 2>"$DATA/server.log" &
@@ -27,6 +32,17 @@ ab_stop() {
   DATA=""
   sync
   sleep "${AB_SETTLE_SECONDS:-5}"
+}
+ab_order() {
+  if [ $(($1 % 2)) -eq 1 ]; then echo "$2" "$3"; else echo "$3" "$2"; fi
+}
+AB_FIGURES="$(mktemp)"
+ab_record() {
+  echo "$1 $2" >>"$AB_FIGURES"
+}
+ab_means() {
+  awk '{ s[$1] += $2; n[$1]++; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+    END { for (i = 1; i <= k; i++) printf "%s: mean %.0f over %d runs\n", order[i], s[order[i]] / n[order[i]], n[order[i]] }' "$AB_FIGURES"
 }
 ab_wal_metrics() {
   curl -s -H "Authorization: Bearer $KEY" "$BASE/metrics" | grep '^corvid_wal_fsync_duration_seconds'

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Single-event capture with known users for two server builds in turn: for each round, build A
-# then build B, each on a fresh data dir with KNOWN persons seeded through /batch/
-# (known_persons.py), then /i/v0/e/ with half the events from known persons doing `$set` and
-# half from new users (capture_known.lua, 32 conns), printing req/s, the latency
-# percentiles and the WAL's syncs.
+# Single-event capture with known users for two server builds in turn: each round runs both, A
+# first in odd rounds and B first in even ones (ab_order), each on a fresh data dir with KNOWN
+# persons seeded through /batch/ (known_persons.py), then /i/v0/e/ with half the events from known
+# persons doing `$set` and half from new users (capture_known.lua, 32 conns), printing req/s, the
+# latency percentiles and the WAL's syncs.
 # Usage: [KNOWN=1000000] benches/load/capture_ab.sh BIN_A BIN_B [rounds, default 2] [seconds, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,8 +12,8 @@ DURATION="${4:-20}"
 KNOWN="${KNOWN:-1000000}"
 PORT="${PORT:-18037}"
 . benches/load/ab_lib.sh
-for _ in $(seq 1 "$ROUNDS"); do
-  for bin in "$1" "$2"; do
+for round in $(seq 1 "$ROUNDS"); do
+  for bin in $(ab_order "$round" "$1" "$2"); do
     ab_start "$bin"
     python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$KNOWN" "$KEY" >/dev/null
     ab_wal_mark

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Single-event capture with a new user per request for two server builds in turn: for each
-# round, build A then build B, each on a fresh data dir, driven with capture_users.lua (32
-# conns), printing req/s, the latency percentiles and the WAL's syncs.
+# Single-event capture with a new user per request for two server builds in turn: each round runs
+# both, A first in odd rounds and B first in even ones (ab_order), each on a fresh data dir,
+# driven with capture_users.lua (32 conns), printing req/s, the latency percentiles and the WAL's
+# syncs.
 # Usage: benches/load/capture_users_ab.sh BIN_A BIN_B [rounds, default 2] [seconds, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,8 +10,8 @@ ROUNDS="${3:-2}"
 DURATION="${4:-20}"
 PORT="${PORT:-18038}"
 . benches/load/ab_lib.sh
-for _ in $(seq 1 "$ROUNDS"); do
-  for bin in "$1" "$2"; do
+for round in $(seq 1 "$ROUNDS"); do
+  for bin in $(ab_order "$round" "$1" "$2"); do
     ab_start "$bin"
     ab_wal_mark
     wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/capture_users.lua "$BASE/i/v0/e/" -- "$DATA/single.json" >"$DATA/wrk.txt"
