@@ -6,8 +6,8 @@
 #                 reach the disk (on a disk mounted with `discard` it delays the next run's
 #                 fsyncs otherwise)
 #   ab_order N A B  prints the two builds in the order round N runs them: A first in odd
-#                 rounds, B first in even ones. Whichever build runs first in a round tends to be
-#                 ahead (the host's state drifts within minutes), so only an even number of
+#                 rounds, B first in even ones. With /batch/ the build run first in a round was
+#                 ahead in every round of both orders (by 5-13 %), so only an even number of
 #                 rounds, or their means, compares two builds.
 #   ab_record BIN X  remembers figure X of a run of BIN; ab_means prints each build's mean
 #   ab_wal_mark   remembers the server's WAL sync histogram (/metrics)
