@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,11 @@ pub struct JobReport {
 pub struct Jobs {
     reports: Mutex<Vec<Arc<Mutex<JobReport>>>>,
     stop: Arc<AtomicBool>,
+    /// Runs under way, and a wake-up for [`Jobs::stop_and_wait`] when the last one ends: a
+    /// run cut off by the process ending may leave work done but not recorded (a webhook
+    /// sent, not yet marked delivered, is sent again after a restart).
+    running: Arc<AtomicUsize>,
+    idle: Arc<tokio::sync::Notify>,
 }
 
 /// One job to start: its name (also its lease's name), period, scope and work.
@@ -89,15 +94,21 @@ impl Jobs {
             lease: job.period.saturating_add(job.period / 2),
         };
         let stop = Arc::clone(&self.stop);
+        let (running, idle) = (Arc::clone(&self.running), Arc::clone(&self.idle));
         tokio::spawn(async move {
             loop {
                 let failures = lock(&report).consecutive_failures;
                 tokio::time::sleep(job.period.saturating_mul(1 << failures.min(6))).await;
+                // Counted before the flag is read: a stop that finds no run under way is
+                // seen by every run that starts after it.
+                running.fetch_add(1, Ordering::SeqCst);
                 if stop.load(Ordering::SeqCst) {
+                    ended(&running, &idle);
                     return;
                 }
                 if job.scope == JobScope::OneNode && !claimed(job.name, &lease).await {
                     lock(&report).left_to_another_node += 1;
+                    ended(&running, &idle);
                     continue;
                 }
                 let started = Instant::now();
@@ -106,6 +117,7 @@ impl Jobs {
                     .await
                     .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&*panic))));
                 record(&report, ran, started);
+                ended(&running, &idle);
             }
         });
     }
@@ -121,6 +133,30 @@ impl Jobs {
     /// No job starts another run after this (a run under way finishes).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// [`Jobs::stop`], then waits up to `within` for the runs under way to finish; whether
+    /// they all did.
+    pub async fn stop_and_wait(&self, within: Duration) -> bool {
+        self.stop();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Made before the count is read, so the last run's wake-up is not missed.
+            let idle = self.idle.notified();
+            if self.running.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+/// One run (or a skipped period) is over: wakes [`Jobs::stop_and_wait`] after the last.
+fn ended(running: &AtomicUsize, idle: &tokio::sync::Notify) {
+    if running.fetch_sub(1, Ordering::SeqCst) == 1 {
+        idle.notify_waiters();
     }
 }
 
@@ -239,6 +275,44 @@ mod tests {
             .map(|j| j.reports()[0].left_to_another_node)
             .sum();
         assert!(skipped >= 8, "the other two nodes left it: {skipped}");
+    }
+
+    /// Stopping waits for a run under way to finish (and says when one did not in time).
+    #[tokio::test]
+    async fn stopping_waits_for_the_run_under_way() {
+        let finished = Arc::new(AtomicU32::new(0));
+        let jobs = Jobs::default();
+        let done = Arc::clone(&finished);
+        jobs.spawn(
+            Job {
+                name: "slow",
+                period: Duration::from_millis(10),
+                scope: JobScope::EveryNode,
+                run: Arc::new(move || {
+                    let done = Arc::clone(&done);
+                    Box::pin(async move {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        done.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                }),
+            },
+            &JobLease::local(Duration::from_secs(1)),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !jobs.stop_and_wait(Duration::from_millis(20)).await,
+            "still running"
+        );
+        assert!(jobs.stop_and_wait(Duration::from_secs(5)).await);
+        let runs = finished.load(Ordering::SeqCst);
+        assert_eq!(runs, 1, "the run under way finished, none started after");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(finished.load(Ordering::SeqCst), runs);
+        assert!(
+            jobs.stop_and_wait(Duration::ZERO).await,
+            "nothing under way"
+        );
     }
 
     #[tokio::test]

@@ -847,7 +847,12 @@ impl Engine {
     /// Each step runs even when an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), EngineError> {
         self.compactor_stop.store(true, Ordering::SeqCst);
-        self.jobs.stop();
+        // A job's run under way finishes first: a webhook sent but not yet recorded as
+        // delivered would be sent again after the restart.
+        let attempt = self.webhooks.stop();
+        if !self.jobs.stop_and_wait(attempt + JOBS_STOP_MARGIN).await {
+            tracing::warn!("a background job was still running at shutdown and was cut off");
+        }
         let endpoints = Arc::clone(&self.endpoints);
         let logs_synced = tokio::task::spawn_blocking(move || endpoints.sync_logs())
             .await
@@ -869,6 +874,10 @@ impl Engine {
         Ok(stores?)
     }
 }
+
+/// How much longer than a webhook attempt's deadline shutdown waits for the jobs' runs under
+/// way (their stores' writes after the attempt).
+const JOBS_STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// What a node's storage opened to: the tenancy facade, the backing of every other store, the
 /// node's own sled database and, in a cluster, what readiness checks.

@@ -161,6 +161,9 @@ struct Inner {
     settings: WebhookSettings,
     sender: Sender,
     last_prune: Mutex<Option<DateTime<Utc>>>,
+    /// Set when the process stops: a pass sends no further delivery after its attempt under
+    /// way is recorded.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Webhooks {
@@ -185,6 +188,7 @@ impl Webhooks {
                 settings,
                 sender,
                 last_prune: Mutex::new(None),
+                stopping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -195,6 +199,15 @@ impl Webhooks {
     ) -> Result<T, WebhookError> {
         let inner = Arc::clone(&self.inner);
         blocking(move || work(&inner)).await
+    }
+
+    /// Stops sending: a pass under way records its attempt in flight and sends nothing more.
+    /// Returns how long that attempt may still take (its deadline), for the caller to wait.
+    pub fn stop(&self) -> Duration {
+        self.inner
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.settings.timeout
     }
 
     pub async fn list(&self, project: u64) -> Result<Vec<Webhook>, WebhookError> {
@@ -397,7 +410,12 @@ impl Webhooks {
         let (mut delivered, mut failed) = (0, 0);
         for delivery in deliveries {
             // Stop well before the claim runs out, so another node never sends alongside.
-            if started.elapsed() + self.inner.settings.timeout * 2 > lease {
+            if started.elapsed() + self.inner.settings.timeout * 2 > lease
+                || self
+                    .inner
+                    .stopping
+                    .load(std::sync::atomic::Ordering::SeqCst)
+            {
                 break;
             }
             // Another pass (or node) may have settled it since it was read.
