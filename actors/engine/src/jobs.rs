@@ -280,18 +280,19 @@ mod tests {
     /// Stopping waits for a run under way to finish (and says when one did not in time).
     #[tokio::test]
     async fn stopping_waits_for_the_run_under_way() {
-        let finished = Arc::new(AtomicU32::new(0));
+        let (started, finished) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let jobs = Jobs::default();
-        let done = Arc::clone(&finished);
+        let (start, done) = (Arc::clone(&started), Arc::clone(&finished));
         jobs.spawn(
             Job {
                 name: "slow",
                 period: Duration::from_millis(10),
                 scope: JobScope::EveryNode,
                 run: Arc::new(move || {
-                    let done = Arc::clone(&done);
+                    let (start, done) = (Arc::clone(&start), Arc::clone(&done));
                     Box::pin(async move {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        start.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
                         done.fetch_add(1, Ordering::SeqCst);
                         Ok(())
                     })
@@ -299,16 +300,25 @@ mod tests {
             },
             &JobLease::local(Duration::from_secs(1)),
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        while started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert!(
             !jobs.stop_and_wait(Duration::from_millis(20)).await,
             "still running"
         );
-        assert!(jobs.stop_and_wait(Duration::from_secs(5)).await);
-        let runs = finished.load(Ordering::SeqCst);
-        assert_eq!(runs, 1, "the run under way finished, none started after");
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(finished.load(Ordering::SeqCst), runs);
+        assert!(jobs.stop_and_wait(Duration::from_secs(30)).await);
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            1,
+            "the run under way finished"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            1,
+            "none started after the stop"
+        );
         assert!(
             jobs.stop_and_wait(Duration::ZERO).await,
             "nothing under way"
