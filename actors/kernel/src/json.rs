@@ -186,17 +186,38 @@ pub struct WantedKeys<'k> {
     /// One bit per key length (see [`length_bit`]): most members' keys are not wanted, and
     /// their length alone tells.
     lengths: u64,
+    /// An open-addressed table from a key's length and head to its place in `keys` plus one
+    /// (zero: empty), probed linearly: a member whose length is wanted costs one probe or two,
+    /// not a comparison with every wanted key (a segment materializes up to twenty).
+    slots: Vec<u32>,
 }
 
 impl<'k> WantedKeys<'k> {
     pub fn new(keys: &'k [&'k str]) -> WantedKeys<'k> {
+        let heads: Vec<(usize, u64)> = keys
+            .iter()
+            .map(|k| (k.len(), head_word(k.as_bytes())))
+            .collect();
+        // At most half full, so a probe for an unwanted key meets an empty slot soon (and an
+        // empty slot always exists: every probe ends).
+        let mut slots = vec![0u32; (keys.len() * 2).next_power_of_two().max(8)];
+        let mask = slots.len() - 1;
+        // Keys go in in order, so a key given twice is met at its first place first, as a
+        // search in order finds it.
+        for (i, &(len, head)) in heads.iter().enumerate() {
+            let mut at = slot_of(len, head) & mask;
+            while slots.get(at).is_some_and(|&taken| taken != 0) {
+                at = (at + 1) & mask;
+            }
+            if let (Some(slot), Ok(place)) = (slots.get_mut(at), u32::try_from(i + 1)) {
+                *slot = place;
+            }
+        }
         WantedKeys {
             keys,
-            heads: keys
-                .iter()
-                .map(|k| (k.len(), head_word(k.as_bytes())))
-                .collect(),
+            heads,
             lengths: keys.iter().fold(0u64, |mask, k| mask | length_bit(k.len())),
+            slots,
         }
     }
 
@@ -217,16 +238,19 @@ impl<'k> WantedKeys<'k> {
         }
     }
 
-    /// The wanted key `key` is, compared as sent (without unescaping).
-    fn position(&self, key: &[u8]) -> Option<usize> {
-        if self.lengths & length_bit(key.len()) == 0 {
-            return None;
+    /// The wanted key `key` is, compared as sent (without unescaping). `head` is the key's
+    /// first eight bytes, zero-padded ([`head_word`]).
+    fn position(&self, key: &[u8], head: u64) -> Option<usize> {
+        let mask = self.slots.len() - 1;
+        let mut at = slot_of(key.len(), head) & mask;
+        loop {
+            let place = (*self.slots.get(at)? as usize).checked_sub(1)?;
+            let (len, h) = *self.heads.get(place)?;
+            if len == key.len() && h == head && self.keys.get(place)?.as_bytes() == key {
+                return Some(place);
+            }
+            at = (at + 1) & mask;
         }
-        let head = head_word(key);
-        self.heads
-            .iter()
-            .zip(self.keys)
-            .position(|(&(len, h), k)| len == key.len() && h == head && k.as_bytes() == key)
     }
 
     /// The walk over an object whose keys hold no escape. `None` (with `found` partly filled)
@@ -246,14 +270,18 @@ impl<'k> WantedKeys<'k> {
             if escaped {
                 return None;
             }
-            let key = bytes.get(walk.at + 1..end.checked_sub(1)?)?;
+            let key_start = walk.at + 1;
+            let key = bytes.get(key_start..end.checked_sub(1)?)?;
             walk.at = end;
             walk.expect(b':')?;
             walk.peek()?;
             let value_start = walk.at;
             walk.value()?;
-            if let Some(slot) = self.position(key).and_then(|i| found.get_mut(i)) {
-                slot.get_or_insert(json.get(value_start..walk.at)?);
+            if self.lengths & length_bit(key.len()) != 0 {
+                let head = head_word_at(bytes, key_start, key.len());
+                if let Some(slot) = self.position(key, head).and_then(|i| found.get_mut(i)) {
+                    slot.get_or_insert(json.get(value_start..walk.at)?);
+                }
             }
             match walk.next()? {
                 b',' => {}
@@ -287,6 +315,23 @@ fn head_word(bytes: &[u8]) -> u64 {
         *w = *b;
     }
     u64::from_le_bytes(word)
+}
+
+/// [`head_word`] of the `len` bytes of `text` at `start`, read as one load where eight bytes
+/// follow `start` (a member's key is followed by at least its quote, a colon and a value).
+fn head_word_at(text: &[u8], start: usize, len: usize) -> u64 {
+    match text.get(start..start + 8).map(<[u8; 8]>::try_from) {
+        Some(Ok(word)) if len >= 8 => u64::from_le_bytes(word),
+        Some(Ok(word)) => u64::from_le_bytes(word) & ((1u64 << (8 * len)) - 1),
+        _ => head_word(text.get(start..start + len).unwrap_or_default()),
+    }
+}
+
+/// Where a key of `len` bytes whose first eight are `head` starts probing [`WantedKeys`]'s
+/// table (before masking to its size): a multiplicative hash, its high bits folded down.
+fn slot_of(len: usize, head: u64) -> usize {
+    let mixed = (head ^ (len as u64).rotate_left(56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> 40) as usize
 }
 
 /// A bit for a key length: lengths from 63 on share the last one.
@@ -488,16 +533,19 @@ impl<'j> Walk<'j> {
 }
 
 /// The index just past the closing quote of the string literal whose opening quote is at
-/// `start`, and whether the literal holds an escape. Eight bytes are looked at a time while
-/// they hold neither a quote nor a backslash (most property strings are short, so a word at a
-/// time does better than a byte at a time).
+/// `start`, and whether the literal holds an escape. Eight bytes are looked at a time, and the
+/// walk lands straight on the first quote or backslash of a word that holds one: most keys are
+/// shorter than a word, so that word is usually the first, and stepping through it a byte at a
+/// time would test every byte again.
 fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut at = start + 1;
     let mut escaped = false;
     loop {
         while let Some(word) = bytes.get(at..at + 8) {
             let word = u64::from_le_bytes(word.try_into().ok()?);
-            if has_byte(word, b'"') || has_byte(word, b'\\') {
+            let found = bytes_equal_to(word, b'"') | bytes_equal_to(word, b'\\');
+            if found != 0 {
+                at += (found.trailing_zeros() / 8) as usize;
                 break;
             }
             at += 8;
@@ -513,12 +561,14 @@ fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// Whether one of the eight bytes of `word` is `byte`.
-fn has_byte(word: u64, byte: u8) -> bool {
+/// The high bit of each of the eight bytes of `word` that is `byte` (little-endian byte
+/// order). A borrow may also mark a byte after the first match, never one before it: the
+/// lowest set bit is always the first match, which is all [`string_end`] reads.
+fn bytes_equal_to(word: u64, byte: u8) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_where_equal = word ^ (ONES * u64::from(byte));
-    zero_where_equal.wrapping_sub(ONES) & !zero_where_equal & HIGHS != 0
+    zero_where_equal.wrapping_sub(ONES) & !zero_where_equal & HIGHS
 }
 
 struct FindIndex {
@@ -692,6 +742,63 @@ mod tests {
             );
             WantedKeys::new(&keys).values_of_checked(text, &mut found);
             assert_eq!(found, top_level_values(text, &keys), "{text}");
+        }
+    }
+
+    /// Text drawn from a small alphabet of the bytes the walk treats apart (quotes,
+    /// backslashes, brackets, multi-byte characters), so strings end, escape and nest at every
+    /// offset within a word.
+    fn tricky_text() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::collection::vec(
+            proptest::sample::select(vec![
+                'a', 'b', '"', '\\', '{', '}', '[', ']', ',', ':', 'é', ' ',
+            ]),
+            0..20,
+        )
+        .prop_map(|chars| chars.into_iter().collect())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The walk over checked text, its word-at-a-time string ends and its table of wanted
+        /// keys find exactly what serde's scan finds, for up to 24 wanted keys (given twice,
+        /// sharing lengths and first words, or absent) over objects of strings, numbers and
+        /// nested values.
+        #[test]
+        fn the_walk_finds_what_serde_finds(
+            members in proptest::collection::vec((tricky_text(), tricky_text(), 0u8..4), 0..24),
+            extra in proptest::collection::vec(tricky_text(), 0..8),
+            pick in proptest::collection::vec(any::<proptest::sample::Index>(), 0..16),
+            pretty in any::<bool>(),
+        ) {
+            let mut object = serde_json::Map::new();
+            for (key, text, kind) in &members {
+                let value = match kind {
+                    0 => serde_json::Value::String(text.clone()),
+                    1 => serde_json::json!(text.len() as f64 / 3.0),
+                    2 => serde_json::json!([text, {"k": text}]),
+                    _ => serde_json::json!({ text.as_str(): [text.len()] }),
+                };
+                object.insert(key.clone(), value);
+            }
+            let text = if pretty {
+                serde_json::to_string_pretty(&object)
+            } else {
+                serde_json::to_string(&object)
+            }
+            .expect("a map is text");
+            let mut keys: Vec<&str> = pick
+                .iter()
+                .filter(|_| !members.is_empty())
+                .map(|i| members[i.index(members.len())].0.as_str())
+                .collect();
+            keys.extend(extra.iter().map(String::as_str));
+            let mut found = vec![Some("stale"); keys.len()];
+            WantedKeys::new(&keys).values_of_checked(&text, &mut found);
+            prop_assert_eq!(found, top_level_values(&text, &keys));
         }
     }
 
