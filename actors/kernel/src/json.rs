@@ -62,7 +62,24 @@ impl<'de> DeserializeSeed<'de> for BorrowedKey {
 fn plain_string(raw: &str) -> Option<&str> {
     raw.strip_prefix('"')?
         .strip_suffix('"')
-        .filter(|s| s.bytes().all(|b| b != b'\\' && b != b'"' && b >= 0x20))
+        .filter(|s| !needs_parsing(s.as_bytes()))
+}
+
+/// Whether `bytes` (a string literal's inside) hold a quote, a backslash or a control
+/// character, eight bytes at a time: a materialized column's values (URLs, paths) are read
+/// through this for every row a segment writes.
+fn needs_parsing(bytes: &[u8]) -> bool {
+    let special = |b: u8| b == b'\\' || b == b'"' || b < 0x20;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(word).map(u64::from_le_bytes) else {
+            return word.iter().any(|&b| special(b));
+        };
+        if bytes_equal_to(word, b'"') | bytes_equal_to(word, b'\\') | bytes_below(word, 0x20) != 0 {
+            return true;
+        }
+    }
+    words.remainder().iter().any(|&b| special(b))
 }
 
 /// A JSON string literal's text, borrowed when it holds no escape.
@@ -571,6 +588,14 @@ fn bytes_equal_to(word: u64, byte: u8) -> u64 {
     zero_where_equal.wrapping_sub(ONES) & !zero_where_equal & HIGHS
 }
 
+/// The high bit of each byte of `word` below `limit` (at most 128), with the same guarantee as
+/// [`bytes_equal_to`]: nonzero exactly when some byte is below it.
+fn bytes_below(word: u64, limit: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
+}
+
 struct FindIndex {
     index: i64,
 }
@@ -799,6 +824,23 @@ mod tests {
             let mut found = vec![Some("stale"); keys.len()];
             WantedKeys::new(&keys).values_of_checked(&text, &mut found);
             prop_assert_eq!(found, top_level_values(&text, &keys));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// The word-at-a-time test for a literal that needs parsing agrees with a byte loop,
+        /// wherever the quote, backslash or control byte falls.
+        #[test]
+        fn needs_parsing_agrees_with_a_byte_loop(
+            bytes in proptest::collection::vec(
+                prop_oneof![1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 60 => 0x20u8..=0xff],
+                0..40,
+            ),
+        ) {
+            let expected = bytes.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(needs_parsing(&bytes), expected);
         }
     }
 
