@@ -578,12 +578,14 @@ fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// A one in each byte of a word, and each byte's high bit: the word-at-a-time byte tests.
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
 /// The high bit of each of the eight bytes of `word` that is `byte` (little-endian byte
 /// order). A borrow may also mark a byte after the first match, never one before it: the
 /// lowest set bit is always the first match, which is all [`string_end`] reads.
 fn bytes_equal_to(word: u64, byte: u8) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_where_equal = word ^ (ONES * u64::from(byte));
     zero_where_equal.wrapping_sub(ONES) & !zero_where_equal & HIGHS
 }
@@ -591,8 +593,6 @@ fn bytes_equal_to(word: u64, byte: u8) -> u64 {
 /// The high bit of each byte of `word` below `limit` (at most 128), with the same guarantee as
 /// [`bytes_equal_to`]: nonzero exactly when some byte is below it.
 fn bytes_below(word: u64, limit: u8) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
 }
 
@@ -656,6 +656,7 @@ pub fn property_number(raw: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn key(k: &str) -> PathStep<'_> {
         PathStep::Key(Cow::Borrowed(k))
@@ -782,8 +783,6 @@ mod tests {
         )
         .prop_map(|chars| chars.into_iter().collect())
     }
-
-    use proptest::prelude::*;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
