@@ -465,7 +465,7 @@ pub(crate) fn parse_walked(
 }
 
 /// Whether `byte` is white space between JSON tokens (not form feed, unlike ASCII's).
-fn is_json_space(byte: u8) -> bool {
+pub(crate) fn is_json_space(byte: u8) -> bool {
     matches!(byte, b' ' | b'\n' | b'\r' | b'\t')
 }
 

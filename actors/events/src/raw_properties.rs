@@ -17,8 +17,9 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use corvid_kernel::json::BorrowedKey;
+use corvid_kernel::json::{members_with_scalars_checked, BorrowedKey};
 
+use super::decode::is_json_space;
 use super::property_keys::{
     DECODE_READS, NORMALIZE_READS, PROCESSING_READS, PROPERTY_EDITING_KEYS, SHARD_READS,
 };
@@ -60,7 +61,17 @@ impl RawProperties {
     /// module's doc); otherwise parses every property. Fails as parsing it into a map would.
     pub fn read(text: &str, keep_text: bool) -> Result<RawProperties, serde_json::Error> {
         if keep_text {
-            let scan: Scan<'_> = serde_json::from_str(text)?;
+            let scan = match Scan::walk(text) {
+                Some((scan, end))
+                    if text
+                        .as_bytes()
+                        .get(end..)
+                        .is_some_and(|rest| rest.iter().all(|b| is_json_space(*b))) =>
+                {
+                    scan
+                }
+                _ => serde_json::from_str(text)?,
+            };
             return ScannedProperties { text, scan }.into_raw(true);
         }
         serde_json::from_str(text).map(RawProperties::Parsed)
@@ -98,6 +109,11 @@ impl<'t> ScannedProperties<'t> {
     /// Reads the JSON object that starts `text`, checking it as [`RawProperties::read`] does.
     /// Whatever follows the object is left unread.
     pub fn read_prefix(text: &'t str) -> Result<ScannedProperties<'t>, serde_json::Error> {
+        if let Some((scan, end)) = Scan::walk(text) {
+            if let Some(text) = text.get(..end) {
+                return Ok(ScannedProperties { text, scan });
+            }
+        }
         let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Scan<'t>>();
         let scan = match stream.next() {
             Some(scan) => scan?,
@@ -217,6 +233,48 @@ struct Scan<'de> {
     edited: bool,
 }
 
+impl<'t> Scan<'t> {
+    /// The scan of the object that starts `text` and the index just past it, read by a walk
+    /// instead of a parse: keys and brackets are checked by the walk, the read keys' values
+    /// parsed, a string without escapes or a short number taken as it stands, and any other
+    /// value checked by its own parse. `None` when the walk does not take the text: the parse
+    /// then decides (it takes all the walk takes, and gives the same scan).
+    fn walk(text: &'t str) -> Option<(Scan<'t>, usize)> {
+        let mut scan = Scan {
+            keys: Vec::with_capacity(32),
+            read: Map::new(),
+            edited: false,
+        };
+        let end = members_with_scalars_checked(text, |key, value, plain| {
+            if !plain && nests_deeply(value) {
+                return None;
+            }
+            scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
+            if is_read(&key) {
+                scan.read
+                    .insert(key.to_string(), serde_json::from_str(value).ok()?);
+            } else if !plain {
+                serde_json::from_str::<Checked>(value).ok()?;
+            }
+            scan.keys.push(key);
+            Some(())
+        })?;
+        Some((scan, end))
+    }
+}
+
+/// Whether `value` may nest near the parse's depth limit. Parsed on its own, a value has one
+/// level more room below that limit than inside the object, so a value that may nest near it
+/// is left to the object's own parse.
+fn nests_deeply(value: &str) -> bool {
+    const OPENERS_TRUSTED: usize = 64;
+    value
+        .bytes()
+        .filter(|b| matches!(b, b'{' | b'['))
+        .nth(OPENERS_TRUSTED)
+        .is_some()
+}
+
 impl<'de> Deserialize<'de> for Scan<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct ScanVisitor;
@@ -303,6 +361,7 @@ impl<'de> Deserialize<'de> for Checked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn text_of(props: &RawProperties) -> Option<&str> {
@@ -413,6 +472,121 @@ mod tests {
                 assert!(repeats_a_key(repeated), "{count} keys, {a} at {b}");
             }
         }
+    }
+
+    /// What the parse makes of `text` as a properties prefix: the scan's parts and the
+    /// object's length.
+    type ScanParts = (Vec<String>, Map<String, Value>, bool, usize);
+
+    fn parts(scan: Scan<'_>, len: usize) -> ScanParts {
+        let keys = scan.keys.iter().map(|k| k.to_string()).collect();
+        (keys, scan.read, scan.edited, len)
+    }
+
+    fn parsed_prefix(text: &str) -> Option<ScanParts> {
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Scan<'_>>();
+        let scan = stream.next()?.ok()?;
+        Some(parts(scan, stream.byte_offset()))
+    }
+
+    fn walked_prefix(text: &str) -> Option<ScanParts> {
+        Scan::walk(text).map(|(scan, end)| parts(scan, end))
+    }
+
+    /// Member texts mixing what the walk takes as it stands with what needs a parse, what a
+    /// parse refuses and what sits at its depth limit.
+    fn member_text() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just(r#""$browser""#.to_string()),
+            Just(r#""$set""#.to_string()),
+            Just(r#""token""#.to_string()),
+            Just(r#""$groups""#.to_string()),
+            Just(r#""\u0024set""#.to_string()),
+            Just(r#""a\"b""#.to_string()),
+            Just(r#""\ud800""#.to_string()),
+            Just("\"ta\tb\"".to_string()),
+            "[a-z$]{0,10}".prop_map(|k| format!("\"{k}\"")),
+        ];
+        let value = prop_oneof![
+            Just(r#""Chrome""#.to_string()),
+            Just(r#""x\"y\\z\u00e9""#.to_string()),
+            Just(r#""\ud800""#.to_string()),
+            Just(r#""\ud83d\ude00""#.to_string()),
+            Just("\"a\u{1}b\"".to_string()),
+            Just(r#""\x""#.to_string()),
+            Just("-0".to_string()),
+            Just("01".to_string()),
+            Just("1.".to_string()),
+            Just("1e400".to_string()),
+            Just("-1e-400".to_string()),
+            Just("123456789012345678901234567890".to_string()),
+            Just("12.5".to_string()),
+            Just("tru".to_string()),
+            Just("null".to_string()),
+            Just(r#"[1,{"a":null},[]]"#.to_string()),
+            Just(r#"{"plan":"pro","n":[true,false]}"#.to_string()),
+            Just("[1,]".to_string()),
+            Just("{]".to_string()),
+            (124usize..130).prop_map(|depth| format!("{}{}", "[".repeat(depth), "]".repeat(depth))),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| n.to_string()),
+        ];
+        let space = prop_oneof![Just(""), Just(" "), Just("\n\t"), Just("\u{c}")];
+        (key, space.clone(), value, space).prop_map(|(k, s1, v, s2)| format!("{k}{s1}:{s2}{v}"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The walk takes only objects the parse takes, and gives the same scan of them; cut
+        /// or changed anywhere, it still takes nothing the parse refuses.
+        #[test]
+        fn the_walk_takes_what_the_parse_takes_and_reads_it_alike(
+            members in prop::collection::vec(member_text(), 0..8),
+            tail in prop_oneof![Just(""), Just(" ,\"x\":1}"), Just("x")],
+            cut in any::<prop::sample::Index>(),
+            noise in prop::sample::select(vec!['"', '\\', '{', '}', '[', ']', ',', ':', ' ', '\u{1}', 'é']),
+        ) {
+            let object = format!("{{{}}}{tail}", members.join(","));
+            let at = cut.index(object.len() + 1);
+            let mut variants = vec![object.clone()];
+            if object.is_char_boundary(at) {
+                variants.push(object[..at].to_string());
+                let mut changed = object.clone();
+                changed.insert(at, noise);
+                variants.push(changed);
+            }
+            for text in variants {
+                let walked = walked_prefix(&text);
+                if walked.is_some() {
+                    prop_assert_eq!(&walked, &parsed_prefix(&text), "{}", text);
+                }
+                if let Ok(read) = ScannedProperties::read_prefix(&text) {
+                    let parsed = parsed_prefix(&text);
+                    prop_assert!(parsed.is_some(), "{} taken", text);
+                    prop_assert_eq!(read.text().len(), parsed.map_or(0, |p| p.3));
+                }
+            }
+        }
+    }
+
+    /// A value nested to the parse's limit inside the object is refused, as the parse refuses
+    /// it, though on its own it would parse.
+    #[test]
+    fn a_value_at_the_depth_limit_is_refused_as_the_parse_refuses_it() {
+        let deep = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        assert!(serde_json::from_str::<Value>(&deep).is_ok());
+        let text = format!(r#"{{"a":{deep}}}"#);
+        assert!(parsed_prefix(&text).is_none());
+        assert!(ScannedProperties::read_prefix(&text).is_err());
+        assert!(RawProperties::read(&text, true).is_err());
+    }
+
+    #[test]
+    fn the_walk_takes_common_properties() {
+        let text = r#"{"$browser": "Chrome", "$screen_width": 1920, "amount": 12.5, "ok": true, "$set": {"plan": "pro"}, "n": null} ,"#;
+        let walked = walked_prefix(text).expect("walked");
+        assert_eq!(Some(walked), parsed_prefix(text));
     }
 
     #[test]

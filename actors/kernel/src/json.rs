@@ -425,6 +425,88 @@ fn walk_members<'j>(
     }
 }
 
+/// Walks the JSON object at the start of `json`, text nobody checked, giving `member` each key
+/// (unescaped), the value's text, and whether the walk checked that value as a parse would: a
+/// string without escapes or control characters, a decimal of at most 15 characters, `true`,
+/// `false` or `null` (see [`is_plain_scalar`]). Any other value (`false`) is for the caller to
+/// check with a parse. Keys are checked as a parse checks them. Each string is looked at once,
+/// eight bytes at a time, for both its end and whether it is plain: an SDK's properties are
+/// mostly short strings, and finding the end and then checking the text went over each twice.
+///
+/// Returns the index just past the closing brace; `None` when the walk does not find a
+/// well-formed object, a key does not decode, or `member` returns `None`. Never panics or loops.
+pub fn members_with_scalars_checked<'j>(
+    json: &'j str,
+    mut member: impl FnMut(Cow<'j, str>, &'j str, bool) -> Option<()>,
+) -> Option<usize> {
+    let bytes = json.as_bytes();
+    let mut walk = Walk { text: json, at: 0 };
+    walk.expect(b'{')?;
+    if walk.peek()? == b'}' {
+        return Some(walk.at + 1);
+    }
+    loop {
+        if walk.peek()? != b'"' {
+            return None;
+        }
+        let start = walk.at;
+        let (end, plain) = checked_string_end(bytes, start)?;
+        let key = if plain {
+            Cow::Borrowed(json.get(start + 1..end - 1)?)
+        } else {
+            Cow::Owned(serde_json::from_str::<String>(json.get(start..end)?).ok()?)
+        };
+        walk.at = end;
+        walk.expect(b':')?;
+        let (value, plain) = match walk.peek()? {
+            b'"' => {
+                let start = walk.at;
+                let (end, plain) = checked_string_end(bytes, start)?;
+                walk.at = end;
+                (json.get(start..end)?, plain)
+            }
+            b'{' | b'[' => (walk.value()?, false),
+            _ => {
+                let value = walk.value()?;
+                (value, is_plain_scalar(value))
+            }
+        };
+        member(key, value, plain)?;
+        match walk.next()? {
+            b',' => {}
+            b'}' => return Some(walk.at),
+            _ => return None,
+        }
+    }
+}
+
+/// [`string_end`] for text nobody checked: the index just past the closing quote of the string
+/// literal whose opening quote is at `start`, and whether the literal is plain (no escape, no
+/// control character). The first quote, backslash or control character is found eight bytes
+/// at a time; a literal that is not plain is walked again by [`string_end`]. Inlined into
+/// the member walk, which calls it for every key and most values.
+#[inline(always)]
+fn checked_string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut at = start + 1;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(word.try_into().ok()?);
+        let found =
+            bytes_equal_to(word, b'"') | bytes_equal_to(word, b'\\') | bytes_below(word, 0x20);
+        if found != 0 {
+            at += (found.trailing_zeros() / 8) as usize;
+            break;
+        }
+        at += 8;
+    }
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some((at + 1, true)),
+            b'\\' | 0..=0x1f => return Some((string_end(bytes, start)?.0, false)),
+            _ => at += 1,
+        }
+    }
+}
+
 /// The length of the JSON value at the start of `text` (already known to be JSON): a string,
 /// an object or array with everything in it, or a number or literal up to the next delimiter.
 /// `None` when no well-formed value starts there.
@@ -840,6 +922,103 @@ mod tests {
         ) {
             let expected = bytes.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
             prop_assert_eq!(needs_parsing(&bytes), expected);
+        }
+    }
+
+    /// An object's members as a parse reads them: each key (unescaped) and value text, in
+    /// order, repeats kept.
+    fn parsed_members(text: &str) -> Option<Vec<(String, String)>> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = Vec<(String, String)>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: &RawValue = map.next_value()?;
+                    members.push((key, value.get().to_string()));
+                }
+                Ok(members)
+            }
+        }
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+        stream.next()?.ok()?;
+        let end = stream.byte_offset();
+        let mut de = serde_json::Deserializer::from_str(&text[..end]);
+        serde::Deserializer::deserialize_map(&mut de, Members).ok()
+    }
+
+    fn json_piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z$]{0,12}".prop_map(|s| format!("\"{s}\"")),
+            Just(r#""é\u00e9\n\"""#.to_string()),
+            Just("\"a\u{1}b\"".to_string()),
+            Just("\"\u{1f}\"".to_string()),
+            Just(r#""\ud800""#.to_string()),
+            Just(r#""\x""#.to_string()),
+            Just("12.5".to_string()),
+            Just("-0".to_string()),
+            Just("01".to_string()),
+            Just("1e400".to_string()),
+            Just("123456789012345678".to_string()),
+            Just("true".to_string()),
+            Just("nul".to_string()),
+            Just(r#"[1,{"a":"}"}]"#.to_string()),
+            Just(r#"{"b":[]}"#.to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The walk over unchecked text takes a value as checked only when a parse takes it,
+        /// finds the members a parse finds, and takes no object a parse refuses when every
+        /// value it left is taken by a parse on its own.
+        #[test]
+        fn the_scalar_checking_walk_agrees_with_a_parse(
+            members in proptest::collection::vec((json_piece(), json_piece()), 0..6),
+            space in prop_oneof![Just(""), Just(" "), Just("\n\t"), Just("\u{c}")],
+            tail in prop_oneof![Just(""), Just(","), Just(" ]")],
+            cut in any::<proptest::sample::Index>(),
+            noise in proptest::sample::select(vec!['"', '\\', '{', '}', ',', ':', ' ', '\u{1}', 'é']),
+        ) {
+            let body = members
+                .iter()
+                .map(|(k, v)| format!("{k}{space}:{space}{v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let object = format!("{{{space}{body}{space}}}{tail}");
+            let at = cut.index(object.len() + 1);
+            let mut texts = vec![object.clone()];
+            if object.is_char_boundary(at) {
+                texts.push(object[..at].to_string());
+                let mut changed = object.clone();
+                changed.insert(at, noise);
+                texts.push(changed);
+            }
+            for text in texts {
+                let mut walked = Vec::new();
+                let mut others_parse = true;
+                let end = members_with_scalars_checked(&text, |key, value, plain| {
+                    if plain {
+                        assert!(serde_json::from_str::<serde_json::Value>(value).is_ok(), "{value}");
+                    } else {
+                        others_parse &= serde_json::from_str::<serde_json::Value>(value).is_ok();
+                    }
+                    walked.push((key.into_owned(), value.to_string()));
+                    Some(())
+                });
+                if let (Some(end), true) = (end, others_parse) {
+                    let parsed = parsed_members(&text);
+                    prop_assert_eq!(Some(&walked), parsed.as_ref(), "{}", text);
+                    prop_assert!(text[..end].ends_with('}'), "{}", text);
+                }
+            }
         }
     }
 
