@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::property_keys::{NORMALIZE_EDITING_EVENTS, PROPERTY_EDITING_EVENTS};
 pub use super::raw_properties::RawProperties;
 use super::raw_properties::{Checked, ScannedProperties};
-use corvid_kernel::json::{is_plain_scalar, members_read_by, value_len_checked};
+use corvid_kernel::json::{is_plain_scalar, members_read_by, parse_value, value_len_checked};
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -611,7 +611,7 @@ fn event_fields(text: &str) -> Option<(EventFields<'_>, usize)> {
         if key == "properties" {
             event.properties = Some(EventProperties::Other(value));
         } else if let Some(slot) = Fields::slot(&key) {
-            event.fields.0[slot] = Some(serde_json::from_str(value).ok()?);
+            event.fields.0[slot] = Some(parse_value(value)?);
         } else if !is_plain_scalar(value) {
             serde_json::from_str::<Checked>(value).ok()?;
         }

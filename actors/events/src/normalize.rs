@@ -7,6 +7,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use corvid_kernel::json::write_string_literal;
+
 use super::decode::RawEvent;
 use super::property_keys::ENROLLMENT_EVENT;
 use super::raw_properties::{with_added, RawProperties};
@@ -74,12 +76,13 @@ impl CapturedEvent {
     /// Appends the WAL form of this event to `out`: what [`Serialize`] writes, with the frozen
     /// properties text copied as it is rather than read again.
     pub(crate) fn write_wal_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let mut uuid = Uuid::encode_buffer();
         out.extend_from_slice(b"{\"uuid\":");
-        serde_json::to_writer(&mut *out, &self.uuid)?;
+        write_string_literal(out, self.uuid.hyphenated().encode_lower(&mut uuid));
         out.extend_from_slice(b",\"event\":");
-        serde_json::to_writer(&mut *out, &self.event)?;
+        write_string_literal(out, &self.event);
         out.extend_from_slice(b",\"distinct_id\":");
-        serde_json::to_writer(&mut *out, &self.distinct_id)?;
+        write_string_literal(out, &self.distinct_id);
         out.extend_from_slice(b",\"properties\":");
         match &self.properties_json {
             Some(text) => out.extend_from_slice(text.0.as_bytes()),

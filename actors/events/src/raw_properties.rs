@@ -17,7 +17,9 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use corvid_kernel::json::{members_with_scalars_checked, BorrowedKey};
+use corvid_kernel::json::{
+    members_with_scalars_checked, parse_value, write_string_literal, BorrowedKey,
+};
 
 use super::decode::is_json_space;
 use super::property_keys::{
@@ -165,10 +167,13 @@ pub fn with_added(text: String, added: &[(&str, Value)]) -> String {
             out.push(b',');
         }
         first = false;
-        // Writing a `str` or a `Value` into a `Vec` cannot fail.
-        let _ = serde_json::to_writer(&mut out, key);
+        write_string_literal(&mut out, key);
         out.push(b':');
-        let _ = serde_json::to_writer(&mut out, value);
+        match value {
+            Value::String(text) => write_string_literal(&mut out, text),
+            // Writing a `Value` into a `Vec` cannot fail.
+            other => drop(serde_json::to_writer(&mut out, other)),
+        }
     }
     out.push(b'}');
     // Only ASCII was removed and JSON text appended, so this is still UTF-8.
@@ -251,8 +256,7 @@ impl<'t> Scan<'t> {
             }
             scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
             if is_read(&key) {
-                scan.read
-                    .insert(key.to_string(), serde_json::from_str(value).ok()?);
+                scan.read.insert(key.to_string(), parse_value(value)?);
             } else if !plain {
                 serde_json::from_str::<Checked>(value).ok()?;
             }

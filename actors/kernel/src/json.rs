@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 /// One step of a JSON path: an object key or an array index (ClickHouse indexes from 1;
 /// negative counts from the end).
@@ -80,6 +81,32 @@ fn needs_parsing(bytes: &[u8]) -> bool {
         }
     }
     words.remainder().iter().any(|&b| special(b))
+}
+
+/// `text`, the text of one JSON value, parsed as `serde_json` parses it into a [`Value`]; a
+/// string literal without escapes or control characters (most values capture reads: names,
+/// ids, times) is taken without a parser. `None` when it does not parse.
+pub fn parse_value(text: &str) -> Option<Value> {
+    match plain_string(text) {
+        Some(plain) => Some(Value::String(plain.to_owned())),
+        None => serde_json::from_str(text).ok(),
+    }
+}
+
+/// Appends `text` to `out` as the JSON string literal `serde_json` writes for it. Text with no
+/// quote, backslash or control character (ids, event names, addresses) is copied between quotes
+/// as it is, found eight bytes at a time; `serde_json`'s writer looks up every byte. The rest is
+/// escaped by `serde_json`.
+pub fn write_string_literal(out: &mut Vec<u8>, text: &str) {
+    if needs_parsing(text.as_bytes()) {
+        // Writing a `str` into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+        return;
+    }
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 /// A JSON string literal's text, borrowed when it holds no escape.
@@ -1019,6 +1046,42 @@ mod tests {
                     prop_assert!(text[..end].ends_with('}'), "{}", text);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn values_parse_as_serde_parses_them() {
+        for text in [
+            r#""plain""#,
+            r#""""#,
+            r#""a\"b""#,
+            r#""\u00e9""#,
+            "\"a\u{1}b\"",
+            r#""\ud800""#,
+            "12.5",
+            "1e400",
+            r#"{"a":[1,null]}"#,
+            "tru",
+            r#""open"#,
+        ] {
+            assert_eq!(
+                parse_value(text),
+                serde_json::from_str::<Value>(text).ok(),
+                "{text}"
+            );
+        }
+    }
+
+    proptest! {
+        /// A string literal written by the copying path is what `serde_json` writes.
+        #[test]
+        fn string_literals_are_written_as_serde_writes_them(
+            text in "[a-z\"\\\\\u{0}-\u{1f}\u{7f}é😀 ]{0,40}",
+        ) {
+            let mut out = b"x".to_vec();
+            write_string_literal(&mut out, &text);
+            let expected = format!("x{}", serde_json::to_string(&text).expect("a string"));
+            prop_assert_eq!(String::from_utf8(out).expect("UTF-8"), expected);
         }
     }
 
