@@ -318,9 +318,15 @@ impl<'k> WantedKeys<'k> {
             let key = bytes.get(key_start..end.checked_sub(1)?)?;
             walk.at = end;
             walk.expect(b':')?;
-            walk.peek()?;
+            let first = walk.peek()?;
             let value_start = walk.at;
-            walk.value()?;
+            // Most values are strings: their end is found here, without a call to look at the
+            // first byte again and to check the slice's ends.
+            if first == b'"' {
+                walk.at = string_end(bytes, value_start)?.0;
+            } else {
+                walk.value()?;
+            }
             if self.lengths & length_bit(key.len()) != 0 {
                 let head = head_word_at(bytes, key_start, key.len());
                 if let Some(slot) = self.position(key, head).and_then(|i| found.get_mut(i)) {
