@@ -15,7 +15,9 @@ use uuid::Uuid;
 use super::property_keys::{NORMALIZE_EDITING_EVENTS, PROPERTY_EDITING_EVENTS};
 pub use super::raw_properties::RawProperties;
 use super::raw_properties::{Checked, ScannedProperties};
-use corvid_kernel::json::{is_plain_scalar, members_read_by, parse_value, value_len_checked};
+use corvid_kernel::json::{
+    is_json_space, is_plain_scalar, members_read_by, parse_value, value_len_checked,
+};
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
 /// Which family of route received the request; it changes decoding slightly.
@@ -462,11 +464,6 @@ pub(crate) fn parse_walked(
         return None;
     }
     collect_events(events.into_iter().map(Ok), batch, query).ok()
-}
-
-/// Whether `byte` is white space between JSON tokens (not form feed, unlike ASCII's).
-pub(crate) fn is_json_space(byte: u8) -> bool {
-    matches!(byte, b' ' | b'\n' | b'\r' | b'\t')
 }
 
 /// The events of the JSON array at the start of `text`, each read where the walk finds it,

@@ -18,10 +18,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use corvid_kernel::json::{
-    members_with_scalars_checked, parse_value, write_string_literal, BorrowedKey,
+    is_json_space, members_with_scalars_checked, parse_value, write_string_literal, BorrowedKey,
 };
 
-use super::decode::is_json_space;
 use super::property_keys::{
     DECODE_READS, NORMALIZE_READS, PROCESSING_READS, PROPERTY_EDITING_KEYS, SHARD_READS,
 };
@@ -365,6 +364,7 @@ impl<'de> Deserialize<'de> for Checked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corvid_kernel::json::damaged_variants;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -552,15 +552,7 @@ mod tests {
             noise in prop::sample::select(vec!['"', '\\', '{', '}', '[', ']', ',', ':', ' ', '\u{1}', 'é']),
         ) {
             let object = format!("{{{}}}{tail}", members.join(","));
-            let at = cut.index(object.len() + 1);
-            let mut variants = vec![object.clone()];
-            if object.is_char_boundary(at) {
-                variants.push(object[..at].to_string());
-                let mut changed = object.clone();
-                changed.insert(at, noise);
-                variants.push(changed);
-            }
-            for text in variants {
+            for text in damaged_variants(&object, cut.index(object.len() + 1), noise) {
                 let walked = walked_prefix(&text);
                 if walked.is_some() {
                     prop_assert_eq!(&walked, &parsed_prefix(&text), "{}", text);

@@ -581,6 +581,11 @@ fn is_short_decimal(bytes: &[u8]) -> bool {
     whole_ok && fraction.is_none_or(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit))
 }
 
+/// Whether `byte` is white space between JSON tokens (not form feed, unlike ASCII's).
+pub fn is_json_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\n' | b'\r' | b'\t')
+}
+
 /// A position in JSON text that is walked, not checked.
 struct Walk<'j> {
     text: &'j str,
@@ -590,7 +595,7 @@ struct Walk<'j> {
 impl<'j> Walk<'j> {
     fn skip_space(&mut self) {
         let bytes = self.text.as_bytes();
-        while matches!(bytes.get(self.at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        while bytes.get(self.at).copied().is_some_and(is_json_space) {
             self.at += 1;
         }
     }
@@ -766,6 +771,20 @@ pub fn property_number(raw: &str) -> Option<f64> {
         b'n' | b'{' | b'[' => None,
         _ => raw.parse::<f64>().ok(),
     }
+}
+
+/// Texts for tests of readers of unchecked JSON: `text` itself and, where `at` falls on a
+/// character boundary, `text` cut there and `text` with `noise` inserted there.
+#[cfg(any(test, feature = "test-support"))]
+pub fn damaged_variants(text: &str, at: usize, noise: char) -> Vec<String> {
+    let mut variants = vec![text.to_string()];
+    if let Some(head) = text.get(..at) {
+        variants.push(head.to_string());
+        let mut changed = text.to_string();
+        changed.insert(at, noise);
+        variants.push(changed);
+    }
+    variants
 }
 
 #[cfg(test)]
@@ -1026,15 +1045,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",");
             let object = format!("{{{space}{body}{space}}}{tail}");
-            let at = cut.index(object.len() + 1);
-            let mut texts = vec![object.clone()];
-            if object.is_char_boundary(at) {
-                texts.push(object[..at].to_string());
-                let mut changed = object.clone();
-                changed.insert(at, noise);
-                texts.push(changed);
-            }
-            for text in texts {
+            for text in damaged_variants(&object, cut.index(object.len() + 1), noise) {
                 let mut walked = Vec::new();
                 let mut others_parse = true;
                 let end = members_with_scalars_checked(&text, |key, value, plain| {
