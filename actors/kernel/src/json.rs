@@ -1031,7 +1031,7 @@ mod tests {
         let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
         stream.next()?.ok()?;
         let end = stream.byte_offset();
-        let mut de = serde_json::Deserializer::from_str(&text[..end]);
+        let mut de = serde_json::Deserializer::from_str(text.get(..end)?);
         serde::Deserializer::deserialize_map(&mut de, Members).ok()
     }
 
