@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use corvid_kernel::json::{
-    is_json_space, members_with_scalars_checked, parse_value, write_string_literal, BorrowedKey,
+    checked_scalar_value, is_json_space, may_nest_deeply, members_with_scalars_checked,
+    parse_value, write_string_literal, BorrowedKey,
 };
 
 use super::property_keys::{
@@ -250,12 +251,17 @@ impl<'t> Scan<'t> {
             edited: false,
         };
         let end = members_with_scalars_checked(text, |key, value, plain| {
-            if !plain && nests_deeply(value) {
+            if !plain && may_nest_deeply(value) {
                 return None;
             }
             scan.edited |= PROPERTY_EDITING_KEYS.contains(&key.as_ref());
             if is_read(&key) {
-                scan.read.insert(key.to_string(), parse_value(value)?);
+                let value = if plain {
+                    checked_scalar_value(value)?
+                } else {
+                    parse_value(value)?
+                };
+                scan.read.insert(key.to_string(), value);
             } else if !plain {
                 serde_json::from_str::<Checked>(value).ok()?;
             }
@@ -264,18 +270,6 @@ impl<'t> Scan<'t> {
         })?;
         Some((scan, end))
     }
-}
-
-/// Whether `value` may nest near the parse's depth limit. Parsed on its own, a value has one
-/// level more room below that limit than inside the object, so a value that may nest near it
-/// is left to the object's own parse.
-fn nests_deeply(value: &str) -> bool {
-    const OPENERS_TRUSTED: usize = 64;
-    value
-        .bytes()
-        .filter(|b| matches!(b, b'{' | b'['))
-        .nth(OPENERS_TRUSTED)
-        .is_some()
 }
 
 impl<'de> Deserialize<'de> for Scan<'de> {

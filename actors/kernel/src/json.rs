@@ -86,11 +86,53 @@ fn needs_parsing(bytes: &[u8]) -> bool {
 /// `text`, the text of one JSON value, parsed as `serde_json` parses it into a [`Value`]; a
 /// string literal without escapes or control characters (most values capture reads: names,
 /// ids, times) is taken without a parser. `None` when it does not parse.
+///
+/// `true`, `false`, `null` and integers of at most 15 characters (ages, counts, ids) are taken
+/// without a parser too; other numbers go to `serde_json`, whose float reading decides them.
 pub fn parse_value(text: &str) -> Option<Value> {
-    match plain_string(text) {
-        Some(plain) => Some(Value::String(plain.to_owned())),
-        None => serde_json::from_str(text).ok(),
+    if let Some(plain) = plain_string(text) {
+        return Some(Value::String(plain.to_owned()));
     }
+    match text {
+        "true" => Some(Value::Bool(true)),
+        "false" => Some(Value::Bool(false)),
+        "null" => Some(Value::Null),
+        _ => short_integer(text).or_else(|| serde_json::from_str(text).ok()),
+    }
+}
+
+/// The value of a scalar [`members_with_scalars_checked`] gave as checked (`plain`): a string
+/// it found without escapes or control characters is taken between its quotes without being
+/// looked over again; numbers and literals are read as [`parse_value`] reads them. Only for
+/// values the walk marked plain: an escape in a string given here would be kept as it is.
+pub fn checked_scalar_value(value: &str) -> Option<Value> {
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inside) => Some(Value::String(inside.to_owned())),
+        None => parse_value(value),
+    }
+}
+
+/// A JSON integer of at most 15 characters as `serde_json` reads it: never out of `i64`'s
+/// range. `-0` is left out: `serde_json` reads it as the float `-0.0`.
+fn short_integer(text: &str) -> Option<Value> {
+    let bytes = text.as_bytes();
+    if text == "-0" || bytes.contains(&b'.') || !is_short_decimal(bytes) {
+        return None;
+    }
+    text.parse::<i64>().ok().map(Value::from)
+}
+
+/// Whether `value` may nest near `serde_json`'s depth limit (128 brackets deep). Parsed on
+/// its own, a value has more room below that limit than inside the objects around it, so a
+/// reader that parses a member's value alone leaves one that may nest near the limit (more
+/// than 64 brackets in its text) to the parse of the whole text.
+pub fn may_nest_deeply(value: &str) -> bool {
+    const OPENERS_TRUSTED: usize = 64;
+    value
+        .bytes()
+        .filter(|b| matches!(b, b'{' | b'['))
+        .nth(OPENERS_TRUSTED)
+        .is_some()
 }
 
 /// Appends `text` to `out` as the JSON string literal `serde_json` writes for it. Text with no
@@ -1067,7 +1109,11 @@ mod tests {
                 let mut others_parse = true;
                 let end = members_with_scalars_checked(&text, |key, value, plain| {
                     if plain {
-                        assert!(serde_json::from_str::<serde_json::Value>(value).is_ok(), "{value}");
+                        assert_eq!(
+                            checked_scalar_value(value),
+                            serde_json::from_str::<serde_json::Value>(value).ok(),
+                            "{value}"
+                        );
                     } else {
                         others_parse &= serde_json::from_str::<serde_json::Value>(value).is_ok();
                     }
@@ -1097,6 +1143,19 @@ mod tests {
             r#"{"a":[1,null]}"#,
             "tru",
             r#""open"#,
+            "true",
+            "false",
+            "null",
+            "0",
+            "-0",
+            "-7",
+            "42",
+            "-123456789012345",
+            "123456789012345",
+            "1234567890123456789",
+            "00",
+            "-",
+            "+1",
         ] {
             assert_eq!(
                 parse_value(text),
@@ -1107,6 +1166,12 @@ mod tests {
     }
 
     proptest! {
+        /// Number texts, well-formed or not, read as `serde_json` reads them.
+        #[test]
+        fn numbers_parse_as_serde_parses_them(text in "-?[0-9]{0,18}(\\.[0-9]{0,3})?(e[0-9])?") {
+            prop_assert_eq!(parse_value(&text), serde_json::from_str::<Value>(&text).ok());
+        }
+
         /// A string literal written by the copying path is what `serde_json` writes.
         #[test]
         fn string_literals_are_written_as_serde_writes_them(
