@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 use super::model::FlagDefinition;
 use corvid_kernel::wire::{decode_text, WireError, WireInput};
 
+mod walk;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FlagRequestError {
     #[error("Failed to decode request: {0}")]
@@ -41,15 +43,19 @@ pub struct FlagRequest {
 
 /// Decodes a `/flags` body with the wire decoder capture uses, then reads its JSON straight
 /// into a request: members other than the fields are skipped unbuilt, and the fields are not
-/// collected into a map first.
+/// collected into a map first. The body is read by a walk ([`walk`]); text the walk leaves is
+/// read by a parse, whose errors the client then gets.
 pub fn decode_request(input: WireInput<'_>, limit: usize) -> Result<FlagRequest, FlagRequestError> {
     let text = decode_text(input, limit).map_err(|err| match err {
         WireError::TooLarge { limit } => FlagRequestError::TooLarge(limit),
         other => FlagRequestError::Decoding(other.to_string()),
     })?;
-    serde_json::from_str::<Fields>(&text)
-        .map_err(|e| FlagRequestError::Parsing(e.to_string()))?
-        .into_request()
+    match walk::fields(&text) {
+        Some(fields) => fields,
+        None => serde_json::from_str::<Fields>(&text)
+            .map_err(|e| FlagRequestError::Parsing(e.to_string()))?,
+    }
+    .into_request()
 }
 
 /// The fields a body is read for.
