@@ -200,7 +200,8 @@ pub struct PersonStore {
     records: Arc<dyn PersonRecords>,
     cache: Arc<ReadCache>,
     /// Usage counted in memory until the next flush: `(project, month, kind)` → count.
-    pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64>,
+    /// Hashed with aHash: `/flags` and capture count usage here on every request.
+    pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64, ahash::RandomState>,
     writer: Mutex<()>,
     /// Persons read from disk through [`PersonStore::read_person`]'s batches.
     pub(crate) disk_reads: DiskReadCounts,
@@ -219,7 +220,7 @@ impl PersonStore {
         PersonStore {
             records,
             cache,
-            pending_usage: dashmap::DashMap::new(),
+            pending_usage: dashmap::DashMap::default(),
             writer: Mutex::new(()),
             disk_reads: DiskReadCounts::default(),
         }
