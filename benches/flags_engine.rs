@@ -7,12 +7,12 @@
 //! each one, as a server's request finds the definitions after the network stack and other
 //! requests have run: there much of the cost is reading them from farther away.
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Duration;
 
 use corvid_flags::{
-    evaluate_slots, CohortDefinition, EvaluationPlan, FlagDefinition, MatchContext, Subject,
+    evaluate_slots, CohortDefinition, Cohorts, EvaluationPlan, FlagDefinition, MatchContext,
+    Subject,
 };
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use serde_json::{json, Value};
@@ -48,7 +48,7 @@ fn evict(buffer: &mut [u8]) {
 
 fn bench(c: &mut Criterion) {
     let cohort: CohortDefinition = serde_json::from_value(cohort()).expect("cohort");
-    let cohorts: HashMap<i64, CohortDefinition> = [(1, cohort)].into_iter().collect();
+    let cohorts: Cohorts = [(1, cohort)].into_iter().collect();
     let ctx = MatchContext {
         now: chrono::Utc::now(),
         timezone: chrono_tz::UTC,

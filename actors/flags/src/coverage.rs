@@ -2,11 +2,11 @@
 //! the stored read when the request's own `person_properties` (and `group_properties`) hold
 //! every property the flags look at. Computed once per snapshot; checked per request.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::model::{CohortDefinition, CohortNode, FlagDefinition};
+use super::model::{CohortNode, Cohorts, FlagDefinition, StaticMembers};
 use super::properties::PropertyFilter;
 use super::request::FlagRequest;
 
@@ -26,8 +26,8 @@ pub struct ReadKeys {
 /// a group filter that names no group type.
 pub(crate) fn read_keys(
     flags: &[FlagDefinition],
-    cohorts: &HashMap<i64, CohortDefinition>,
-    static_members: &HashMap<String, Vec<i64>>,
+    cohorts: &Cohorts,
+    static_members: &StaticMembers,
 ) -> Option<ReadKeys> {
     if !static_members.is_empty() || flags.iter().any(|f| f.ensure_experience_continuity) {
         return None;
@@ -64,7 +64,7 @@ struct Keys {
 
 fn collect(
     filter: &PropertyFilter,
-    cohorts: &HashMap<i64, CohortDefinition>,
+    cohorts: &Cohorts,
     keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
 ) -> Option<()> {
@@ -106,7 +106,7 @@ fn collect(
 
 fn walk(
     nodes: &[CohortNode],
-    cohorts: &HashMap<i64, CohortDefinition>,
+    cohorts: &Cohorts,
     keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
 ) -> Option<()> {
@@ -157,6 +157,7 @@ pub(crate) fn covered(
 mod tests {
     use serde_json::{json, Map};
 
+    use super::super::model::CohortDefinition;
     use super::*;
 
     fn flag(body: Value) -> FlagDefinition {
@@ -183,7 +184,7 @@ mod tests {
 
     #[test]
     fn keys_come_from_conditions_super_groups_and_nested_cohorts() {
-        let cohorts: HashMap<i64, CohortDefinition> = [
+        let cohorts: Cohorts = [
             cohort(
                 json!({"id": 1, "filters": {"properties": {"type": "OR", "values": [
                 {"type": "AND", "values": [{"key": "plan", "value": "pro", "type": "person"},
@@ -194,7 +195,8 @@ mod tests {
                 {"key": "country", "value": "US", "type": "person"}]}}}),
             ),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let flags = vec![
             flag(
                 json!({"id": 1, "key": "a", "filters": {"groups": [{"properties": [
@@ -206,7 +208,7 @@ mod tests {
                 "groups": [{"properties": [{"key": "id", "value": 1, "type": "cohort"}]}],
                 "super_groups": [{"properties": [{"key": "$feature_enrollment/b", "value": ["true"], "type": "person"}]}]}})),
         ];
-        let keys = read_keys(&flags, &cohorts, &HashMap::new()).expect("coverable");
+        let keys = read_keys(&flags, &cohorts, &StaticMembers::default()).expect("coverable");
         assert_eq!(
             keys.person,
             vec!["$feature_enrollment/b", "country", "email", "plan"]
@@ -257,7 +259,8 @@ mod tests {
             flag(json!({"id": 3, "key": "pro", "filters": {"groups": [
                 {"properties": [{"key": "plan", "value": "pro", "type": "person"}]}]}})),
         ];
-        let keys = read_keys(&flags, &HashMap::new(), &HashMap::new()).expect("coverable");
+        let keys =
+            read_keys(&flags, &Cohorts::default(), &StaticMembers::default()).expect("coverable");
         assert_eq!(keys.person, vec!["plan"]);
         assert_eq!(
             keys.group,
@@ -301,7 +304,7 @@ mod tests {
         let unindexed = vec![flag(json!({"id": 1, "key": "g", "filters": {"groups": [
             {"properties": [{"key": "size", "value": 1, "type": "group"}]}]}}))];
         assert_eq!(
-            read_keys(&unindexed, &HashMap::new(), &HashMap::new()),
+            read_keys(&unindexed, &Cohorts::default(), &StaticMembers::default()),
             None,
             "a group filter without its type cannot be covered"
         );
@@ -314,22 +317,26 @@ mod tests {
             "filters": {"groups": [{"rollout_percentage": 50}]}}),
         )];
         assert_eq!(
-            read_keys(&continuity, &HashMap::new(), &HashMap::new()),
+            read_keys(&continuity, &Cohorts::default(), &StaticMembers::default()),
             None
         );
         let plain = vec![flag(
             json!({"id": 1, "key": "a", "filters": {"groups": [{"rollout_percentage": 50}]}}),
         )];
-        let members: HashMap<String, Vec<i64>> = [("u1".to_string(), vec![3])].into();
-        assert_eq!(read_keys(&plain, &HashMap::new(), &members), None);
+        let members: StaticMembers = [("u1".to_string(), vec![3])].into_iter().collect();
+        assert_eq!(read_keys(&plain, &Cohorts::default(), &members), None);
         assert_eq!(
-            read_keys(&plain, &HashMap::new(), &HashMap::new()),
+            read_keys(&plain, &Cohorts::default(), &StaticMembers::default()),
             Some(ReadKeys::default())
         );
         let missing_cohort = vec![flag(json!({"id": 1, "key": "a", "filters": {"groups": [
             {"properties": [{"key": "id", "value": 9, "type": "cohort"}]}]}}))];
         assert_eq!(
-            read_keys(&missing_cohort, &HashMap::new(), &HashMap::new()),
+            read_keys(
+                &missing_cohort,
+                &Cohorts::default(),
+                &StaticMembers::default()
+            ),
             None
         );
     }

@@ -4,7 +4,6 @@
 //! stored data could not be read in time, flags that need it come back `failed` and the others
 //! are still evaluated.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -12,7 +11,7 @@ use serde_json::Value;
 use super::evaluation::{
     evaluate_slots, Evaluation, GroupData, PersonProperties, Reason, ReasonCode, Subject,
 };
-use super::model::FlagDefinition;
+use super::model::{CohortIds, FlagDefinition};
 use super::properties::MatchContext;
 use super::request::{contexts_allow, runtime_allows, FlagRequest, Runtime};
 use super::store::ProjectFlags;
@@ -198,7 +197,7 @@ pub fn evaluate(
         &distinct_id,
     );
 
-    let mut static_cohorts = HashSet::new();
+    let mut static_cohorts = CohortIds::default();
     let ids = person.map_or(std::slice::from_ref(&distinct_id), |p| &p.distinct_ids[..]);
     for id in ids {
         if let Some(cohorts) = snapshot.static_members.get(id) {

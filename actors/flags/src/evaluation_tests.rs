@@ -1,12 +1,10 @@
 //! Engine tests: the published test vectors of PostHog's flag service (`rust/feature-flags`,
 //! `flag_matching_utils.rs` and `flag_matching.rs` tests) and its matching rules.
 
-use std::collections::HashMap;
-
 use serde_json::{json, Value};
 
 use super::evaluation::*;
-use super::model::{CohortDefinition, FlagDefinition};
+use super::model::{CohortDefinition, Cohorts, FlagDefinition};
 use super::properties::MatchContext;
 
 fn flag(value: Value) -> FlagDefinition {
@@ -29,7 +27,7 @@ fn subject(distinct_id: &str, props: Value) -> Subject<'static> {
 }
 
 fn eval(f: &FlagDefinition, s: &Subject) -> Evaluation {
-    let cohorts = HashMap::new();
+    let cohorts = Cohorts::default();
     let values = Default::default();
     evaluate_flag(
         f,
@@ -254,7 +252,8 @@ fn dependencies_follow_the_value_rules_and_cycles_fail() {
         json!({"id": 15, "key": "b", "filters": {"groups": [{"properties": [{"key": "14", "type": "flag", "value": true}]}]}}),
     );
     let flags = [&on, &variant, &base, &missing, &a, &b];
-    let (results, errors) = evaluate_all(&flags, &subject("u", json!({})), &HashMap::new(), ctx());
+    let (results, errors) =
+        evaluate_all(&flags, &subject("u", json!({})), &Cohorts::default(), ctx());
     assert!(
         results[0].enabled,
         "true matches any variant (evaluated after its dependency)"
@@ -269,7 +268,7 @@ fn dependencies_follow_the_value_rules_and_cycles_fail() {
 
 #[test]
 fn cohorts_dynamic_nested_static_and_negated() {
-    let cohorts: HashMap<i64, CohortDefinition> = [
+    let cohorts: Cohorts = [
         json!({"id": 1, "filters": {"properties": {"type": "OR", "values": [
             {"type": "AND", "values": [{"key": "plan", "value": "pro", "type": "person"}, {"key": "country", "value": "FR", "type": "person", "negation": true}]}]}}}),
         json!({"id": 2, "filters": {"properties": {"type": "AND", "values": [{"type": "AND", "values": [{"key": "id", "value": 1, "type": "cohort"}]}]}}}),
@@ -402,7 +401,7 @@ fn flags_repeating_a_filter_match_as_each_would_alone() {
         ],
     ];
     // Cohort 7: persons on the pro plan; cohort 8: persons at corp.com.
-    let cohorts: HashMap<i64, CohortDefinition> = [
+    let cohorts: Cohorts = [
         json!({"id": 7, "filters": {"properties": {"type": "AND", "values": [person("plan", "exact", json!("pro"))]}}}),
         json!({"id": 8, "filters": {"properties": {"type": "OR", "values": [person("email", "icontains", json!("corp.com"))]}}}),
     ]

@@ -48,7 +48,8 @@ pub use geoip::{GeoIp, GeoIpError};
 pub use hash::rollout_hash;
 pub use local_eval::LocalEvaluation;
 pub use model::{
-    CohortDefinition, Condition, FlagDefinition, FlagFilters, Holdout, Multivariate, Variant,
+    CohortDefinition, CohortIds, Cohorts, Condition, FlagDefinition, FlagFilters, Holdout,
+    Multivariate, StaticMembers, Variant,
 };
 pub use owned::OwnedFlags;
 pub use pg_records::PgFlags;

@@ -133,6 +133,17 @@ pub struct Holdout {
     pub exclusion_percentage: f64,
 }
 
+/// A project's cohorts by id. Every cohort filter a request evaluates looks its cohort up
+/// here: aHash with keys drawn per process, a fraction of SipHash's cost.
+pub type Cohorts = std::collections::HashMap<i64, CohortDefinition, ahash::RandomState>;
+
+/// The static cohorts each distinct id is listed in; looked up once a request, with the
+/// request's distinct ids (aHash with keys drawn per process, as [`Cohorts`]).
+pub type StaticMembers = std::collections::HashMap<String, Vec<i64>, ahash::RandomState>;
+
+/// The static cohorts one subject is listed in.
+pub type CohortIds = std::collections::HashSet<i64, ahash::RandomState>;
+
 /// A cohort: dynamic (a property tree) or static (a list of distinct ids).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CohortDefinition {

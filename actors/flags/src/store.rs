@@ -2,7 +2,6 @@
 //! reads. Writes go through [`FlagStore`], which rebuilds the project's snapshot, so a change
 //! reaches `/flags` as soon as the write returns.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use dashmap::DashMap;
 
 use super::coverage::ReadKeys;
 use super::evaluation::EvaluationPlan;
-use super::model::{CohortDefinition, FlagDefinition};
+use super::model::{Cohorts, FlagDefinition, StaticMembers};
 use super::records::{FlagRecords, SledFlags};
 use super::request::Selection;
 use super::v2_entry::V2Entry;
@@ -26,9 +25,9 @@ pub use super::records::{CohortRecord, FlagRecord};
 pub struct ProjectFlags {
     /// Active, non-deleted flags, in id order.
     pub flags: Vec<FlagDefinition>,
-    pub cohorts: HashMap<i64, CohortDefinition>,
+    pub cohorts: Cohorts,
     /// distinct id → static cohorts containing it.
-    pub static_members: HashMap<String, Vec<i64>>,
+    pub static_members: StaticMembers,
     /// Dependency order of `flags`, computed once per snapshot.
     pub plan: EvaluationPlan,
     /// Indexes of `flags` sorted by key: the order responses list flags in.
@@ -48,8 +47,8 @@ impl ProjectFlags {
     /// Compiles a snapshot: dependency plan, response order and response fragments.
     pub fn new(
         flags: Vec<FlagDefinition>,
-        cohorts: HashMap<i64, CohortDefinition>,
-        static_members: HashMap<String, Vec<i64>>,
+        cohorts: Cohorts,
+        static_members: StaticMembers,
     ) -> ProjectFlags {
         let plan = EvaluationPlan::new(&flags.iter().collect::<Vec<_>>());
         let mut by_key: Vec<usize> = (0..flags.len()).collect();
@@ -375,8 +374,8 @@ impl FlagStore {
             .filter(|f| !f.deleted)
             .collect();
         flags.sort_by_key(|f| f.id);
-        let mut cohorts = HashMap::new();
-        let mut static_members: HashMap<String, Vec<i64>> = HashMap::new();
+        let mut cohorts = Cohorts::default();
+        let mut static_members = StaticMembers::default();
         for c in self.cohorts(project_id)?.into_iter().filter(|c| !c.deleted) {
             for did in &c.static_distinct_ids {
                 static_members

@@ -62,7 +62,6 @@ pub fn write(outcome: &FlagsOutcome, config: Option<&str>) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::Arc;
 
     use corvid_flags::FlagDefinition;
@@ -97,7 +96,11 @@ mod tests {
     #[test]
     fn writes_the_v2_shape_in_key_order_with_escaped_keys() {
         let flags = vec![flag(1, "zeta"), flag(2, "al\"pha\\"), flag(3, "hidden")];
-        let snapshot = Arc::new(ProjectFlags::new(flags, HashMap::new(), HashMap::new()));
+        let snapshot = Arc::new(ProjectFlags::new(
+            flags,
+            Default::default(),
+            Default::default(),
+        ));
         let outcome = FlagsOutcome {
             snapshot,
             results: vec![

@@ -3,12 +3,12 @@
 //! rollout and variant hashing, payloads, reasons, cohorts and flag dependencies.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
 use super::hash::{holdout_hash, rollout_hash, variant_hash};
-use super::model::{CohortDefinition, FlagDefinition};
+use super::model::{CohortIds, Cohorts, FlagDefinition};
 use super::properties::{MatchContext, Properties};
 
 /// A flag's value as dependants see it: `false`, `true` or a variant key.
@@ -167,7 +167,7 @@ pub struct Subject<'a> {
     pub person_properties: PersonProperties<'a>,
     pub groups: [Option<GroupData>; 5],
     /// Static cohorts the person is a member of.
-    pub static_cohorts: HashSet<i64>,
+    pub static_cohorts: CohortIds,
 }
 
 /// A subject's person properties: the request's over the stored person's, then the distinct
@@ -240,7 +240,7 @@ pub type CohortMemo = std::cell::RefCell<HashMap<i64, bool, ahash::RandomState>>
 
 /// Everything evaluation reads besides the flag and the subject.
 pub struct Environment<'a> {
-    pub cohorts: &'a HashMap<i64, CohortDefinition>,
+    pub cohorts: &'a Cohorts,
     /// Values of already evaluated flags, by flag id (dependencies).
     pub flag_values: &'a FlagValues,
     pub ctx: MatchContext,

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::super::model::{CohortDefinition, FlagDefinition};
+use super::super::model::{Cohorts, FlagDefinition};
 use super::super::properties::MatchContext;
 use super::memo::FilterSlots;
 use super::{
@@ -99,7 +99,7 @@ impl EvaluationPlan {
 pub fn evaluate_all(
     flags: &[&FlagDefinition],
     subject: &Subject,
-    cohorts: &HashMap<i64, CohortDefinition>,
+    cohorts: &Cohorts,
     ctx: MatchContext,
 ) -> (Vec<Evaluation>, bool) {
     let (slots, errors) = evaluate_slots(flags, &EvaluationPlan::new(flags), subject, cohorts, ctx);
@@ -113,7 +113,7 @@ pub fn evaluate_slots(
     flags: &[&FlagDefinition],
     plan: &EvaluationPlan,
     subject: &Subject,
-    cohorts: &HashMap<i64, CohortDefinition>,
+    cohorts: &Cohorts,
     ctx: MatchContext,
 ) -> (Vec<Option<Evaluation>>, bool) {
     let mut values =
