@@ -18,16 +18,7 @@ BIN="$1"
 K="${2:-300}"
 WARM="${WARM:-1000}"
 PORT="${PORT:-18097}"
-BASE="http://127.0.0.1:$PORT"
-DATA="$(mktemp -d)"
-OUT="$DATA/callgrind.out"
-RUST_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes \
-  --callgrind-out-file="$OUT" "$BIN" serve --data-dir "$DATA/server" --bind "127.0.0.1:$PORT" \
-  >/dev/null 2>"$DATA/valgrind.log" &
-VG=$!
-trap 'kill "$VG" 2>/dev/null || true; wait "$VG" 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 600); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.5; done
-TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/server/credentials.json")
+. benches/load/callgrind_lib.sh
 python3 benches/load/make_batch_bodies.py "$TOKEN" "$DATA" $((WARM + K)) >/dev/null
 
 # Posts bodies [FIRST, FIRST + N) of the generated file over four keep-alive connections.

@@ -25,17 +25,7 @@ SECS="${2:-15}"
 KNOWN="${KNOWN:-10000}"
 CONNS="${CONNS:-4}"
 PORT="${PORT:-18098}"
-BASE="http://127.0.0.1:$PORT"
-DATA="$(mktemp -d)"
-OUT="$DATA/callgrind.out"
-RUST_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes \
-  --callgrind-out-file="$OUT" "$BIN" serve --data-dir "$DATA/server" --bind "127.0.0.1:$PORT" \
-  >/dev/null 2>"$DATA/valgrind.log" &
-VG=$!
-trap 'kill "$VG" 2>/dev/null || true; wait "$VG" 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 600); do curl -sf "$BASE/_readiness" >/dev/null && break; sleep 0.5; done
-TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_token'])" "$DATA/server/credentials.json")
-KEY=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['personal_api_key'])" "$DATA/server/credentials.json")
+. benches/load/callgrind_lib.sh
 python3 benches/load/big_customer_flags.py "$BASE" "$KEY" 20 "$DATA/edge.json" >/dev/null
 python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$KNOWN" "$KEY" >/dev/null
 echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
