@@ -122,7 +122,7 @@ fn short_integer(text: &str) -> Option<Value> {
     text.parse::<i64>().ok().map(Value::from)
 }
 
-/// Whether `value` may nest near `serde_json`'s depth limit (128 brackets deep). Parsed on
+/// Whether `value` may nest near `serde_json`'s recursion limit (128). Parsed on
 /// its own, a value has more room below that limit than inside the objects around it, so a
 /// reader that parses a member's value alone leaves one that may nest near the limit (more
 /// than 64 brackets in its text) to the parse of the whole text.
