@@ -200,7 +200,7 @@ pub struct PersonStore {
     records: Arc<dyn PersonRecords>,
     cache: Arc<ReadCache>,
     /// Usage counted in memory until the next flush: `(project, month, kind)` → count.
-    /// Hashed with aHash: `/flags` and capture count usage here on every request.
+    /// Hashed with aHash: every `/flags` request counts here, and ingest once a batch.
     pending_usage: dashmap::DashMap<(u64, UsageMonth, UsageKind), u64, ahash::RandomState>,
     writer: Mutex<()>,
     /// Persons read from disk through [`PersonStore::read_person`]'s batches.
