@@ -443,7 +443,7 @@ fn a_node_killed_during_a_scheduled_export_finishes_it_after_restart() {
     let data = dir.path().join("data");
     let (mut child, base) = spawn_corvid(&data, Some(&config));
     let creds = common::read_credentials(&data);
-    let http = reqwest::blocking::Client::new();
+    let http = common::client_builder().build().expect("client");
     let events: Vec<Value> = (0..20_000)
         .map(|i| json!({"event": "$pageview", "distinct_id": format!("k-{}", i % 300), "properties": {"n": i}}))
         .collect();

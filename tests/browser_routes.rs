@@ -363,7 +363,7 @@ fn sdk_scripts_are_redirected_to_the_asset_host() {
     let (_dir, mut config) = common::fresh();
     config.browser.assets_url = "http://127.0.0.1:9/cdn".into();
     let server = TestServer::start(config);
-    let client = reqwest::blocking::Client::builder()
+    let client = common::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client");

@@ -177,7 +177,7 @@ fn a_node_started_before_its_metastore_answers_503_until_it_can_reach_it() {
             .spawn()
             .expect("starts"),
     );
-    let http = reqwest::blocking::Client::builder()
+    let http = common::client_builder()
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
@@ -330,7 +330,7 @@ impl ChildNode {
         ChildNode {
             child,
             base,
-            http: reqwest::blocking::Client::builder()
+            http: common::client_builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .expect("client"),
@@ -447,7 +447,7 @@ fn at_once_on_every_node(
             .map(|i| {
                 let (start, body, method) = (&start, &body, method.clone());
                 scope.spawn(move || {
-                    let client = reqwest::blocking::Client::new();
+                    let client = common::client_builder().build().expect("client");
                     let request = client
                         .request(method, format!("{}{path}", bases[i % 3]))
                         .bearer_auth(key)
@@ -566,7 +566,9 @@ fn one_person_written_on_three_nodes_at_once_keeps_every_write(
                 let (start, bases, token) = (&start, &bases, &token);
                 scope.spawn(move || {
                     let (node, round) = (i % 3, i / 3);
-                    let request = reqwest::blocking::Client::new()
+                    let request = common::client_builder()
+                        .build()
+                        .expect("client")
                         .post(format!("{}/batch/", bases[node]))
                         .json(&json!({"api_key": token, "batch": [event(node, round)]}));
                     start.wait();
@@ -1298,7 +1300,7 @@ fn kill_9_while_posting(node1: &TestServer, node2: &mut ChildNode) -> Vec<String
             let (url, token) = (node2.url("/batch/"), node1.creds.project_token.clone());
             let (acked, count, stop) = (acked.clone(), count.clone(), stop.clone());
             std::thread::spawn(move || {
-                let http = reqwest::blocking::Client::builder()
+                let http = common::client_builder()
                     .timeout(Duration::from_secs(10))
                     .build()
                     .expect("client");

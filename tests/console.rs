@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 fn no_redirects(server: &TestServer) -> reqwest::blocking::Client {
     let _ = server;
-    reqwest::blocking::Client::builder()
+    common::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client")

@@ -49,7 +49,7 @@ fn kill_9_while_posting(config: Option<&std::path::Path>) {
             let (base, token) = (base.clone(), creds.project_token.clone());
             let (outcomes, stop, acked) = (outcomes.clone(), stop.clone(), acked.clone());
             std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::builder()
+                let client = common::client_builder()
                     .timeout(Duration::from_secs(10))
                     .build()
                     .expect("client");

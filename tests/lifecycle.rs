@@ -512,7 +512,7 @@ fn an_erasure_cut_short_by_kill_9_completes_after_restart() {
     let data = dir.path().join("data");
     let (mut child, base) = spawn_corvid(&data, Some(&config));
     let creds = common::read_credentials(&data);
-    let http = reqwest::blocking::Client::new();
+    let http = common::client_builder().build().expect("client");
     let events = population(60_000, 6_000);
     for chunk in events.chunks(1000) {
         let res = http

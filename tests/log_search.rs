@@ -148,7 +148,7 @@ fn events(res: reqwest::blocking::Response) -> mpsc::Receiver<(String, Value)> {
 }
 
 fn tail(server: &TestServer, last_event_id: Option<&str>) -> reqwest::blocking::Response {
-    let client = reqwest::blocking::Client::builder()
+    let client = common::client_builder()
         .timeout(None)
         .build()
         .expect("client");

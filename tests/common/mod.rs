@@ -23,6 +23,13 @@ pub struct TestServer {
     _dir: Option<TempDir>,
 }
 
+/// A client builder whose pool drops a connection after 2 s idle. The server closes a
+/// keep-alive connection after 5 s idle (actix's default); a request sent on a pooled
+/// connection at that moment fails with `IncompleteMessage`, and a POST is not retried.
+pub fn client_builder() -> reqwest::blocking::ClientBuilder {
+    Client::builder().pool_idle_timeout(Duration::from_secs(2))
+}
+
 /// A fresh temp data dir and a test config pointing at it.
 pub fn fresh() -> (TempDir, Config) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -77,7 +84,7 @@ impl TestServer {
             base: format!("http://{addr}"),
             creds,
             data_dir,
-            client: Client::builder()
+            client: client_builder()
                 .timeout(Duration::from_secs(30))
                 .build()
                 .expect("client"),

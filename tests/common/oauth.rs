@@ -134,7 +134,7 @@ pub struct Browser {
 impl Browser {
     pub fn new(server: &TestServer) -> Browser {
         Browser {
-            http: Client::builder()
+            http: super::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(Duration::from_secs(30))
                 .build()

@@ -92,7 +92,7 @@ impl S3Server {
                 .expect("moto starts"),
         );
         let url = format!("http://127.0.0.1:{port}");
-        let http = reqwest::blocking::Client::new();
+        let http = super::client_builder().build().expect("client");
         assert!(
             wait_until(Duration::from_secs(30), || http
                 .get(format!("{url}/moto-api/"))
@@ -108,7 +108,9 @@ impl S3Server {
 
     /// Creates `bucket`.
     pub fn create_bucket(&self, bucket: &str) {
-        let res = reqwest::blocking::Client::new()
+        let res = super::client_builder()
+            .build()
+            .expect("client")
             .put(format!("{}/{bucket}", self.url))
             .send()
             .expect("create bucket");
@@ -147,7 +149,9 @@ impl S3Server {
 
     /// The keys in `bucket` under `prefix` (one listing page).
     pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        let xml = reqwest::blocking::Client::new()
+        let xml = super::client_builder()
+            .build()
+            .expect("client")
             .get(format!("{}/{bucket}?list-type=2&prefix={prefix}", self.url))
             .send()
             .expect("list")
