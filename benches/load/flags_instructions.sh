@@ -32,13 +32,13 @@ echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
 # The seeded events reach their segment (ingest.flush_interval, 10 s) before counting starts.
 sleep 12
 # Warm-up, uncounted: the snapshot, the persons' pages and each worker's buffers.
-wrk -t1 -c"$CONNS" -d5s -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$KNOWN" >/dev/null
+POOL=100000 wrk -t1 -c"$CONNS" -d5s -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$KNOWN" >/dev/null
 wrk -t1 -c"$CONNS" -d2s "$BASE/_health" >/dev/null
 
 callgrind_control -i on "$VG" >/dev/null 2>&1
 wrk -t1 -c"$CONNS" -d"${SECS}s" "$BASE/_health" >"$DATA/health.txt"
 callgrind_control -d health "$VG" >/dev/null 2>&1
-wrk -t1 -c"$CONNS" -d"${SECS}s" -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$KNOWN" >"$DATA/flags.txt"
+POOL=100000 wrk -t1 -c"$CONNS" -d"${SECS}s" -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$KNOWN" >"$DATA/flags.txt"
 callgrind_control -i off "$VG" >/dev/null 2>&1
 kill "$VG"; wait "$VG" 2>/dev/null || true
 # KEEP (optional): a directory the counts are copied to, for callgrind_annotate.

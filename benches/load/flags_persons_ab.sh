@@ -44,7 +44,7 @@ for round in $(seq 1 "$ROUNDS"); do
         curl -sf "$BASE/metrics" | grep -q '^corvid_persons_memory_complete 1' && break
         sleep 0.1
       done
-      wrk -t1 -c64 -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$ROOT/$n/flags.json" "$n" >"$ROOT/wrk.txt"
+      POOL=$((DURATION * 90000)) wrk -t1 -c64 -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$ROOT/$n/flags.json" "$n" >"$ROOT/wrk.txt"
       rss=$(($(ps -o rss= -p "$SERVER") / 1024))
       curl -sf "$BASE/metrics" >"$ROOT/metrics.txt"
       per_trip=$(awk '/^corvid_persons_disk_reads_total/ {r=$2} /^corvid_persons_disk_read_batches_total/ {b=$2} END {if (b > 0) printf "%.1f", r / b; else print "-"}' "$ROOT/metrics.txt")

@@ -14,14 +14,21 @@ TOKEN=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['project_
 KEY=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['personal_api_key'])" "$DATA/credentials.json")
 
 # Runs wrk with the remaining arguments, prints its report and keeps it in $1, and keeps the
-# CPU wrk itself used (user, sys, wall seconds) in $1.cpu: wrk shares the two cores.
+# CPU wrk itself used (user, sys, wall seconds) in $1.cpu: wrk shares the two cores. A script
+# that builds its requests before the run (pooled.lua) leaves the CPU seconds that took in
+# $1.init.
 measured_wrk() {
   local out=$1 TIMEFORMAT='%U %S %R'
   shift
-  { time wrk "$@" >"$out"; } 2>"$out.cpu"
+  rm -f "$out.init"
+  { time WRK_INIT_CPU="$out.init" wrk "$@" >"$out" 2>"$out.err"; } 2>"$out.cpu"
   cat "$out"
+  cat "$out.err" >&2
 }
-# wrk's share of the two cores during the run recorded in $1.
+# wrk's share of the two cores during the run recorded in $1 (building a pooled script's
+# requests before it left out).
 wrk_share() {
-  awk '{printf "%.0f%%", 100 * ($1 + $2) / ($3 * 2)}' "$1.cpu"
+  local init=0
+  [ -f "$1.init" ] && init=$(cat "$1.init")
+  awk -v init="$init" '{printf "%.0f%%", 100 * ($1 + $2 - init) / (($3 - init) * 2)}' "$1.cpu"
 }

@@ -63,7 +63,7 @@ for n in $PERSONS; do
   restart=$(echo "$(date +%s.%N) - $began" | bc -l)
   loaded=$(loaded_after "$began")
   echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
-  wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$n" >"$DATA/wrk.txt"
+  POOL=$((DURATION * 90000)) wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$n" >"$DATA/wrk.txt"
   rps=$(awk '/^Requests\/sec/ {print $2}' "$DATA/wrk.txt")
   p99=$(python3 benches/load/wrk_sum.py flags "$DATA/wrk.txt" | sed -n 's/.*worst p99 \([0-9.]*\) ms.*/\1/p')
   after=$(rss_mib)

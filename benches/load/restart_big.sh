@@ -57,5 +57,5 @@ echo "every person in memory again: $(since "$began") s, RSS $(rss_mib) MiB"
 curl -sf "$BASE/metrics" | grep '^corvid_persons_memory' | tr '\n' ' '
 echo
 echo "{\"token\": \"$TOKEN\"}" >"$DATA/flags.json"
-wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$PERSONS" >"$DATA/wrk.txt"
+POOL=$((DURATION * 90000)) wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/big_customer.lua "$BASE/flags?v=2" -- "$DATA/flags.json" "$PERSONS" >"$DATA/wrk.txt"
 echo "/flags: $(awk '/^Requests\/sec/ {print $2}' "$DATA/wrk.txt") req/s, p99 $(awk '$1 == "99%" {print $2}' "$DATA/wrk.txt"), RSS after $(rss_mib) MiB"
