@@ -4,6 +4,7 @@
 //! stored data could not be read in time, flags that need it come back `failed` and the others
 //! are still evaluated.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -127,7 +128,8 @@ fn group_key(v: &Value) -> Option<String> {
     }
 }
 
-/// The flags a request asks for, after the runtime, context and key filters.
+/// The flags a request asks for, after the runtime, context and key filters, as indexes into
+/// `snapshot.flags` in ascending order.
 pub fn selected_flags(
     snapshot: &ProjectFlags,
     request: &FlagRequest,
@@ -189,20 +191,23 @@ pub fn evaluate(
             errors: false,
         };
     }
-    let distinct_id = request.distinct_id.clone().unwrap_or_default();
+    let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
     let person = stored.and_then(|s| s.person.as_deref());
     let person_properties = PersonProperties::layered(
         &request.person_properties,
         person.map(|p| &p.properties),
-        &distinct_id,
+        distinct_id,
     );
 
     let mut static_cohorts = CohortIds::default();
-    let ids = person.map_or(std::slice::from_ref(&distinct_id), |p| &p.distinct_ids[..]);
-    for id in ids {
+    let mut add_static = |id: &str| {
         if let Some(cohorts) = snapshot.static_members.get(id) {
             static_cohorts.extend(cohorts.iter().copied());
         }
+    };
+    match person {
+        Some(person) => person.distinct_ids.iter().for_each(|id| add_static(id)),
+        None => add_static(distinct_id),
     }
     let mut groups: [Option<GroupData>; 5] = Default::default();
     for (name, index, group) in stored.map(|s| s.groups.as_slice()).unwrap_or_default() {
@@ -220,7 +225,7 @@ pub fn evaluate(
         groups[usize::from((*index).min(4))] = Some(GroupData { key, properties });
     }
     let subject = Subject {
-        distinct_id,
+        distinct_id: Cow::Borrowed(distinct_id),
         anon_distinct_id: request.anon_distinct_id.clone(),
         device_id: request.device_id.clone().or_else(|| {
             request
@@ -234,17 +239,19 @@ pub fn evaluate(
         static_cohorts,
     };
     // Dependencies are evaluated with every active flag; only the selected ones are returned.
-    let all: Vec<&FlagDefinition> = snapshot.flags.iter().collect();
-    let (mut results, mut errors) =
-        evaluate_slots(&all, &snapshot.plan, &subject, &snapshot.cohorts, ctx);
-    let mut wanted = vec![false; results.len()];
-    for &i in selected {
-        if let Some(w) = wanted.get_mut(i) {
-            *w = true;
-        }
-    }
+    let (mut results, mut errors) = evaluate_slots(
+        &snapshot.flags,
+        &snapshot.plan,
+        &subject,
+        &snapshot.cohorts,
+        ctx,
+    );
+    // `selected` is in ascending order (see `selected_flags`): walked beside the slots, it
+    // says which to keep without a table of its own.
+    let mut wanted = selected.iter().copied().peekable();
     for (i, slot) in results.iter_mut().enumerate() {
-        if !wanted[i] {
+        while wanted.next_if(|&w| w < i).is_some() {}
+        if wanted.next_if_eq(&i).is_none() {
             *slot = None;
         } else if stored.is_none() && needs_stored(&snapshot.flags[i], request) {
             errors = true;

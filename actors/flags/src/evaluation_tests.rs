@@ -20,7 +20,7 @@ fn ctx() -> MatchContext {
 
 fn subject(distinct_id: &str, props: Value) -> Subject<'static> {
     Subject {
-        distinct_id: distinct_id.into(),
+        distinct_id: distinct_id.to_string().into(),
         person_properties: props.as_object().cloned().unwrap_or_default().into(),
         ..Subject::default()
     }

@@ -141,8 +141,14 @@ pub type Cohorts = std::collections::HashMap<i64, CohortDefinition, ahash::Rando
 /// request's distinct ids (aHash with keys drawn per process, as [`Cohorts`]).
 pub type StaticMembers = std::collections::HashMap<String, Vec<i64>, ahash::RandomState>;
 
+/// Builds the hashers of the maps one request makes, keyed by the flag set's own ids (flags,
+/// cohorts): aHash with fixed keys. The keys come from the definitions, not from the request,
+/// so nothing a caller sends can crowd them; and drawing keys for each map was a measurable
+/// part of every request (three maps a request).
+pub type RequestIdHasher = std::hash::BuildHasherDefault<ahash::AHasher>;
+
 /// The static cohorts one subject is listed in.
-pub type CohortIds = std::collections::HashSet<i64, ahash::RandomState>;
+pub type CohortIds = std::collections::HashSet<i64, RequestIdHasher>;
 
 /// A cohort: dynamic (a property tree) or static (a list of distinct ids).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -316,7 +316,7 @@ mod tests {
         let mut copied = 0;
         for i in 0..200 {
             let subject = Subject {
-                distinct_id: format!("user-{i}"),
+                distinct_id: format!("user-{i}").into(),
                 person_properties:
                     json!({"plan": if i % 3 == 0 { "pro" } else { "free" }, "n": i % 8})
                         .as_object()

@@ -182,6 +182,11 @@ pub async fn not_allowed() -> Result<HttpResponse, ApiError> {
     })
 }
 
+/// A kept header's value as text, when present and ASCII.
+fn header_text(value: &Option<header::HeaderValue>) -> Option<&str> {
+    value.as_ref().and_then(|v| v.to_str().ok())
+}
+
 async fn evaluate_http(
     req: HttpRequest,
     payload: web::Payload,
@@ -191,8 +196,10 @@ async fn evaluate_http(
     let query = FlagsQuery::parse(req.query_string());
     let decoded_limit = state.config.flags.max_decoded_bytes;
     let body = read_body(&req, payload.into_inner(), state.config.flags_body_limit()).await?;
-    let content_type = header_string(&req, header::CONTENT_TYPE);
-    let content_encoding = header_string(&req, header::CONTENT_ENCODING);
+    // Header values share the request's buffer: kept for the decoder (which may run on the
+    // blocking pool) without copying their text.
+    let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+    let content_encoding = req.headers().get(header::CONTENT_ENCODING).cloned();
     let (data, compression) = (query.data.clone(), query.compression.clone());
     let decode = move |limit: usize| {
         Flags::decode_request(
@@ -200,8 +207,8 @@ async fn evaluate_http(
                 body: &body,
                 query_data: data.as_deref(),
                 query_compression: compression.as_deref(),
-                content_type: content_type.as_deref(),
-                content_encoding: content_encoding.as_deref(),
+                content_type: header_text(&content_type),
+                content_encoding: header_text(&content_encoding),
             },
             limit,
         )

@@ -3,12 +3,13 @@
 //! rollout and variant hashing, payloads, reasons, cohorts and flag dependencies.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
 use super::hash::{holdout_hash, rollout_hash, variant_hash};
-use super::model::{CohortIds, Cohorts, FlagDefinition};
+use super::model::{CohortIds, Cohorts, FlagDefinition, RequestIdHasher};
 use super::properties::{MatchContext, Properties};
 
 /// A flag's value as dependants see it: `false`, `true` or a variant key.
@@ -159,7 +160,8 @@ pub struct GroupData {
 /// Who flags are evaluated for.
 #[derive(Debug, Clone, Default)]
 pub struct Subject<'a> {
-    pub distinct_id: String,
+    /// Borrowed from the request where there is one: evaluation only reads it.
+    pub distinct_id: Cow<'a, str>,
     /// `$anon_distinct_id`: the hash key of experience-continuity flags.
     pub anon_distinct_id: Option<String>,
     pub device_id: Option<String>,
@@ -177,7 +179,10 @@ pub struct Subject<'a> {
 pub struct PersonProperties<'a> {
     over: Cow<'a, Map<String, Value>>,
     under: Option<&'a Map<String, Value>>,
-    distinct_id: Option<Value>,
+    distinct_id: Option<&'a str>,
+    /// `distinct_id` as a JSON value, made only when a filter reads it: few flag sets filter
+    /// on the distinct id, and every request would otherwise copy it.
+    distinct_id_value: OnceCell<Value>,
 }
 
 impl<'a> PersonProperties<'a> {
@@ -185,12 +190,13 @@ impl<'a> PersonProperties<'a> {
     pub fn layered(
         request: &'a Map<String, Value>,
         stored: Option<&'a Map<String, Value>>,
-        distinct_id: &str,
+        distinct_id: &'a str,
     ) -> PersonProperties<'a> {
         PersonProperties {
             over: Cow::Borrowed(request),
             under: stored,
-            distinct_id: Some(Value::String(distinct_id.to_string())),
+            distinct_id: Some(distinct_id),
+            distinct_id_value: OnceCell::new(),
         }
     }
 
@@ -199,11 +205,20 @@ impl<'a> PersonProperties<'a> {
         self.over
             .get(key)
             .or_else(|| self.under.and_then(|m| m.get(key)))
-            .or_else(|| self.distinct_id.as_ref().filter(|_| key == "distinct_id"))
+            .or_else(|| self.distinct_id_property(key))
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()
+    }
+
+    /// The distinct id, for a filter on `distinct_id` that neither layer answers.
+    fn distinct_id_property(&self, key: &str) -> Option<&Value> {
+        let id = self.distinct_id.filter(|_| key == "distinct_id")?;
+        Some(
+            self.distinct_id_value
+                .get_or_init(|| Value::String(id.to_string())),
+        )
     }
 }
 
@@ -214,6 +229,7 @@ impl From<Map<String, Value>> for PersonProperties<'_> {
             over: Cow::Owned(map),
             under: None,
             distinct_id: None,
+            distinct_id_value: OnceCell::new(),
         }
     }
 }
@@ -233,10 +249,10 @@ fn reason(code: ReasonCode, condition_index: Option<usize>) -> Reason {
 }
 
 /// Values of already evaluated flags, by flag id (keys are small integers: a fast hash).
-pub type FlagValues = HashMap<i64, FlagValue, ahash::RandomState>;
+pub type FlagValues = HashMap<i64, FlagValue, RequestIdHasher>;
 
 /// Cohort memberships already decided for one subject, by cohort id.
-pub type CohortMemo = std::cell::RefCell<HashMap<i64, bool, ahash::RandomState>>;
+pub type CohortMemo = std::cell::RefCell<HashMap<i64, bool, RequestIdHasher>>;
 
 /// Everything evaluation reads besides the flag and the subject.
 pub struct Environment<'a> {

@@ -1,5 +1,6 @@
 //! Evaluation order: flags that depend on other flags are evaluated after them, once per snapshot.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 
 use super::super::model::{Cohorts, FlagDefinition};
@@ -109,8 +110,8 @@ pub fn evaluate_all(
 /// [`evaluate_all`] with a precomputed plan for the same `flags`, as one slot per flag (same
 /// index as `flags`), every slot filled, so a caller can blank the flags it does not return
 /// without moving the others.
-pub fn evaluate_slots(
-    flags: &[&FlagDefinition],
+pub fn evaluate_slots<F: Borrow<FlagDefinition>>(
+    flags: &[F],
     plan: &EvaluationPlan,
     subject: &Subject,
     cohorts: &Cohorts,
@@ -120,7 +121,8 @@ pub fn evaluate_slots(
         FlagValues::with_capacity_and_hasher(plan.depended_on_count, Default::default());
     let cohort_memo = CohortMemo::default();
     let outcomes = plan.filters.outcomes();
-    let mut results: Vec<Option<Evaluation>> = vec![None; flags.len()];
+    // Made empty slot by slot: `vec![None; n]` cloned a whole `None` evaluation into each.
+    let mut results: Vec<Option<Evaluation>> = (0..flags.len()).map(|_| None).collect();
     let mut errors = false;
     for &(i, usable, all_exist) in &plan.order {
         let Some(slot) = results.get_mut(i) else {
@@ -136,13 +138,13 @@ pub fn evaluate_slots(
                 cohort_memo: &cohort_memo,
                 filters: plan.filters.for_flag(i, &outcomes),
             };
-            evaluate_flag_into(flags[i], subject, &env, evaluation);
+            evaluate_flag_into(flags[i].borrow(), subject, &env, evaluation);
         } else {
             // Every dependency exists, yet they are unusable: a cycle (an error).
             errors |= all_exist;
         }
         if plan.depended_on.get(i).copied().unwrap_or(false) {
-            values.insert(flags[i].id, evaluation.value());
+            values.insert(flags[i].borrow().id, evaluation.value());
         }
     }
     for slot in results.iter_mut().filter(|r| r.is_none()) {

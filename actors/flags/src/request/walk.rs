@@ -16,9 +16,9 @@ use corvid_kernel::json::{
     checked_scalar_value, is_json_space, may_nest_deeply, members_with_scalars_checked,
 };
 
-/// The fields of the JSON object `text`, or `None` where the walk leaves the text to the parse.
-pub(super) fn fields(text: &str) -> Option<Fields> {
-    let mut fields = Fields::default();
+/// Reads the fields of the JSON object `text` into `fields`; `None` where the walk leaves
+/// the text to the parse (`fields` may then hold some of them).
+pub(super) fn fields(text: &str, fields: &mut Fields) -> Option<()> {
     let end = members_with_scalars_checked(text, |key, value, plain| {
         match Field::of(&key) {
             Some((field, at)) => {
@@ -35,10 +35,7 @@ pub(super) fn fields(text: &str) -> Option<Fields> {
         }
         Some(())
     })?;
-    text.get(end..)?
-        .bytes()
-        .all(is_json_space)
-        .then_some(fields)
+    text.get(end..)?.bytes().all(is_json_space).then_some(())
 }
 
 /// A field's value: a plain scalar as it stands, an object by the walk (`person_properties`
@@ -92,7 +89,8 @@ mod tests {
     }
 
     fn walked(text: &str) -> Option<Vec<[Option<Value>; super::super::MAX_NAMES]>> {
-        fields(text).map(|f| f.0.to_vec())
+        let mut walked = Fields::default();
+        fields(text, &mut walked).map(|()| walked.0.to_vec())
     }
 
     #[test]

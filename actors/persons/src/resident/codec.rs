@@ -164,7 +164,66 @@ fn timestamp_of(s: &str) -> Option<(u8, i64)> {
     (timestamp_text(tag, n)? == s).then_some((tag, n))
 }
 
+/// The text of a timestamp tag's number, as chrono writes it (`to_rfc3339_opts` with `Z`).
+/// Written digit by digit for the years 0–9999, the only ones a record holds as a number
+/// (their text has four-digit years): every `/flags` request of a known user decodes its
+/// person, and chrono's formatting machinery was a third of that decoding.
 fn timestamp_text(tag: u8, n: i64) -> Option<String> {
+    let (seconds, millis) = match tag {
+        SECONDS_Z => (n, None),
+        _ => (n.div_euclid(1000), Some(n.rem_euclid(1000))),
+    };
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    if !(0..=9999).contains(&year) {
+        return chrono_timestamp_text(tag, n);
+    }
+    let of_day = seconds.rem_euclid(86_400);
+    let mut text = [0u8; 24];
+    let mut at = 0;
+    let mut put = |value: i64, digits: u32, after: u8| {
+        for place in (0..digits).rev() {
+            text[at] = b'0' + (value / 10_i64.pow(place) % 10) as u8;
+            at += 1;
+        }
+        text[at] = after;
+        at += 1;
+    };
+    put(year, 4, b'-');
+    put(month, 2, b'-');
+    put(day, 2, b'T');
+    put(of_day / 3600, 2, b':');
+    put(of_day / 60 % 60, 2, b':');
+    match millis {
+        None => put(of_day % 60, 2, b'Z'),
+        Some(millis) => {
+            put(of_day % 60, 2, b'.');
+            put(millis, 3, b'Z');
+        }
+    }
+    String::from_utf8(text.get(..at)?.to_vec()).ok()
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01
+/// (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    (year_of_era + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// [`timestamp_text`] through chrono, for the years it does not write itself.
+fn chrono_timestamp_text(tag: u8, n: i64) -> Option<String> {
     let (at, format) = match tag {
         SECONDS_Z => (DateTime::<Utc>::from_timestamp(n, 0)?, SecondsFormat::Secs),
         _ => (
@@ -294,14 +353,18 @@ pub fn decode(record: &[u8], names: &Names) -> Option<(u64, Person)> {
         distinct_ids.push(r.string()?);
     }
     let table = names.read();
-    let mut properties = Map::new();
-    for _ in 0..r.varint()? {
+    let count = r.varint()?;
+    // Collected, then built in one pass: the keys come in order (written from a sorted map),
+    // and inserting them one by one searched the map for each.
+    let mut pairs = Vec::with_capacity(usize::try_from(count).ok()?.min(256));
+    for _ in 0..count {
         let key = match r.varint()? {
             0 => r.string()?,
             id => table.names.get(usize::try_from(id - 1).ok()?)?.clone(),
         };
-        properties.insert(key, r.value()?);
+        pairs.push((key, r.value()?));
     }
+    let properties = Map::from_iter(pairs);
     Some((
         project,
         Person {
@@ -418,6 +481,51 @@ mod tests {
 
     fn holds_text(record: &[u8], text: &str) -> bool {
         record.windows(text.len()).any(|w| w == text.as_bytes())
+    }
+
+    #[test]
+    fn timestamps_are_written_as_chrono_writes_them() {
+        // Every day boundary of the years 0–9999 would be slow to walk; a stride that is
+        // prime to the day and the month lands on every time of day and every date shape
+        // (leap days, month and year ends) many times over.
+        let first = -62_167_219_200; // 0000-01-01T00:00:00Z
+        let last = 253_402_300_799; // 9999-12-31T23:59:59Z
+        let mut n = first;
+        while n <= last {
+            assert_eq!(
+                timestamp_text(SECONDS_Z, n),
+                chrono_timestamp_text(SECONDS_Z, n),
+                "{n}"
+            );
+            let millis = n * 1000 + n.rem_euclid(997);
+            assert_eq!(
+                timestamp_text(MILLIS_Z, millis),
+                chrono_timestamp_text(MILLIS_Z, millis),
+                "{millis}"
+            );
+            n += 7_919_993;
+        }
+        for n in [
+            first,
+            first - 1,
+            last,
+            last + 1,
+            0,
+            -1,
+            951_782_400,
+            951_868_799,
+        ] {
+            assert_eq!(
+                timestamp_text(SECONDS_Z, n),
+                chrono_timestamp_text(SECONDS_Z, n),
+                "{n}"
+            );
+        }
+        assert_eq!(
+            timestamp_text(MILLIS_Z, -1).as_deref(),
+            Some("1969-12-31T23:59:59.999Z")
+        );
+        assert_eq!(timestamp_text(SECONDS_Z, i64::MAX), None);
     }
 
     #[test]
