@@ -527,6 +527,121 @@ fn cohorts_property_nested_and_static_drive_flags() {
 }
 
 #[test]
+fn a_stored_person_with_many_properties_decides_each_kind_of_flag_that_reads_it() {
+    // A person as apps store them: dozens of properties, of which the flags read a few (the
+    // person is decoded for /flags with those only).
+    let server = TestServer::new();
+    let key = server.admin_key().to_string();
+    let token = server.creds.project_token.clone();
+    let mut set = serde_json::Map::new();
+    for i in 0..40 {
+        set.insert(format!("$initial_prop_{i}"), json!(format!("value {i}")));
+    }
+    for (k, v) in [
+        ("plan", json!("pro")),
+        ("country", json!("DE")),
+        ("age", json!(41)),
+        ("signed_up_at", json!("2024-03-01T10:00:00Z")),
+        ("$feature_enrollment/beta", json!(true)),
+        ("tags", json!(["a", "b"])),
+    ] {
+        set.insert(k.to_string(), v);
+    }
+    let res = server.capture_batch(&[
+        json!({"event": "$identify", "distinct_id": "rich", "properties": {"$set": set}}),
+    ]);
+    assert_eq!(res.status(), 200);
+    let res = server.post_json(
+        "/api/projects/1/cohorts/",
+        Some(&key),
+        &json!({"name": "Germans", "filters": {"properties": {"type": "AND", "values": [
+            {"key": "country", "value": ["DE"], "operator": "exact", "type": "person"}]}}}),
+    );
+    assert_eq!(res.status(), 201);
+    let germans: Value = res.json().expect("json");
+    let vips = server.post_json(
+        "/api/projects/1/cohorts/",
+        Some(&key),
+        &json!({"name": "VIPs", "is_static": true, "distinct_ids": ["someone-else"]}),
+    );
+    assert_eq!(vips.status(), 201);
+    let vips: Value = vips.json().expect("json");
+    let condition = |properties: Value| json!({"groups": [{"properties": properties, "rollout_percentage": 100}]});
+    for (flag_key, filters) in [
+        (
+            "pro",
+            condition(
+                json!([{"key": "plan", "value": ["pro"], "operator": "exact", "type": "person"}]),
+            ),
+        ),
+        (
+            "german",
+            condition(json!([{"key": "id", "value": germans["id"], "type": "cohort"}])),
+        ),
+        (
+            "vip",
+            condition(json!([{"key": "id", "value": vips["id"], "type": "cohort"}])),
+        ),
+        (
+            "adult",
+            condition(json!([{"key": "age", "value": 18, "operator": "gt", "type": "person"}])),
+        ),
+        (
+            "early",
+            condition(
+                json!([{"key": "signed_up_at", "value": "2024-06-01", "operator": "is_date_before", "type": "person"}]),
+            ),
+        ),
+        (
+            "untagged",
+            condition(json!([{"key": "nickname", "operator": "is_not_set", "type": "person"}])),
+        ),
+        (
+            "by-id",
+            condition(
+                json!([{"key": "distinct_id", "value": ["rich"], "operator": "exact", "type": "person"}]),
+            ),
+        ),
+        (
+            "beta",
+            json!({"feature_enrollment": true, "groups": [{"properties": [], "rollout_percentage": 0}]}),
+        ),
+    ] {
+        create_flag(&server, 1, json!({"key": flag_key, "filters": filters}));
+    }
+    let body = json!({"token": token, "distinct_id": "rich"});
+    // Twice: the second answer reads the person from memory.
+    for _ in 0..2 {
+        let flags = &evaluate(&server, body.clone(), &[])["flags"];
+        for (flag_key, enabled) in [
+            ("pro", true),
+            ("german", true),
+            ("vip", false),
+            ("adult", true),
+            ("early", true),
+            ("untagged", true),
+            ("by-id", true),
+            ("beta", true),
+        ] {
+            assert_eq!(
+                flags[flag_key]["enabled"], enabled,
+                "{flag_key}: {}",
+                flags[flag_key]
+            );
+        }
+    }
+    // A flag added later reads a property no flag read before.
+    create_flag(
+        &server,
+        1,
+        json!({"key": "initial", "filters": condition(json!([{"key": "$initial_prop_7", "value": "value 7", "operator": "exact", "type": "person"}]))}),
+    );
+    let flags = &evaluate(&server, body, &[])["flags"];
+    assert_eq!(flags["initial"]["enabled"], true, "{}", flags["initial"]);
+    assert_eq!(flags["pro"]["enabled"], true);
+}
+
+#[test]
 fn quota_empties_flags_until_raised() {
     let server = TestServer::new();
     let key = server.admin_key().to_string();

@@ -17,7 +17,8 @@
 # instructions, so rollout hashing runs SHA-1 in software (`sha1::compress::soft`; the server
 # uses the CPU's SHA extensions where it has them), and it counts a `rep stosb` memset byte by
 # byte (actix clears its header index for every request it parses). Both are printed apart.
-# Usage: [KNOWN=10000] [CONNS=4] benches/load/flags_instructions.sh BIN [SECS, default 15]
+# PERSON_EXTRA=M seeds each person with M more properties no flag reads (known_persons.py).
+# Usage: [KNOWN=10000] [CONNS=4] [PERSON_EXTRA=0] benches/load/flags_instructions.sh BIN [SECS, default 15]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="$1"

@@ -3,12 +3,16 @@
 properties the big-customer flags read (email, plan, age, country, app_version,
 signed_up_at), on 4 connections. A person's country is COUNTRIES[k % 10], so a request of a
 known user can send it (big_customer.lua). Waits until every batch is acknowledged.
+With PERSON_EXTRA=M (default 0) each person also gets M properties of the kind posthog-js
+stores on every person and no flag of the set reads ($initial_browser, $initial_referrer,
+$geoip_city_name, ... with varied values), as real persons carry.
 
-Usage: known_persons.py BASE_URL PROJECT_TOKEN N
+Usage: [PERSON_EXTRA=M] known_persons.py BASE_URL PROJECT_TOKEN N
 """
 import datetime
 import gzip
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -21,11 +25,32 @@ COUNTRIES = ["US", "DE", "FR", "GB", "BR", "IN", "JP", "CA", "ES", "NL"]
 DOMAINS = ["corp.com", "gmail.com", "example.org", "mail.de", "shop.io"]
 PLANS = ["free", "pro", "enterprise", "trial"]
 START = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+EXTRA = int(os.environ.get("PERSON_EXTRA", "0"))
+EXTRA_KEYS = ["$initial_browser", "$initial_browser_version", "$initial_os", "$initial_os_version",
+              "$initial_device_type", "$initial_current_url", "$initial_pathname",
+              "$initial_referrer", "$initial_referring_domain", "$initial_utm_source",
+              "$initial_utm_medium", "$initial_utm_campaign", "$initial_gclid",
+              "$initial_screen_height", "$initial_screen_width", "$geoip_city_name",
+              "$geoip_country_code", "$geoip_subdivision_1_name", "$geoip_time_zone",
+              "$geoip_latitude", "$geoip_longitude", "$browser", "$os", "$current_url"]
+
+
+def extra(k, h):
+    """EXTRA properties no flag reads: text, numbers and URLs varying by person."""
+    out = {}
+    for i in range(EXTRA):
+        key = EXTRA_KEYS[i] if i < len(EXTRA_KEYS) else f"$initial_custom_{i}"
+        v = (h >> (i % 24)) % 1000
+        out[key] = (v if i % 3 == 1 else
+                    f"https://shop.example.com/p/{v}?ref={k % 97}" if i % 3 == 2 else
+                    f"{key[1:]}-{v}")
+    return out
 
 
 def properties(k):
     h = (k * 2654435761) % 4294967296
     return {
+        **extra(k, h),
         "email": f"u{h}@{DOMAINS[h % len(DOMAINS)]}",
         "plan": PLANS[h % len(PLANS)],
         "age": 16 + h % 60,

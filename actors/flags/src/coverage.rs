@@ -2,7 +2,7 @@
 //! the stored read when the request's own `person_properties` (and `group_properties`) hold
 //! every property the flags look at. Computed once per snapshot; checked per request.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
@@ -32,21 +32,8 @@ pub(crate) fn read_keys(
     if !static_members.is_empty() || flags.iter().any(|f| f.ensure_experience_continuity) {
         return None;
     }
-    let mut keys = Keys::default();
-    let mut seen_cohorts = BTreeSet::new();
-    for flag in flags {
-        // An early-access flag is decided first by the person's enrollment property.
-        if flag.filters.feature_enrollment == Some(true) {
-            keys.person
-                .insert(format!("$feature_enrollment/{}", flag.key));
-        }
-        for condition in flag.filters.groups.iter().chain(&flag.filters.super_groups) {
-            for filter in &condition.properties {
-                collect(filter, cohorts, &mut keys, &mut seen_cohorts)?;
-            }
-        }
-    }
-    Some(ReadKeys {
+    let (keys, coverable) = gather(flags, cohorts);
+    coverable.then(|| ReadKeys {
         person: keys.person.into_iter().collect(),
         group: keys
             .group
@@ -56,50 +43,95 @@ pub(crate) fn read_keys(
     })
 }
 
+/// Every person property key a project's flags may read, whether or not a request can cover
+/// them: a stored person is decoded with these properties only (see [`PersonKeys`]).
+pub(crate) fn person_keys(flags: &[FlagDefinition], cohorts: &Cohorts) -> PersonKeys {
+    PersonKeys(gather(flags, cohorts).0.person.into_iter().collect())
+}
+
+/// The person property keys a project's flags read. A stored person's other properties are
+/// left undecoded when it is read for `/flags`: persons carry dozens of properties apps set
+/// (`$initial_…`, `$geoip_…`), and a flag set reads a handful.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PersonKeys(HashSet<String, ahash::RandomState>);
+
+impl PersonKeys {
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+}
+
+/// The keys every flag reads, and whether a request could cover them all (`false`: a group
+/// filter without its type, a static, missing or unreadable cohort).
+fn gather(flags: &[FlagDefinition], cohorts: &Cohorts) -> (Keys, bool) {
+    let mut keys = Keys::default();
+    let mut seen_cohorts = BTreeSet::new();
+    let mut coverable = true;
+    for flag in flags {
+        // An early-access flag is decided first by the person's enrollment property.
+        if flag.filters.feature_enrollment == Some(true) {
+            keys.person
+                .insert(format!("$feature_enrollment/{}", flag.key));
+        }
+        for condition in flag.filters.groups.iter().chain(&flag.filters.super_groups) {
+            for filter in &condition.properties {
+                coverable &= collect(filter, cohorts, &mut keys, &mut seen_cohorts);
+            }
+        }
+    }
+    (keys, coverable)
+}
+
 #[derive(Default)]
 struct Keys {
     person: BTreeSet<String>,
     group: BTreeMap<u8, BTreeSet<String>>,
 }
 
+/// Adds the keys `filter` reads; `false` when a request could not cover them.
 fn collect(
     filter: &PropertyFilter,
     cohorts: &Cohorts,
     keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
-) -> Option<()> {
+) -> bool {
     match filter.kind.as_deref() {
         // Flag dependencies are evaluated, not read.
-        Some("flag") => Some(()),
+        Some("flag") => true,
         Some("group") => {
-            let index = u8::try_from(filter.group_type_index?).ok()?;
+            let Some(index) = filter.group_type_index.and_then(|i| u8::try_from(i).ok()) else {
+                return false;
+            };
             keys.group
                 .entry(index)
                 .or_default()
                 .insert(filter.key.clone());
-            Some(())
+            true
         }
         Some("cohort") => {
             let id = match &filter.value {
-                Value::Number(n) => n.as_i64()?,
-                Value::String(s) => s.parse().ok()?,
-                _ => return None,
+                Value::Number(n) => n.as_i64(),
+                Value::String(s) => s.parse().ok(),
+                _ => None,
+            };
+            let Some(id) = id else {
+                return false;
             };
             if !seen.insert(id) {
-                return Some(());
+                return true;
             }
-            let cohort = cohorts.get(&id)?;
-            if cohort.is_static {
-                return None;
+            match cohorts.get(&id) {
+                None => false,
+                Some(cohort) if cohort.is_static => false,
+                Some(cohort) => match &cohort.filters {
+                    None => true,
+                    Some(tree) => walk(&tree.properties.values, cohorts, keys, seen),
+                },
             }
-            let Some(tree) = &cohort.filters else {
-                return Some(());
-            };
-            walk(&tree.properties.values, cohorts, keys, seen)
         }
         _ => {
             keys.person.insert(filter.key.clone());
-            Some(())
+            true
         }
     }
 }
@@ -109,14 +141,15 @@ fn walk(
     cohorts: &Cohorts,
     keys: &mut Keys,
     seen: &mut BTreeSet<i64>,
-) -> Option<()> {
+) -> bool {
+    let mut coverable = true;
     for node in nodes {
-        match node {
-            CohortNode::Group(group) => walk(&group.values, cohorts, keys, seen)?,
-            CohortNode::Filter(filter) => collect(filter, cohorts, keys, seen)?,
-        }
+        coverable &= match node {
+            CohortNode::Group(group) => walk(&group.values, cohorts, keys, seen),
+            CohortNode::Filter(filter) => collect(filter, cohorts, keys, seen),
+        };
     }
-    Some(())
+    coverable
 }
 
 /// Whether the request alone decides every flag: each person key in its person properties and,
@@ -308,6 +341,47 @@ mod tests {
             None,
             "a group filter without its type cannot be covered"
         );
+    }
+
+    #[test]
+    fn person_keys_are_every_key_read_even_where_no_request_covers_them() {
+        let cohorts: Cohorts = [
+            cohort(
+                json!({"id": 1, "filters": {"properties": {"type": "AND", "values": [
+                {"key": "plan", "value": "pro", "type": "person"},
+                {"key": "id", "value": 2, "type": "cohort"},
+                {"key": "id", "value": 9, "type": "cohort"}]}}}),
+            ),
+            cohort(json!({"id": 2, "is_static": true})),
+        ]
+        .into_iter()
+        .collect();
+        let flags = vec![
+            flag(
+                json!({"id": 1, "key": "a", "ensure_experience_continuity": true,
+                "filters": {"groups": [{"properties": [
+                {"key": "email", "value": "@corp.com", "operator": "icontains", "type": "person"},
+                {"key": "size", "value": 1, "type": "group"},
+                {"key": "id", "value": 1, "type": "cohort"}]}]}}),
+            ),
+            flag(json!({"id": 2, "key": "b", "filters": {
+                "feature_enrollment": true,
+                "super_groups": [{"properties": [{"key": "$feature_enrollment/b", "value": ["true"], "type": "person"}]}],
+                "groups": [{"properties": [{"key": "distinct_id", "value": "u1", "type": "person"},
+                                           {"key": "a", "value": true, "type": "flag"}]}]}})),
+        ];
+        assert_eq!(
+            read_keys(&flags, &cohorts, &StaticMembers::default()),
+            None,
+            "continuity, a static and a missing cohort, an unindexed group filter"
+        );
+        let keys = person_keys(&flags, &cohorts);
+        for key in ["email", "plan", "$feature_enrollment/b", "distinct_id"] {
+            assert!(keys.contains(key), "{key}");
+        }
+        for key in ["size", "a", "id", "country"] {
+            assert!(!keys.contains(key), "{key}");
+        }
     }
 
     #[test]

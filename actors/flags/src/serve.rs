@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::coverage::covered;
+use super::coverage::{covered, PersonKeys};
 use super::evaluate::{
     cached_groups, evaluate, load_stored, request_only, selected_flags, FlagsOutcome, StoredData,
     StoredGroups,
@@ -98,7 +98,10 @@ impl Flags {
         };
         let stored = match fast {
             Some(Fast::Stored(stored)) => Some(stored),
-            Some(Fast::Groups(groups)) => self.person_with(project_id, &request, groups).await,
+            Some(Fast::Groups(groups)) => {
+                self.person_with(project_id, &snapshot.person_keys, &request, groups)
+                    .await
+            }
             None => {
                 let unread = (!needs_data).then(unread);
                 let request = Arc::new(request.clone());
@@ -121,13 +124,23 @@ impl Flags {
     /// The stored data with the person from memory, else read through the batched reader
     /// under the deadline (late or failed: `None`, and the flags that needed it fail, as for
     /// any stored read).
+    ///
+    /// A person in memory is decoded with only the properties the flags read (`keys`).
     async fn person_with(
         &self,
         project_id: u64,
+        keys: &PersonKeys,
         request: &FlagRequest,
         groups: StoredGroups,
     ) -> Option<StoredData> {
         let distinct_id = request.distinct_id.as_deref().unwrap_or_default();
+        let wanted = |key: &str| keys.contains(key);
+        if let Some(person) = self
+            .persons
+            .cached_person_reading(project_id, distinct_id, &wanted)
+        {
+            return Some(StoredData { person, groups });
+        }
         let deadline = self.settings.stored_read_deadline;
         let started = Instant::now();
         let read = self.persons.read_person(project_id, distinct_id);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use dashmap::DashMap;
 
-use super::coverage::ReadKeys;
+use super::coverage::{PersonKeys, ReadKeys};
 use super::evaluation::EvaluationPlan;
 use super::model::{Cohorts, FlagDefinition, StaticMembers};
 use super::records::{FlagRecords, SledFlags};
@@ -39,6 +39,9 @@ pub struct ProjectFlags {
     /// The person and group property keys the flags read, when a request that sends them all
     /// needs no stored person or group (see [`super::coverage`]).
     pub read_keys: Option<ReadKeys>,
+    /// Every person property key the flags may read: the stored person's properties decoded
+    /// for a request.
+    pub person_keys: PersonKeys,
     /// Per flag (same index as `flags`), what choosing it for a request reads.
     pub selection: Vec<Selection>,
 }
@@ -55,9 +58,11 @@ impl ProjectFlags {
         by_key.sort_by(|&a, &b| flags[a].key.cmp(&flags[b].key));
         let v2_entries = flags.iter().map(V2Entry::new).collect();
         let read_keys = super::coverage::read_keys(&flags, &cohorts, &static_members);
+        let person_keys = super::coverage::person_keys(&flags, &cohorts);
         let selection = flags.iter().map(Selection::of).collect();
         ProjectFlags {
             read_keys,
+            person_keys,
             selection,
             flags,
             cohorts,

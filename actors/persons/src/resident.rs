@@ -303,6 +303,18 @@ impl ResidentPersons {
         self.lookup(self.key(project_id, distinct_id))
     }
 
+    /// Like [`ResidentPersons::get`], with only the properties whose key `wanted` accepts.
+    pub fn get_reading(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Lookup {
+        self.read(self.key(project_id, distinct_id), |record| {
+            codec::decode_reading(record, &self.names, wanted).map(|(_, person)| person)
+        })
+    }
+
     /// Like [`ResidentPersons::get`], with the person left in its compact form.
     pub fn get_compact(&self, project_id: u64, distinct_id: &str) -> Lookup<CompactPerson> {
         self.read(self.key(project_id, distinct_id), CompactPerson::of)

@@ -467,6 +467,23 @@ impl PersonStore {
             .map(|person| person.map(Arc::new))
     }
 
+    /// Like [`PersonStore::cached_person`], with only the properties whose key `wanted`
+    /// accepts (for a reader that looks at a few keys, such as `/flags`; the person is not
+    /// kept in this form).
+    pub fn cached_person_reading(
+        &self,
+        project_id: u64,
+        distinct_id: &str,
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Option<Option<Arc<Person>>> {
+        let lookup = self
+            .cache
+            .persons
+            .get_reading(project_id, distinct_id, wanted);
+        self.known(project_id, distinct_id, lookup)
+            .map(|person| person.map(Arc::new))
+    }
+
     /// Like [`PersonStore::cached_person`], with the person left in memory's compact form
     /// (decoded by [`PersonStore::decode`] when its properties are needed).
     pub fn cached_compact_person(

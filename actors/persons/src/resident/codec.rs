@@ -340,6 +340,17 @@ pub fn project_of(record: &[u8]) -> Option<u64> {
 
 /// A record's project and person; `None` when the record is damaged (never written so).
 pub fn decode(record: &[u8], names: &Names) -> Option<(u64, Person)> {
+    decode_reading(record, names, &|_| true)
+}
+
+/// [`decode`] with only the properties whose key `wanted` accepts; the others are skipped
+/// over, neither copied nor checked (a reader that looks at a few keys of persons that hold
+/// dozens decodes a few).
+pub fn decode_reading(
+    record: &[u8],
+    names: &Names,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Option<(u64, Person)> {
     let mut r = Reader(record);
     let project = r.varint()?;
     let id = Uuid::from_slice(r.take(16)?).ok()?;
@@ -358,11 +369,15 @@ pub fn decode(record: &[u8], names: &Names) -> Option<(u64, Person)> {
     // and inserting them one by one searched the map for each.
     let mut pairs = Vec::with_capacity(usize::try_from(count).ok()?.min(256));
     for _ in 0..count {
-        let key = match r.varint()? {
-            0 => r.string()?,
-            id => table.names.get(usize::try_from(id - 1).ok()?)?.clone(),
+        let key: &str = match r.varint()? {
+            0 => std::str::from_utf8(r.slice()?).ok()?,
+            id => table.names.get(usize::try_from(id - 1).ok()?)?,
         };
-        pairs.push((key, r.value()?));
+        if wanted(key) {
+            pairs.push((key.to_string(), r.value()?));
+        } else {
+            r.skip_value()?;
+        }
     }
     let properties = Map::from_iter(pairs);
     Some((
@@ -409,6 +424,24 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self) -> Option<String> {
         String::from_utf8(self.slice()?.to_vec()).ok()
+    }
+
+    /// Passes over a value [`Reader::value`] would read.
+    fn skip_value(&mut self) -> Option<()> {
+        match self.take(1)?[0] {
+            NULL | FALSE | TRUE => {}
+            UNSIGNED | NEGATIVE | SECONDS_Z | MILLIS_Z => {
+                self.varint()?;
+            }
+            FLOAT => {
+                self.take(8)?;
+            }
+            STRING | JSON => {
+                self.slice()?;
+            }
+            _ => return None,
+        }
+        Some(())
     }
 
     fn value(&mut self) -> Option<Value> {
@@ -481,6 +514,43 @@ mod tests {
 
     fn holds_text(record: &[u8], text: &str) -> bool {
         record.windows(text.len()).any(|w| w == text.as_bytes())
+    }
+
+    #[test]
+    fn a_reader_of_some_keys_gets_those_and_skips_every_kind_of_value() {
+        let names = Names::default();
+        let mut properties = json!({"null": null, "no": false, "yes": true, "n": 7, "neg": -3,
+            "f": 1.5, "s": "text", "obj": {"a": [1]}, "at": "2025-06-01T10:00:00Z",
+            "ms": "2025-06-01T10:00:00.123Z", "plan": "pro"})
+        .as_object()
+        .cloned()
+        .expect("test value");
+        // Past the table's name length: written into the record, skipped or read the same.
+        properties.insert("k".repeat(MAX_NAME_BYTES + 1), json!("long"));
+        let person = person_of(properties.clone());
+        let record = encode(3, &person, &names).expect("test value");
+        let (project, all) = decode_reading(&record, &names, &|_| true).expect("decoded");
+        assert_eq!((project, &all), (3, &person));
+        for wanted in [
+            vec!["plan"],
+            vec!["at", "obj"],
+            vec![],
+            properties.keys().map(String::as_str).collect(),
+        ] {
+            let (_, some) =
+                decode_reading(&record, &names, &|k| wanted.contains(&k)).expect("decoded");
+            let expected: Map<String, Value> = properties
+                .iter()
+                .filter(|(k, _)| wanted.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(some.properties, expected, "{wanted:?}");
+            assert_eq!(some.distinct_ids, person.distinct_ids);
+        }
+        assert_eq!(
+            decode_reading(&record[..record.len() - 1], &names, &|_| false),
+            None
+        );
     }
 
     #[test]
