@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::evaluation::{
-    evaluate_slots, Evaluation, GroupData, PersonProperties, Reason, ReasonCode, Subject,
+    evaluate_slots, Evaluation, GroupData, GroupProperties, PersonProperties, Reason, ReasonCode,
+    Subject,
 };
 use super::model::{CohortIds, FlagDefinition};
 use super::properties::MatchContext;
@@ -214,14 +215,12 @@ pub fn evaluate(
         let Some(key) = request.groups.get(name).and_then(group_key) else {
             continue;
         };
-        let mut properties = group
-            .as_ref()
-            .map(|g| g.properties.clone())
-            .unwrap_or_default();
-        if let Some(Value::Object(overrides)) = request.group_properties.get(name) {
-            properties.extend(overrides.clone());
-        }
-        properties.insert("$group_key".into(), Value::String(key.clone()));
+        let overrides = match request.group_properties.get(name) {
+            Some(Value::Object(overrides)) => Some(overrides),
+            _ => None,
+        };
+        let properties =
+            GroupProperties::layered(&key, overrides, group.as_ref().map(|g| &g.properties));
         groups[usize::from((*index).min(4))] = Some(GroupData { key, properties });
     }
     let subject = Subject {

@@ -361,6 +361,45 @@ fn person_properties_read_the_request_over_the_stored_person() {
 }
 
 #[test]
+fn group_properties_read_the_group_key_then_the_request_then_the_stored_group() {
+    let object = |v: Value| v.as_object().cloned().expect("object");
+    let sent = object(json!({"size": 5, "$group_key": "sent"}));
+    let stored = object(json!({"size": 250, "industry": "retail"}));
+    let props = GroupProperties::layered("acme", Some(&sent), Some(&stored));
+    assert_eq!(
+        props.get("$group_key"),
+        Some(&json!("acme")),
+        "the key wins"
+    );
+    assert_eq!(
+        props.get("size"),
+        Some(&json!(5)),
+        "the request over the stored group"
+    );
+    assert_eq!(props.get("industry"), Some(&json!("retail")));
+    assert_eq!(props.get("absent"), None);
+    let alone = GroupProperties::layered("acme", None, None);
+    assert_eq!(alone.get("$group_key"), Some(&json!("acme")));
+    assert_eq!(alone.get("size"), None);
+    let f = flag(
+        json!({"id": 7, "key": "big", "filters": {"aggregation_group_type_index": 0,
+        "groups": [{"properties": [{"key": "size", "value": 100, "operator": "gte",
+        "type": "group", "group_type_index": 0}], "rollout_percentage": 100}]}}),
+    );
+    let mut s = subject("u", json!({}));
+    s.groups[0] = Some(GroupData {
+        key: "acme".into(),
+        properties: GroupProperties::layered("acme", None, Some(&stored)),
+    });
+    assert!(eval(&f, &s).enabled, "size 250 is stored");
+    s.groups[0] = Some(GroupData {
+        key: "acme".into(),
+        properties: props,
+    });
+    assert!(!eval(&f, &s).enabled, "the request says 5");
+}
+
+#[test]
 fn flags_repeating_a_filter_match_as_each_would_alone() {
     let person = |key: &str, operator: &str, value: Value| json!({"key": key, "value": value, "operator": operator, "type": "person"});
     let condition = |filters: Vec<Value>| json!({"properties": filters, "rollout_percentage": 100});

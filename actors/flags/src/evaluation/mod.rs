@@ -152,9 +152,52 @@ impl Evaluation {
 
 /// A group the subject belongs to, by group type index.
 #[derive(Debug, Clone, Default)]
-pub struct GroupData {
+pub struct GroupData<'a> {
     pub key: String,
-    pub properties: Map<String, Value>,
+    pub properties: GroupProperties<'a>,
+}
+
+/// A group's properties as its filters read them: `$group_key` (the group's key), then what
+/// the request's `group_properties` give for it, then the stored group's. Read in place: a
+/// request's evaluation copies no group's property map.
+#[derive(Debug, Clone, Default)]
+pub struct GroupProperties<'a> {
+    key: Option<Value>,
+    over: Option<&'a Map<String, Value>>,
+    under: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> GroupProperties<'a> {
+    /// The group `key`'s properties: `request`'s over `stored`'s.
+    pub fn layered(
+        key: &str,
+        request: Option<&'a Map<String, Value>>,
+        stored: Option<&'a Map<String, Value>>,
+    ) -> GroupProperties<'a> {
+        GroupProperties {
+            key: Some(Value::String(key.to_string())),
+            over: request,
+            under: stored,
+        }
+    }
+
+    /// The value a filter on `name` reads.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        if name == "$group_key" {
+            if let Some(key) = &self.key {
+                return Some(key);
+            }
+        }
+        self.over
+            .and_then(|m| m.get(name))
+            .or_else(|| self.under.and_then(|m| m.get(name)))
+    }
+}
+
+impl Properties for GroupProperties<'_> {
+    fn property(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
 }
 
 /// Who flags are evaluated for.
@@ -167,7 +210,7 @@ pub struct Subject<'a> {
     pub device_id: Option<String>,
     /// Stored person properties overlaid with the request's (request wins).
     pub person_properties: PersonProperties<'a>,
-    pub groups: [Option<GroupData>; 5],
+    pub groups: [Option<GroupData<'a>>; 5],
     /// Static cohorts the person is a member of.
     pub static_cohorts: CohortIds,
 }
