@@ -13,6 +13,12 @@
 #   ab_wal_mark   remembers the server's WAL sync histogram (/metrics)
 #   ab_wal_since  prints the WAL syncs since the mark: how many, their mean, and how many took
 #                 over 10 ms and over 50 ms (a request waits for the sync under way, then its own)
+#   ab_threads_mark  remembers each server thread's user plus system time (/proc)
+#   ab_threads_since N  prints each thread's CPU since the mark divided by N (events or
+#                 requests), then the server's total. Threads are named as the kernel knows them
+#                 (`comm`): actix-rt|system… the HTTP workers, corvid-flush-N the segment
+#                 writers, corvid-wal the WAL writer, corvid-persons the person committer,
+#                 fjall:worker the person store's, and the binary's own name the ingest shard.
 BASE="http://127.0.0.1:$PORT"
 SERVER=""
 DATA=""
@@ -59,4 +65,32 @@ ab_wal_since() {
     /le="0.01"/ { u10 = d }
     /le="0.05"/ { u50 = d }
     END { printf "WAL syncs %d, mean %.0f us, over 10 ms %d, over 50 ms %d", n, (n ? s / n * 1e6 : 0), n - u10, n - u50 }'
+}
+# Each server thread's name and its user plus system time in clock ticks.
+ab_thread_times() {
+  for task in /proc/"$SERVER"/task/*; do
+    echo "$(tr ' ' _ <"$task/comm") $(awk '{print $14 + $15}' "$task/stat")"
+  done
+}
+ab_threads_mark() {
+  ab_thread_times >"$DATA/threads.before"
+}
+ab_threads_since() {
+  ab_thread_times >"$DATA/threads.after"
+  python3 - "$DATA/threads.before" "$DATA/threads.after" "$1" "$(getconf CLK_TCK)" <<'PY'
+import collections, sys
+def load(path):
+    ticks = collections.defaultdict(int)
+    for line in open(path):
+        name, value = line.rsplit(" ", 1)
+        ticks[name] += int(value)
+    return ticks
+before, after = load(sys.argv[1]), load(sys.argv[2])
+units, hz = int(sys.argv[3]), int(sys.argv[4])
+per_unit = {name: (after[name] - before.get(name, 0)) * 1e6 / hz / max(units, 1) for name in after}
+for name, us in sorted(per_unit.items(), key=lambda kv: -kv[1]):
+    if us > 0:
+        print(f"{name:28s} {us:6.2f} µs each")
+print(f"{'all':28s} {sum(per_unit.values()):6.2f} µs each")
+PY
 }
