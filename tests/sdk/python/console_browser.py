@@ -109,7 +109,9 @@ with sync_playwright() as p:
     admin.click("#log-search button[type=submit]")
     admin.wait_for_selector("#logs")
     result["log_rows"] = admin.locator("#logs tbody tr").count()
-    admin.wait_for_function("document.querySelector('#tail-status').textContent === 'live'")
+    # A selector, not a JavaScript predicate: the console's CSP forbids the eval that
+    # Playwright's polling of a predicate string needs once the first check fails.
+    admin.wait_for_selector("#tail-status:text-is('live')")
     status, _ = api("POST", "/api/projects/1/endpoints/counts/run", {})
     result["run_status"] = status
     admin.wait_for_selector("#tail tbody tr", timeout=15000)
