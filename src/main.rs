@@ -8,9 +8,12 @@ const MI_OPTION_PURGE_DELAY: std::os::raw::c_int = 15;
 
 /// How long freed memory stays with the process before mimalloc returns it to the OS. Its
 /// default, 10 ms, made capture fault the same pages back in many times a second (8 % of the
-/// HTTP workers' time went to page faults; `/batch/` is 12–20 % faster with 1 s, see
-/// docs/PERFORMANCE.md). After a second of not being reused, memory still goes back.
-const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
+/// HTTP workers' time went to page faults; `/batch/` is 12–20 % faster with 1 s). With 1 s the
+/// segment writer still faulted its column buffers back in after each flush, and every fault
+/// on a page it had returned interrupted the other core to flush its TLB; with 10 s `/batch/`
+/// is about 5 % faster again, at the same peak RSS (docs/PERFORMANCE.md). Memory not reused
+/// for 10 s still goes back, so an idle server shrinks.
+const PURGE_DELAY_MS: std::os::raw::c_long = 10_000;
 
 /// Sets the allocator options above unless `MIMALLOC_PURGE_DELAY` asks for another value.
 #[allow(unsafe_code)]

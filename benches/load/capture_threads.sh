@@ -2,24 +2,25 @@
 # The server's CPU per single-event capture request as a big customer sends them, by thread,
 # and how busy the two cores were: KNOWN persons seeded through /batch/ (known_persons.py),
 # then /i/v0/e/ with half the events from known persons doing `$set` and half from new users
-# (capture_known.lua, 32 conns, as capture_ab.sh runs it). Prints the rate, the WAL's syncs,
+# (capture_known.lua, CONNS conns, as capture_ab.sh runs it). Prints the rate, the WAL's syncs,
 # each thread's user plus system time in /proc divided by the requests (threads named as
 # ab_lib.sh lists them) and the machine's user, system, idle and I/O-wait shares over the run
-# (/proc/stat): idle left while 32 connections wait for the WAL's syncs is time the server
+# (/proc/stat): idle left while the connections wait for the WAL's syncs is time the server
 # could have used.
-# Usage: [KNOWN=1000000] benches/load/capture_threads.sh BIN [seconds, default 15]
+# Usage: [KNOWN=1000000] [CONNS=32] benches/load/capture_threads.sh BIN [seconds, default 15]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PORT="${PORT:-18044}"
 DURATION="${2:-15}"
 KNOWN="${KNOWN:-1000000}"
+CONNS="${CONNS:-32}"
 . benches/load/ab_lib.sh
 ab_start "$1"
 python3 benches/load/known_persons.py "$BASE" "$TOKEN" "$KNOWN" "$KEY" >/dev/null
 ab_wal_mark
 ab_threads_mark
 head -1 /proc/stat >"$DATA/stat.before"
-wrk -t1 -c32 -d"${DURATION}s" --latency -s benches/load/capture_known.lua "$BASE/i/v0/e/" -- "$DATA/single.json" "$KNOWN" >"$DATA/wrk.txt"
+wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s benches/load/capture_known.lua "$BASE/i/v0/e/" -- "$DATA/single.json" "$KNOWN" >"$DATA/wrk.txt"
 head -1 /proc/stat >"$DATA/stat.after"
 requests=$(awk '/requests in/ {n = $1} /Non-2xx/ {bad = $NF} END {print n - bad}' "$DATA/wrk.txt")
 echo "== $(awk '/^Requests\/sec/ {r = $2} $1 == "99%" {p = $2} END {printf "%.0f req/s, p99 %s", r, p}' "$DATA/wrk.txt"); $(ab_wal_since)"
