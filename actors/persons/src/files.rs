@@ -26,11 +26,16 @@ use corvid_kernel::StoreError;
 /// most (fjall's smallest setting).
 const JOURNAL_BYTES: u64 = 64 << 20;
 
-/// A keyspace's in-memory write buffer before it is written out as a table. fjall's default
-/// (64 MiB) took about 100 ms to free under the version lock, and person writes on the
-/// ingest shard waited for it (capture p99 35-140 ms with a million known persons doing
-/// `$set`); a smaller one waits proportionally less, for a few more small tables to compact.
-const MEMTABLE_BYTES: u64 = 8 << 20;
+/// A keyspace's in-memory write buffer before it is written out as a table. It sets how much
+/// compaction costs: every four flushed tables are merged into the level below, rewriting
+/// it, so a larger buffer rewrites that level less often for the same writes. With a million
+/// known persons doing `$set`, fjall's worker spent 9.6-10.5 µs per captured event at 8 MiB
+/// and 5.3-5.9 µs at 16 MiB, and the rate rose by 5-8 %. The bound on the other side: a full
+/// buffer is freed while fjall holds its version lock (fjall's default, 64 MiB, took about
+/// 100 ms), which the person committer's writes and reads of persons not held in memory wait
+/// for; at 16 MiB about a quarter of that, off the capture acknowledgement
+/// ([`crate::WriteBehind`]).
+const MEMTABLE_BYTES: u64 = 16 << 20;
 
 /// The size a compaction cuts its output tables at (fjall's default is 64 MiB). Each table is
 /// synced when it is written, and a sync of 64 MiB kept the disk busy for 30-90 ms, which a
