@@ -34,7 +34,8 @@ const JOURNAL_BYTES: u64 = 64 << 20;
 /// buffer is freed while fjall holds its version lock (fjall's default, 64 MiB, took about
 /// 100 ms), which the person committer's writes and reads of persons not held in memory wait
 /// for; at 16 MiB about a quarter of that, off the capture acknowledgement
-/// ([`crate::WriteBehind`]).
+/// ([`crate::WriteBehind`]). fjall stores it with each keyspace when it is created, so a
+/// data dir keeps the size it was made with.
 const MEMTABLE_BYTES: u64 = 16 << 20;
 
 /// The size a compaction cuts its output tables at (fjall's default is 64 MiB). Each table is
